@@ -1,0 +1,125 @@
+package command
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Spec is what a command may refer to.
+type Spec struct {
+	Inputs   map[string]bool // names of input_files
+	Outputs  map[string]bool // entries of output_files
+	AllowGPU bool            // the pool has NVIDIA GPUs
+}
+
+var (
+	nameRe        = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	counterRe     = regexp.MustCompile(`%0?[1-9]?d`)
+	placeholderRe = regexp.MustCompile(`\{\{\s*([^{}]*?)\s*\}\}|<<\s*([^<>]*?)\s*>>`)
+	// A reference to a job path: inputs/<name> or outputs/<name>, wherever it appears
+	// in a word (after "=", inside a filter argument, ...).
+	refRe = regexp.MustCompile(`(^|[^A-Za-z0-9._-])(inputs|outputs)/([^\s'":,;|\[\]=]*)`)
+	// A protocol prefix such as "concat:" or "http://". ffmpeg's protocol names (ffmpeg
+	// -protocols) plus the URL form of anything else.
+	protoRe = regexp.MustCompile(`(?i)(^|[^A-Za-z0-9_])(async|bluray|cache|concat|concatf|crypto|data|ffrtmpcrypt|ffrtmphttp|file|ftp|gopher|gophers|hls|http|httpproxy|https|icecast|ipfs|ipns|md5|mmsh|mmst|pipe|prompeg|rist|rtmp|rtmpe|rtmps|rtmpt|rtmpte|rtmpts|rtp|sctp|sftp|srt|srtp|subfile|tcp|tee|tls|udp|udplite|unix|zmq|amqp|fd|android_content|libssh|librist|libsrt|libzmq|smb|dav|rtsp):|[A-Za-z][A-Za-z0-9+.-]*://`)
+	// GPU-only codecs and filters: NVENC/NVDEC/CUVID/CUDA/NPP names.
+	absRe = regexp.MustCompile(`[=:'",;|]~?/`)
+	gpuRe = regexp.MustCompile(`(?i)(_nvenc|_cuvid|_npp|_cuda|nvdec|^cuda$|(^|[^A-Za-z0-9])cuda([^A-Za-z0-9]|$)|scale_npp|hwupload_cuda|(^|[^A-Za-z0-9_])npp)`)
+)
+
+// ValidName reports whether name is a valid input or plain output file name.
+func ValidName(name string) bool { return nameRe.MatchString(name) }
+
+// ValidOutputName is ValidName, plus at most one printf counter (%d, %03d) for
+// sequence outputs such as seg_%03d.ts.
+func ValidOutputName(name string) bool {
+	locs := counterRe.FindAllStringIndex(name, -1)
+	if len(locs) > 1 {
+		return false
+	}
+	if len(locs) == 1 {
+		name = name[:locs[0][0]] + "0" + name[locs[0][1]:]
+	}
+	return strings.Count(name, "%") == 0 && nameRe.MatchString(name)
+}
+
+// Prepare splits one client command into ffmpeg's argv: a leading "ffmpeg" word is
+// dropped, {{name}} and <<name>> become inputs/name or outputs/name, and every word is
+// checked: no absolute paths, no "..", no URLs or protocol prefixes, no undeclared
+// inputs/ or outputs/ names, no GPU codec or filter unless the pool has GPUs.
+func Prepare(cmd string, spec Spec) ([]string, error) {
+	words, err := Split(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if len(words) > 0 && (words[0] == "ffmpeg" || strings.HasSuffix(words[0], "/ffmpeg")) {
+		words = words[1:]
+	}
+	if len(words) == 0 {
+		return nil, fmt.Errorf("command is empty")
+	}
+	if !strings.HasPrefix(words[0], "-") {
+		return nil, fmt.Errorf("command must start with an option (e.g. -i), got %q", words[0])
+	}
+	out := make([]string, len(words))
+	for i, w := range words {
+		w, err = rewrite(w, spec)
+		if err != nil {
+			return nil, err
+		}
+		if err := check(w, spec); err != nil {
+			return nil, err
+		}
+		out[i] = w
+	}
+	return out, nil
+}
+
+func rewrite(w string, spec Spec) (string, error) {
+	var bad error
+	w = placeholderRe.ReplaceAllStringFunc(w, func(m string) string {
+		sub := placeholderRe.FindStringSubmatch(m)
+		name := sub[1] + sub[2]
+		switch {
+		case spec.Inputs[name]:
+			return "inputs/" + name
+		case spec.Outputs[name]:
+			return "outputs/" + name
+		}
+		if bad == nil {
+			bad = fmt.Errorf("%s does not name an input_files key or an output_files entry", m)
+		}
+		return m
+	})
+	return w, bad
+}
+
+func check(w string, spec Spec) error {
+	if m := protoRe.FindString(w); m != "" {
+		return fmt.Errorf("%q: URLs and protocol prefixes are not allowed in commands; pass inputs through input_files", w)
+	}
+	for _, part := range strings.FieldsFunc(w, isPathSep) {
+		if part == ".." {
+			return fmt.Errorf("%q: \"..\" is not allowed in paths", w)
+		}
+	}
+	if strings.HasPrefix(w, "/") || strings.HasPrefix(w, "~") || absRe.MatchString(w) {
+		return fmt.Errorf("%q: absolute paths are not allowed; use inputs/<name>, outputs/<name> or a relative path", w)
+	}
+	for _, m := range refRe.FindAllStringSubmatch(w, -1) {
+		dir, name := m[2], m[3]
+		if dir == "inputs" && !spec.Inputs[name] {
+			return fmt.Errorf("%q: inputs/%s is not a key of input_files", w, name)
+		}
+		if dir == "outputs" && !spec.Outputs[name] {
+			return fmt.Errorf("%q: outputs/%s is not an entry of output_files", w, name)
+		}
+	}
+	if !spec.AllowGPU && gpuRe.MatchString(w) {
+		return fmt.Errorf("%q: GPU codecs and filters need a GPU machine (e.g. \"machine\": \"nvidia\")", w)
+	}
+	return nil
+}
+
+func isPathSep(r rune) bool { return strings.ContainsRune(`/\\=:'",;|[] `, r) }

@@ -1,0 +1,132 @@
+package command
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestSplit(t *testing.T) {
+	cases := []struct {
+		in   string
+		want []string
+		err  bool
+	}{
+		{in: `-i a.mp4 b.mp4`, want: []string{"-i", "a.mp4", "b.mp4"}},
+		{in: "  -i\ta.mp4\n b ", want: []string{"-i", "a.mp4", "b"}},
+		{in: `-vf 'scale=1280:-2, fps=30'`, want: []string{"-vf", "scale=1280:-2, fps=30"}},
+		{in: `-metadata "title=Say \"hi\" \$5"`, want: []string{"-metadata", `title=Say "hi" $5`}},
+		{in: `-metadata "a\nb"`, want: []string{"-metadata", `a\nb`}},
+		{in: `a\ b c`, want: []string{"a b", "c"}},
+		{in: `'a'"b"c`, want: []string{"abc"}},
+		{in: `''`, want: []string{""}},
+		{in: `$HOME;rm -rf *|x`, want: []string{"$HOME;rm", "-rf", "*|x"}},
+		{in: `'unterminated`, err: true},
+		{in: `"unterminated`, err: true},
+		{in: `trailing\`, err: true},
+		{in: ``, want: nil},
+	}
+	for _, c := range cases {
+		got, err := Split(c.in)
+		if (err != nil) != c.err {
+			t.Errorf("Split(%q) err=%v, want err=%v", c.in, err, c.err)
+			continue
+		}
+		if !c.err && !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Split(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func TestPrepare(t *testing.T) {
+	spec := Spec{
+		Inputs:  map[string]bool{"video": true, "logo.png": true},
+		Outputs: map[string]bool{"out.mp4": true, "seg_%03d.ts": true},
+	}
+	cases := []struct {
+		in      string
+		want    string // argv joined by "|"
+		errPart string // substring of the error, "" when no error
+		gpu     bool
+	}{
+		{in: "-i inputs/video -c:v libx264 outputs/out.mp4", want: "-i|inputs/video|-c:v|libx264|outputs/out.mp4"},
+		{in: "ffmpeg -i {{video}} {{out.mp4}}", want: "-i|inputs/video|outputs/out.mp4"},
+		{in: `-i <<video>> -i "<< logo.png >>" <<out.mp4>>`, want: "-i|inputs/video|-i|inputs/logo.png|outputs/out.mp4"},
+		{in: "-i inputs/video -vf \"movie=inputs/logo.png [l]; [in][l] overlay\" mid.mp4", want: "-i|inputs/video|-vf|movie=inputs/logo.png [l]; [in][l] overlay|mid.mp4"},
+		{in: "-i mid.mp4 -f segment outputs/seg_%03d.ts", want: "-i|mid.mp4|-f|segment|outputs/seg_%03d.ts"},
+		{in: "-i inputs/video -vf fps=30000/1001 tmp/x.mp4", want: "-i|inputs/video|-vf|fps=30000/1001|tmp/x.mp4"},
+		{in: "-i {{nope}} outputs/out.mp4", errPart: "{{nope}} does not name"},
+		{in: "-i inputs/nope outputs/out.mp4", errPart: "inputs/nope is not a key"},
+		{in: "-i inputs/video outputs/other.mp4", errPart: "outputs/other.mp4 is not an entry"},
+		{in: "-i /etc/passwd outputs/out.mp4", errPart: "absolute paths"},
+		{in: "-i inputs/video -vf subtitles=/etc/x.srt outputs/out.mp4", errPart: "absolute paths"},
+		{in: "-i ~/x outputs/out.mp4", errPart: "absolute paths"},
+		{in: "-i ../x outputs/out.mp4", errPart: `".."`},
+		{in: "-i inputs/video -vf movie=a/../../x outputs/out.mp4", errPart: `".."`},
+		{in: "-i http://example.com/a.mp4 outputs/out.mp4", errPart: "protocol prefixes"},
+		{in: "-i concat:a.ts|b.ts outputs/out.mp4", errPart: "protocol prefixes"},
+		{in: "-i subfile:,start,0,end,0,:x outputs/out.mp4", errPart: "protocol prefixes"},
+		{in: "-i FILE:x outputs/out.mp4", errPart: "protocol prefixes"},
+		{in: "-i inputs/video -vf movie=data:x outputs/out.mp4", errPart: "protocol prefixes"},
+		{in: "-i inputs/video -c:v h264_nvenc outputs/out.mp4", errPart: "GPU"},
+		{in: "-hwaccel cuda -i inputs/video outputs/out.mp4", errPart: "GPU"},
+		{in: "-i inputs/video -vf scale_npp=1280:720 outputs/out.mp4", errPart: "GPU"},
+		{in: "-i inputs/video -c:v h264_nvenc outputs/out.mp4", gpu: true, want: "-i|inputs/video|-c:v|h264_nvenc|outputs/out.mp4"},
+		{in: "-i 'unbalanced outputs/out.mp4", errPart: "unbalanced"},
+		{in: "ffmpeg", errPart: "empty"},
+		{in: "rm -rf outputs/out.mp4", errPart: "must start with an option"},
+	}
+	for _, c := range cases {
+		s := spec
+		s.AllowGPU = c.gpu
+		got, err := Prepare(c.in, s)
+		if c.errPart != "" {
+			if err == nil || !strings.Contains(err.Error(), c.errPart) {
+				t.Errorf("Prepare(%q) err=%v, want error containing %q", c.in, err, c.errPart)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("Prepare(%q) unexpected error: %v", c.in, err)
+			continue
+		}
+		if j := strings.Join(got, "|"); j != c.want {
+			t.Errorf("Prepare(%q) = %q, want %q", c.in, j, c.want)
+		}
+	}
+}
+
+func TestValidOutputName(t *testing.T) {
+	for name, want := range map[string]bool{
+		"out.mp4": true, "seg_%03d.ts": true, "frame_%d.png": true, "a%d_%d.png": false,
+		"100%.mp4": false, ".hidden": false, "a/b.mp4": false, "": false, "ok-name_1.MOV": true,
+	} {
+		if got := ValidOutputName(name); got != want {
+			t.Errorf("ValidOutputName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}
+
+func FuzzPrepare(f *testing.F) {
+	for _, s := range []string{"-i inputs/video outputs/out.mp4", `-vf 'a=b' "c\"d"`, "-i {{video}} <<out.mp4>>", `a\`, "-i /x ../y http://z"} {
+		f.Add(s)
+	}
+	spec := Spec{Inputs: map[string]bool{"video": true}, Outputs: map[string]bool{"out.mp4": true}}
+	f.Fuzz(func(t *testing.T, s string) {
+		argv, err := Prepare(s, spec)
+		if err != nil {
+			return
+		}
+		// Whatever passes must not reach outside the job directory.
+		for _, w := range argv {
+			if strings.HasPrefix(w, "/") || strings.Contains(w, "://") {
+				t.Fatalf("Prepare(%q) let %q through", s, w)
+			}
+			for _, p := range strings.FieldsFunc(w, isPathSep) {
+				if p == ".." {
+					t.Fatalf("Prepare(%q) let %q through", s, w)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,312 @@
+// Package config loads the service's HCL configuration: defaults first, the file
+// decoded on top with gohcl, then every value checked. Every problem is reported as an
+// hcl.Diagnostic that points at file:line.
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/function"
+)
+
+// Config is the whole service configuration. See deploy/mediajobs.hcl.
+type Config struct {
+	Server  *Server  `hcl:"server,block"`
+	Etcd    *Etcd    `hcl:"etcd,block"`
+	Nomad   *Nomad   `hcl:"nomad,block"`
+	Storage *Storage `hcl:"storage,block"`
+	Pools   []*Pool  `hcl:"pool,block"`
+}
+
+// Server configures the HTTP gateway and signed links.
+type Server struct {
+	Listen string `hcl:"listen,optional"`
+	// PublicURL is the base of every signed link: what clients and runners dial.
+	PublicURL      string `hcl:"public_url,optional"`
+	SigningSecret  string `hcl:"signing_secret,optional"`
+	WaitLimit      string `hcl:"wait_limit,optional"`
+	MaxCommands    int    `hcl:"max_commands,optional"`
+	MaxBodyBytes   int    `hcl:"max_body_bytes,optional"`
+	AllowLoopback  bool   `hcl:"allow_loopback,optional"`
+	RequestTimeout string `hcl:"request_timeout,optional"`
+
+	PublicURLRange hcl.Range `hcl:"public_url,attr_range"`
+	WaitLimitRange hcl.Range `hcl:"wait_limit,attr_range"`
+	ReqTimeRange   hcl.Range `hcl:"request_timeout,attr_range"`
+	SecretRange    hcl.Range `hcl:"signing_secret,attr_range"`
+
+	WaitLimitD      time.Duration
+	RequestTimeoutD time.Duration
+}
+
+// Etcd says where jobs live: an etcd cluster, or an embedded server (one machine).
+type Etcd struct {
+	Endpoints   []string `hcl:"endpoints,optional"`
+	Embedded    bool     `hcl:"embedded,optional"`
+	DataDir     string   `hcl:"data_dir,optional"`
+	Prefix      string   `hcl:"prefix,optional"`
+	DialTimeout string   `hcl:"dial_timeout,optional"`
+	Username    string   `hcl:"username,optional"`
+	Password    string   `hcl:"password,optional"`
+
+	DialTimeoutRange hcl.Range `hcl:"dial_timeout,attr_range"`
+	DialTimeoutD     time.Duration
+}
+
+// Nomad is the cluster the dispatcher submits to. Unset fields fall back to the
+// Nomad client's own environment (NOMAD_ADDR, NOMAD_TOKEN, ...).
+type Nomad struct {
+	Address   string `hcl:"address,optional"`
+	Token     string `hcl:"token,optional"`
+	Region    string `hcl:"region,optional"`
+	Namespace string `hcl:"namespace,optional"`
+}
+
+// Storage is the blob store for temporary files and outputs.
+type Storage struct {
+	Type           string `hcl:"type,optional"`
+	Path           string `hcl:"path,optional"`
+	DownloadURLTTL string `hcl:"download_url_ttl,optional"`
+
+	TypeRange hcl.Range `hcl:"type,attr_range"`
+	TTLRange  hcl.Range `hcl:"download_url_ttl,attr_range"`
+	TTL       time.Duration
+}
+
+// Pool is one kind of hardware jobs can ask for with "machine".
+type Pool struct {
+	Name           string   `hcl:"name,label"`
+	Driver         string   `hcl:"driver,optional"`
+	RunnerCommand  string   `hcl:"runner_command,optional"`
+	Datacenters    []string `hcl:"datacenters,optional"`
+	NodePool       string   `hcl:"node_pool,optional"`
+	CPU            int      `hcl:"cpu,optional"`
+	Memory         int      `hcl:"memory,optional"`
+	GPUs           int      `hcl:"gpus,optional"`
+	DefaultTimeout string   `hcl:"default_timeout,optional"`
+	MaxTimeout     string   `hcl:"max_timeout,optional"`
+
+	DefRange       hcl.Range `hcl:",def_range"`
+	DriverRange    hcl.Range `hcl:"driver,attr_range"`
+	DefaultTORange hcl.Range `hcl:"default_timeout,attr_range"`
+	MaxTORange     hcl.Range `hcl:"max_timeout,attr_range"`
+	CPURange       hcl.Range `hcl:"cpu,attr_range"`
+	MemoryRange    hcl.Range `hcl:"memory,attr_range"`
+
+	DefaultTimeoutD time.Duration
+	MaxTimeoutD     time.Duration
+}
+
+// Pool returns the pool named name, or nil.
+func (c *Config) Pool(name string) *Pool {
+	for _, p := range c.Pools {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// Default returns the configuration used when no file is given: one machine,
+// embedded etcd, local blobs, a raw_exec cpu pool.
+func Default() *Config {
+	return &Config{
+		Server:  &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, RequestTimeout: "30s"},
+		Etcd:    &Etcd{Embedded: true, DataDir: ".data/etcd", Prefix: "/mediajobs/", DialTimeout: "5s"},
+		Nomad:   &Nomad{},
+		Storage: &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h"},
+	}
+}
+
+// Load reads and checks the file at path.
+func Load(path string) (*Config, error) {
+	src, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(src, path)
+}
+
+// Parse decodes src (named filename in diagnostics) on top of Default and checks it.
+// The returned error, when there is one, lists every problem with file:line.
+func Parse(src []byte, filename string) (*Config, error) {
+	file, diags := hclsyntax.ParseConfig(src, filename, hcl.InitialPos)
+	if diags.HasErrors() {
+		return nil, Diagnostics{diags, file}
+	}
+	c := Default()
+	diags = gohcl.DecodeBody(file.Body, evalContext(), c)
+	if diags.HasErrors() {
+		return nil, Diagnostics{diags, file}
+	}
+	if diags := c.finish(); diags.HasErrors() {
+		return nil, Diagnostics{diags, file}
+	}
+	return c, nil
+}
+
+// Finish applies defaults and checks a Config built in code (tests, dev).
+func (c *Config) Finish() error {
+	if diags := c.finish(); diags.HasErrors() {
+		return Diagnostics{Diags: diags}
+	}
+	return nil
+}
+
+func (c *Config) finish() hcl.Diagnostics {
+	var diags hcl.Diagnostics
+	bad := func(rng hcl.Range, summary, detail string) {
+		r := rng
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: &r})
+	}
+	dur := func(s string, rng hcl.Range, name string) time.Duration {
+		d, err := time.ParseDuration(s)
+		if err != nil || d <= 0 {
+			bad(rng, "Invalid duration", fmt.Sprintf("%s = %q is not a positive duration such as \"30s\", \"10m\" or \"1h\".", name, s))
+		}
+		return d
+	}
+
+	s := c.Server
+	if s.PublicURL == "" {
+		s.PublicURL = "http://" + s.Listen
+	}
+	if u, err := url.Parse(s.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad(s.PublicURLRange, "Invalid public_url", fmt.Sprintf("public_url = %q must be an absolute http(s) URL that clients and workers can reach.", s.PublicURL))
+	}
+	s.PublicURL = strings.TrimRight(s.PublicURL, "/")
+	s.WaitLimitD = dur(s.WaitLimit, s.WaitLimitRange, "wait_limit")
+	s.RequestTimeoutD = dur(s.RequestTimeout, s.ReqTimeRange, "request_timeout")
+	if s.SigningSecret != "" && len(s.SigningSecret) < 16 {
+		bad(s.SecretRange, "Signing secret too short", "signing_secret must be at least 16 characters; use a long random string.")
+	}
+	if s.MaxCommands <= 0 {
+		s.MaxCommands = 20
+	}
+
+	e := c.Etcd
+	e.DialTimeoutD = dur(e.DialTimeout, e.DialTimeoutRange, "dial_timeout")
+	if !e.Embedded && len(e.Endpoints) == 0 {
+		e.Endpoints = []string{"http://127.0.0.1:2379"}
+	}
+	if !strings.HasSuffix(e.Prefix, "/") {
+		e.Prefix += "/"
+	}
+
+	st := c.Storage
+	if st.Type != "local" {
+		bad(st.TypeRange, "Unsupported storage type", fmt.Sprintf("storage type %q is not supported; use \"local\".", st.Type))
+	}
+	st.TTL = dur(st.DownloadURLTTL, st.TTLRange, "download_url_ttl")
+
+	if len(c.Pools) == 0 {
+		c.Pools = []*Pool{{Name: "cpu"}}
+	}
+	seen := map[string]bool{}
+	for _, p := range c.Pools {
+		if seen[p.Name] {
+			bad(p.DefRange, "Duplicate pool", fmt.Sprintf("pool %q is defined twice.", p.Name))
+		}
+		seen[p.Name] = true
+		p.applyDefaults()
+		if !supportedDrivers[p.Driver] {
+			bad(p.DriverRange, "Unsupported driver", fmt.Sprintf("pool %q: driver %q has no jobspec; supported: raw_exec.", p.Name, p.Driver))
+		}
+		if p.CPU < 100 {
+			bad(p.CPURange, "Invalid cpu", fmt.Sprintf("pool %q: cpu = %d MHz is below Nomad's minimum of 100.", p.Name, p.CPU))
+		}
+		if p.Memory < 64 {
+			bad(p.MemoryRange, "Invalid memory", fmt.Sprintf("pool %q: memory = %d MiB is too small for ffmpeg; use at least 64.", p.Name, p.Memory))
+		}
+		p.DefaultTimeoutD = dur(p.DefaultTimeout, p.DefaultTORange, "default_timeout")
+		p.MaxTimeoutD = dur(p.MaxTimeout, p.MaxTORange, "max_timeout")
+		if p.DefaultTimeoutD > p.MaxTimeoutD && p.MaxTimeoutD > 0 {
+			bad(p.DefaultTORange, "Invalid default_timeout", fmt.Sprintf("pool %q: default_timeout %s is above max_timeout %s.", p.Name, p.DefaultTimeout, p.MaxTimeout))
+		}
+	}
+	return diags
+}
+
+// supportedDrivers are the drivers with a jobspec in jobspecs/.
+var supportedDrivers = map[string]bool{"raw_exec": true}
+
+func (p *Pool) applyDefaults() {
+	if p.Driver == "" {
+		p.Driver = "raw_exec"
+	}
+	if len(p.Datacenters) == 0 {
+		p.Datacenters = []string{"*"}
+	}
+	if p.NodePool == "" {
+		p.NodePool = "default"
+	}
+	if p.CPU == 0 {
+		p.CPU = 1000
+	}
+	if p.Memory == 0 {
+		p.Memory = 1024
+	}
+	if p.DefaultTimeout == "" {
+		p.DefaultTimeout = "1h"
+	}
+	if p.MaxTimeout == "" {
+		p.MaxTimeout = "6h"
+	}
+}
+
+// evalContext offers env("NAME") so secrets can stay out of the file.
+func evalContext() *hcl.EvalContext {
+	return &hcl.EvalContext{Functions: map[string]function.Function{
+		"env": function.New(&function.Spec{
+			Params: []function.Parameter{{Name: "name", Type: cty.String}},
+			Type:   function.StaticReturnType(cty.String),
+			Impl: func(args []cty.Value, _ cty.Type) (cty.Value, error) {
+				return cty.StringVal(os.Getenv(args[0].AsString())), nil
+			},
+		}),
+	}}
+}
+
+// Diagnostics is an error listing HCL problems with file:line and the source line.
+type Diagnostics struct {
+	Diags hcl.Diagnostics
+	File  *hcl.File
+}
+
+func (d Diagnostics) Error() string {
+	var b strings.Builder
+	for i, diag := range d.Diags {
+		if i > 0 {
+			b.WriteString("\n")
+		}
+		if diag.Subject != nil && diag.Subject.Filename != "" {
+			fmt.Fprintf(&b, "%s:%d,%d: ", diag.Subject.Filename, diag.Subject.Start.Line, diag.Subject.Start.Column)
+		}
+		b.WriteString(diag.Summary)
+		if diag.Detail != "" {
+			b.WriteString("; " + diag.Detail)
+		}
+		if d.File != nil && diag.Subject != nil {
+			if line := sourceLine(d.File.Bytes, diag.Subject.Start.Line); line != "" {
+				fmt.Fprintf(&b, "\n    %d | %s", diag.Subject.Start.Line, line)
+			}
+		}
+	}
+	return b.String()
+}
+
+func sourceLine(src []byte, n int) string {
+	lines := strings.Split(string(src), "\n")
+	if n < 1 || n > len(lines) {
+		return ""
+	}
+	return strings.TrimRight(lines[n-1], "\r")
+}

@@ -1,0 +1,73 @@
+package config
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseExample(t *testing.T) {
+	c, err := Load("../deploy/mediajobs.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpu := c.Pool("cpu")
+	if cpu == nil || cpu.Driver != "raw_exec" || cpu.MaxTimeoutD != 6*time.Hour {
+		t.Fatalf("cpu pool = %+v", cpu)
+	}
+	if c.Pool("nvidia") == nil || c.Pool("nvidia").GPUs != 1 {
+		t.Fatalf("nvidia pool = %+v", c.Pool("nvidia"))
+	}
+	if c.Server.WaitLimitD != 25*time.Second || c.Storage.TTL != 24*time.Hour {
+		t.Fatalf("server %+v storage %+v", c.Server, c.Storage)
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	c, err := Parse([]byte(""), "empty.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.Listen != "127.0.0.1:8080" || c.Server.PublicURL != "http://127.0.0.1:8080" || !c.Etcd.Embedded {
+		t.Fatalf("defaults: %+v %+v", c.Server, c.Etcd)
+	}
+	if p := c.Pool("cpu"); p == nil || p.Driver != "raw_exec" || p.DefaultTimeoutD != time.Hour {
+		t.Fatalf("default pool: %+v", p)
+	}
+}
+
+func TestEnvFunction(t *testing.T) {
+	os.Setenv("MJ_TEST_SECRET", "0123456789abcdef0123")
+	c, err := Parse([]byte(`server { signing_secret = env("MJ_TEST_SECRET") }`), "x.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Server.SigningSecret != "0123456789abcdef0123" {
+		t.Fatalf("secret = %q", c.Server.SigningSecret)
+	}
+}
+
+func TestErrorsPointAtFileAndLine(t *testing.T) {
+	cases := []struct{ src, want string }{
+		{"server {\n  wait_limit = \"soon\"\n}\n", `bad.hcl:2,3: Invalid duration`},
+		{"pool \"cpu\" {\n  driver = \"podman\"\n}\n", `bad.hcl:2,3: Unsupported driver`},
+		{"pool \"cpu\" {}\npool \"cpu\" {}\n", `bad.hcl:2,1: Duplicate pool`},
+		{"pool \"cpu\" {\n  cpu = 10\n}\n", `bad.hcl:2,3: Invalid cpu`},
+		{"server {\n  listen = 8080\n  bogus = 1\n}\n", `bad.hcl:3,3: Unsupported argument`},
+		{"storage {\n  type = \"s4\"\n}\n", `bad.hcl:2,3: Unsupported storage type`},
+		{"server {\n", `bad.hcl:1,8: Unclosed configuration block`},
+		{"pool \"cpu\" {\n default_timeout = \"2h\"\n max_timeout = \"1h\"\n}\n", `bad.hcl:2,2: Invalid default_timeout`},
+	}
+	for _, c := range cases {
+		_, err := Parse([]byte(c.src), "bad.hcl")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Parse(%q) = %v, want %q", c.src, err, c.want)
+		}
+	}
+	// Every problem is reported, not just the first.
+	_, err := Parse([]byte("server {\n wait_limit = \"x\"\n request_timeout = \"y\"\n}\n"), "bad.hcl")
+	if err == nil || !strings.Contains(err.Error(), "bad.hcl:2") || !strings.Contains(err.Error(), "bad.hcl:3") {
+		t.Errorf("want both problems, got %v", err)
+	}
+}

@@ -1,0 +1,95 @@
+# mediajobs configuration: every setting, with its default.
+# Load it with `mediajobs <gateway|dispatcher|dev> -config deploy/mediajobs.hcl`.
+# env("NAME") reads an environment variable, so secrets can stay out of this file.
+
+server {
+  # Address the HTTP API listens on.
+  listen = "127.0.0.1:8080"
+
+  # Base of every signed link (downloads, temporary uploads, runner uploads). Clients
+  # AND workers must reach it. Default: "http://" + listen.
+  public_url = "http://127.0.0.1:8080"
+
+  # HMAC key for signed links. At least 16 characters. Required for `gateway` and
+  # `dispatcher` (they must share it); `dev` generates one under .data/ when unset.
+  signing_secret = env("MEDIAJOBS_SIGNING_SECRET")
+
+  # How long POST /api/ffmpeg?wait=true blocks before returning the job as it stands.
+  # Keep it below your clients' read timeout (VGF's Python SDK uses 30s).
+  wait_limit = "25s"
+
+  # Most commands in one job.
+  max_commands = 20
+
+  # Largest JSON request body, in bytes (413 payloadTooLarge above it).
+  max_body_bytes = 1048576
+
+  # Deadline of one API request.
+  request_timeout = "30s"
+
+  # Allow input URLs on loopback (127.0.0.0/8, ::1). Only for development.
+  allow_loopback = false
+}
+
+etcd {
+  # Embedded single-node etcd keeping its data in data_dir (one machine only).
+  # Set embedded = false and list endpoints to use an etcd cluster.
+  embedded = true
+  data_dir = ".data/etcd"
+  # endpoints = ["http://10.0.0.1:2379", "http://10.0.0.2:2379", "http://10.0.0.3:2379"]
+  # username = "mediajobs"
+  # password = env("ETCD_PASSWORD")
+
+  # Key prefix for everything mediajobs stores.
+  prefix       = "/mediajobs/"
+  dial_timeout = "5s"
+}
+
+nomad {
+  # Unset values fall back to NOMAD_ADDR, NOMAD_TOKEN, NOMAD_REGION, NOMAD_NAMESPACE.
+  address   = "http://127.0.0.1:4646"
+  token     = env("NOMAD_TOKEN")
+  region    = ""
+  namespace = ""
+}
+
+storage {
+  # Blob store for temporary files and outputs. "local": a directory that the gateway
+  # and dispatcher share.
+  type = "local"
+  path = ".data/blobs"
+
+  # Lifetime of the signed download URLs in job objects (they are re-signed on every read).
+  download_url_ttl = "24h"
+}
+
+# One pool per kind of hardware; a job picks one with "machine" (default "cpu").
+pool "cpu" {
+  # Nomad task driver. raw_exec runs the runner on the node as a process.
+  driver = "raw_exec"
+  # raw_exec: path of the mediajobs binary on the nodes. Default: this binary's path.
+  # runner_command = "/usr/local/bin/mediajobs"
+
+  datacenters = ["*"]
+  node_pool   = "default"
+
+  # Nomad resources of one job: CPU in MHz, memory in MiB.
+  cpu    = 1000
+  memory = 1024
+
+  # NVIDIA GPUs requested per job (device "nvidia/gpu"); 0 for a CPU pool. GPU codecs
+  # and filters (*_nvenc, cuda, scale_npp, ...) are refused on pools without GPUs.
+  gpus = 0
+
+  # timeout_seconds: the default when a job sets none, and the most a job may ask for.
+  default_timeout = "1h"
+  max_timeout     = "6h"
+}
+
+pool "nvidia" {
+  driver    = "raw_exec"
+  node_pool = "gpu"
+  cpu       = 2000
+  memory    = 4096
+  gpus      = 1
+}

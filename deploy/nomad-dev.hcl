@@ -1,0 +1,14 @@
+# Extra configuration for `nomad agent -dev` used by `make run` and the tests.
+client {
+  options {
+    # The cloud fingerprinters probe 169.254.169.254 (off limits, and env_aws can abort
+    # the agent on machines without a metadata service).
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}

@@ -1,0 +1,121 @@
+package mediajobs
+
+import (
+	"time"
+)
+
+// Status is where a job stands. See ValidateTransition and docs/state_machine.md.
+type Status string
+
+const (
+	StatusQueued    Status = "queued"
+	StatusRunning   Status = "running"
+	StatusSucceeded Status = "succeeded"
+	StatusFailed    Status = "failed"
+	StatusCancelled Status = "cancelled"
+)
+
+// Terminal reports whether no further transition is allowed from s.
+func (s Status) Terminal() bool {
+	return s == StatusSucceeded || s == StatusFailed || s == StatusCancelled
+}
+
+// Valid reports whether s is one of the five known statuses.
+func (s Status) Valid() bool {
+	switch s {
+	case StatusQueued, StatusRunning, StatusSucceeded, StatusFailed, StatusCancelled:
+		return true
+	}
+	return false
+}
+
+// Job is the stored record of one FFmpeg job. Its public JSON view is JobView.
+type Job struct {
+	ID        string `json:"id"`
+	AccountID string `json:"account_id"`
+	Status    Status `json:"status"`
+
+	InputFiles     map[string]string `json:"input_files"`
+	OutputNames    []string          `json:"output_names"`
+	FFmpegCommands []string          `json:"ffmpeg_commands"`
+	WebhookURL     string            `json:"webhook_url,omitempty"`
+	Machine        string            `json:"machine"`
+	TimeoutSeconds int               `json:"timeout_seconds"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+
+	// Outputs are the files the runner uploaded, in the order it found them.
+	Outputs      []Output `json:"outputs,omitempty"`
+	ErrorMessage string   `json:"error_message,omitempty"`
+	StatusDetail string   `json:"status_detail,omitempty"`
+
+	TotalInputBytes  int64 `json:"total_input_bytes,omitempty"`
+	TotalOutputBytes int64 `json:"total_output_bytes,omitempty"`
+
+	// Dispatch bookkeeping, not public.
+	NomadJobID string `json:"nomad_job_id,omitempty"`
+	Attempt    int    `json:"attempt,omitempty"`
+
+	Webhook *WebhookState `json:"webhook,omitempty"`
+
+	CreatedAt  time.Time  `json:"created_at"`
+	QueuedAt   time.Time  `json:"queued_at"`
+	UpdatedAt  time.Time  `json:"updated_at"`
+	StartedAt  *time.Time `json:"started_at,omitempty"`
+	FinishedAt *time.Time `json:"finished_at,omitempty"`
+}
+
+// Output is one file a job produced.
+type Output struct {
+	Name string `json:"name"` // the file name as the runner found it under outputs/
+	Key  string `json:"key"`  // blob store key
+	Size int64  `json:"size"`
+}
+
+// WebhookState is the delivery state of a job's webhook, visible on the job.
+type WebhookState struct {
+	Status         string `json:"status"` // pending, delivered, failed
+	Attempts       int    `json:"attempts"`
+	LastHTTPStatus int    `json:"last_http_status,omitempty"`
+	LastError      string `json:"last_error,omitempty"`
+}
+
+// Result is what a runner reports at the end of an attempt.
+type Result struct {
+	JobID        string   `json:"job_id"`
+	Attempt      int      `json:"attempt"`
+	Succeeded    bool     `json:"succeeded"`
+	ErrorMessage string   `json:"error_message,omitempty"`
+	Outputs      []Output `json:"outputs,omitempty"`
+	InputBytes   int64    `json:"input_bytes"`
+}
+
+// Manifest is what the dispatcher hands a runner in the Nomad dispatch payload.
+type Manifest struct {
+	JobID          string            `json:"job_id"`
+	Attempt        int               `json:"attempt"`
+	InputFiles     map[string]string `json:"input_files"`
+	OutputNames    []string          `json:"output_names"`
+	FFmpegCommands []string          `json:"ffmpeg_commands"`
+	TimeoutSeconds int               `json:"timeout_seconds"`
+	// UploadURL is a signed URL template for this attempt's files: the runner replaces
+	// "{path}" with "outputs/<name>" or "result.json" and PUTs the bytes.
+	UploadURL string `json:"upload_url"`
+}
+
+// Account owns jobs and API keys.
+type Account struct {
+	ID        string    `json:"id"`
+	Name      string    `json:"name"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// APIKey is a stored API key. The secret itself is never stored, only its hash.
+type APIKey struct {
+	ID        string     `json:"id"`
+	AccountID string     `json:"account_id"`
+	Name      string     `json:"name"`
+	Prefix    string     `json:"prefix"`
+	Hash      string     `json:"hash"`
+	CreatedAt time.Time  `json:"created_at"`
+	LastUsed  *time.Time `json:"last_used,omitempty"`
+}

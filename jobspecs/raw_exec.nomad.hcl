@@ -1,0 +1,107 @@
+# mediajobs worker pool, raw_exec driver: one parameterized batch job per pool. The
+# dispatcher fills the variables from the pool's config block and registers it; each
+# mediajobs job is one dispatched child (meta mediajobs_job_id, payload = manifest).
+#
+# By hand:  nomad job run -var pool=cpu -var runner_command=/usr/local/bin/mediajobs raw_exec.nomad.hcl
+
+variable "pool" {
+  type        = string
+  description = "mediajobs pool name; the Nomad job is called mediajobs-<pool>"
+}
+
+variable "runner_command" {
+  type        = string
+  description = "path of the mediajobs binary on the nodes"
+}
+
+variable "datacenters" {
+  type    = list(string)
+  default = ["*"]
+}
+
+variable "node_pool" {
+  type    = string
+  default = "default"
+}
+
+variable "cpu" {
+  type        = number
+  default     = 1000
+  description = "MHz per job"
+}
+
+variable "memory" {
+  type        = number
+  default     = 1024
+  description = "MiB per job"
+}
+
+variable "gpus" {
+  type        = number
+  default     = 0
+  description = "NVIDIA GPUs per job (device nvidia/gpu); 0 for none"
+}
+
+# A block label cannot hold a template, so the ID comes from the pool here.
+job "mediajobs" {
+  id          = "mediajobs-${var.pool}"
+  name        = "mediajobs-${var.pool}"
+  type        = "batch"
+  datacenters = var.datacenters
+  node_pool   = var.node_pool
+
+  meta {
+    mediajobs_pool = var.pool
+  }
+
+  parameterized {
+    payload       = "required"
+    meta_required = ["mediajobs_job_id", "mediajobs_attempt"]
+  }
+
+  group "ffmpeg" {
+    # Each allocation's end is final: the dispatcher alone decides retries, so a
+    # failing user command is never re-run by Nomad behind its back.
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+
+    task "runner" {
+      driver = "raw_exec"
+
+      config {
+        command = var.runner_command
+        args    = ["runner", "-manifest", "${NOMAD_TASK_DIR}/manifest.json"]
+      }
+
+      dispatch_payload {
+        file = "manifest.json"
+      }
+
+      resources {
+        cpu    = var.cpu
+        memory = var.memory
+
+        dynamic "device" {
+          for_each = var.gpus > 0 ? [var.gpus] : []
+          labels   = ["nvidia/gpu"]
+          content {
+            count = device.value
+          }
+        }
+      }
+
+      # ffmpeg's stderr tail is what the runner reports; keep the Nomad logs small.
+      logs {
+        max_files     = 2
+        max_file_size = 10
+      }
+    }
+  }
+}

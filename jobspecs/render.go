@@ -1,0 +1,79 @@
+// Package jobspecs holds the Nomad HCL2 jobspecs, one parameterized batch job per
+// pool driver, and renders a pool's variables for them. Rendering is pure: the
+// dispatcher hands the jobspec and the variables to Nomad's parse API.
+package jobspecs
+
+import (
+	"embed"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/mediajobs/mediajobs/config"
+)
+
+//go:embed *.nomad.hcl
+var files embed.FS
+
+// Rendered is a jobspec and the var-file content that fills its variables.
+type Rendered struct {
+	JobID     string // the parameterized job's ID in Nomad
+	HCL       string
+	Variables string
+}
+
+// Render returns the jobspec for pool's driver and the variables taken from pool.
+// runnerCommand is the mediajobs binary the nodes run when the pool sets none.
+func Render(pool *config.Pool, runnerCommand string) (Rendered, error) {
+	src, err := files.ReadFile(pool.Driver + ".nomad.hcl")
+	if err != nil {
+		return Rendered{}, fmt.Errorf("no jobspec for driver %q", pool.Driver)
+	}
+	cmd := pool.RunnerCommand
+	if cmd == "" {
+		cmd = runnerCommand
+	}
+	vars := map[string]string{
+		"pool":           quote(pool.Name),
+		"runner_command": quote(cmd),
+		"datacenters":    list(pool.Datacenters),
+		"node_pool":      quote(pool.NodePool),
+		"cpu":            strconv.Itoa(pool.CPU),
+		"memory":         strconv.Itoa(pool.Memory),
+		"gpus":           strconv.Itoa(pool.GPUs),
+	}
+	return Rendered{JobID: JobID(pool.Name), HCL: string(src), Variables: varFile(vars)}, nil
+}
+
+// JobID is the Nomad ID of a pool's parameterized job.
+func JobID(pool string) string { return "mediajobs-" + pool }
+
+func varFile(vars map[string]string) string {
+	names := make([]string, 0, len(vars))
+	for n := range vars {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&b, "%s = %s\n", n, vars[n])
+	}
+	return b.String()
+}
+
+// quote renders s as an HCL string literal; strconv.Quote's escapes are valid HCL,
+// and "${" / "%{" are escaped so a value can never become a template.
+func quote(s string) string {
+	q := strconv.Quote(s)
+	q = strings.ReplaceAll(q, "${", "$${")
+	return strings.ReplaceAll(q, "%{", "%%{")
+}
+
+func list(items []string) string {
+	q := make([]string, len(items))
+	for i, s := range items {
+		q[i] = quote(s)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
+}

@@ -1,0 +1,7 @@
+cpu = 1000
+datacenters = ["*"]
+gpus = 0
+memory = 1024
+node_pool = "default"
+pool = "cpu"
+runner_command = "/usr/local/bin/mediajobs"

@@ -1,0 +1,62 @@
+package store
+
+import (
+	"fmt"
+	"net/url"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Embedded is a single-node etcd server inside this process, for one-machine
+// deployments (`mediajobs dev`) and tests. Its data survives restarts in dir.
+type Embedded struct {
+	etcd   *embed.Etcd
+	Client *clientv3.Client
+}
+
+// StartEmbedded starts etcd keeping its data in dir, serving clients on clientAddr
+// (host:port; port 0 picks a free one) and peers on peerAddr.
+func StartEmbedded(dir, clientAddr, peerAddr string) (*Embedded, error) {
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.Logger = "zap"
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cu, _ := url.Parse("http://" + clientAddr)
+	pu, _ := url.Parse("http://" + peerAddr)
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("start embedded etcd: %w", err)
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("embedded etcd did not become ready within 60s")
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{"http://" + e.Clients[0].Addr().String()},
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	return &Embedded{etcd: e, Client: cli}, nil
+}
+
+// Endpoint is the client URL the server actually listens on.
+func (e *Embedded) Endpoint() string { return "http://" + e.etcd.Clients[0].Addr().String() }
+
+// Close stops the client and the server.
+func (e *Embedded) Close() {
+	e.Client.Close()
+	e.etcd.Close()
+}

@@ -1,0 +1,261 @@
+// Package store keeps jobs, accounts and API keys in etcd. Every job change is a
+// compare-and-swap on the job key's revision that also rewrites, in the same
+// transaction, the index keys derived from the job (dispatch queue, active set,
+// webhook outbox), so they can never disagree with the job.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	mj "github.com/mediajobs/mediajobs"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Store is the etcd-backed store. Safe for concurrent use by any number of gateways
+// and dispatchers.
+type Store struct {
+	cli *clientv3.Client
+	p   string // key prefix, ends in "/"
+}
+
+// New returns a store keeping its keys under prefix.
+func New(cli *clientv3.Client, prefix string) *Store {
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	return &Store{cli: cli, p: prefix}
+}
+
+// Client is the underlying etcd client (for watches and health checks).
+func (s *Store) Client() *clientv3.Client { return s.cli }
+
+func (s *Store) jobKey(id string) string    { return s.p + "jobs/" + id }
+func (s *Store) queueKey(id string) string  { return s.p + "queue/" + id }
+func (s *Store) activeKey(id string) string { return s.p + "active/" + id }
+func (s *Store) outboxKey(id string) string { return s.p + "outbox/" + id }
+
+// QueuePrefix, ActivePrefix and OutboxPrefix are watched by the dispatcher.
+func (s *Store) QueuePrefix() string  { return s.p + "queue/" }
+func (s *Store) ActivePrefix() string { return s.p + "active/" }
+func (s *Store) OutboxPrefix() string { return s.p + "outbox/" }
+
+// IDFromKey returns the job id at the end of a queue, active or outbox key.
+func IDFromKey(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }
+
+// indexKey orders an account's jobs newest first in etcd's natural ascending key
+// order, so a page is a plain ranged read with a limit.
+func (s *Store) indexKey(j *mj.Job) string {
+	inv := math.MaxInt64 - j.CreatedAt.UnixNano()
+	return fmt.Sprintf("%sidx/%s/%019d-%s", s.p, j.AccountID, inv, j.ID)
+}
+
+func (s *Store) indexPrefix(account string) string { return s.p + "idx/" + account + "/" }
+
+// derivedOps are the puts and deletes of the keys that follow from a job's state.
+func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
+	id := j.ID
+	var ops []clientv3.Op
+	switch {
+	case j.Status == mj.StatusQueued && j.NomadJobID == "":
+		ops = append(ops, clientv3.OpPut(s.queueKey(id), j.Machine), clientv3.OpDelete(s.activeKey(id)))
+	case !j.Status.Terminal():
+		ops = append(ops, clientv3.OpDelete(s.queueKey(id)), clientv3.OpPut(s.activeKey(id), j.NomadJobID))
+	default:
+		ops = append(ops, clientv3.OpDelete(s.queueKey(id)), clientv3.OpDelete(s.activeKey(id)))
+	}
+	if j.Status.Terminal() && j.WebhookURL != "" && (old == nil || !old.Status.Terminal()) {
+		ops = append(ops, clientv3.OpPut(s.outboxKey(id), string(j.Status)))
+	}
+	return ops
+}
+
+// CreateJob stores a new job and puts it in the dispatch queue.
+func (s *Store) CreateJob(ctx context.Context, j *mj.Job) error {
+	b, err := json.Marshal(j)
+	if err != nil {
+		return err
+	}
+	ops := append([]clientv3.Op{
+		clientv3.OpPut(s.jobKey(j.ID), string(b)),
+		clientv3.OpPut(s.indexKey(j), j.ID),
+	}, s.derivedOps(nil, j)...)
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(s.jobKey(j.ID)), "=", 0)).
+		Then(ops...).Commit()
+	if err != nil {
+		return fmt.Errorf("store job: %w", err)
+	}
+	if !resp.Succeeded {
+		return mj.Errorf(mj.EConflict, "job %s already exists", j.ID)
+	}
+	return nil
+}
+
+// Job returns the job with id, or mj.ErrNotFound.
+func (s *Store) Job(ctx context.Context, id string) (*mj.Job, error) {
+	j, _, err := s.job(ctx, id)
+	return j, err
+}
+
+func (s *Store) job(ctx context.Context, id string) (*mj.Job, int64, error) {
+	resp, err := s.cli.Get(ctx, s.jobKey(id))
+	if err != nil {
+		return nil, 0, fmt.Errorf("get job: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, 0, mj.ErrNotFound
+	}
+	var j mj.Job
+	if err := json.Unmarshal(resp.Kvs[0].Value, &j); err != nil {
+		return nil, 0, fmt.Errorf("decode job %s: %w", id, err)
+	}
+	return &j, resp.Kvs[0].ModRevision, nil
+}
+
+// UpdateJob applies fn to the current job and writes the result if the job did not
+// change in between (compare-and-swap on its revision), retrying on a race. A status
+// change the state machine forbids is refused with a conflict error and nothing is
+// written. fn may return an error to abort.
+func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error) {
+	for attempt := 0; ; attempt++ {
+		old, rev, err := s.job(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		j := *old
+		if err := fn(&j); err != nil {
+			return nil, err
+		}
+		if err := mj.ValidateTransition(old.Status, j.Status); err != nil {
+			return nil, err
+		}
+		j.UpdatedAt = time.Now().UTC()
+		b, err := json.Marshal(&j)
+		if err != nil {
+			return nil, err
+		}
+		ops := append([]clientv3.Op{clientv3.OpPut(s.jobKey(id), string(b))}, s.derivedOps(old, &j)...)
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.ModRevision(s.jobKey(id)), "=", rev)).
+			Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("update job: %w", err)
+		}
+		if resp.Succeeded {
+			return &j, nil
+		}
+		if attempt >= 50 {
+			return nil, mj.Errorf(mj.EConflict, "job %s is being changed concurrently; try again", id)
+		}
+	}
+}
+
+// ListOptions select a page of an account's jobs, newest first.
+type ListOptions struct {
+	Limit  int
+	Offset int
+	// After is a cursor: the id-bearing index key returned as Page.Next.
+	After string
+}
+
+// Page is one page of jobs.
+type Page struct {
+	Jobs  []*mj.Job
+	Total int
+	// Next is the cursor for the page after this one, "" when there is none.
+	Next string
+}
+
+// ListJobs returns a page of the account's jobs, newest first. It reads keys of the
+// account's index only, then the jobs of the page.
+func (s *Store) ListJobs(ctx context.Context, account string, o ListOptions) (Page, error) {
+	prefix := s.indexPrefix(account)
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	count, err := s.cli.Get(ctx, prefix, clientv3.WithRange(end), clientv3.WithCountOnly())
+	if err != nil {
+		return Page{}, fmt.Errorf("count jobs: %w", err)
+	}
+	start := prefix
+	if o.After != "" {
+		start = prefix + o.After + "\x00"
+	}
+	resp, err := s.cli.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(int64(o.Offset+o.Limit+1)))
+	if err != nil {
+		return Page{}, fmt.Errorf("list jobs: %w", err)
+	}
+	page := Page{Total: int(count.Count)}
+	kvs := resp.Kvs
+	if o.Offset >= len(kvs) {
+		return page, nil
+	}
+	kvs = kvs[o.Offset:]
+	if len(kvs) > o.Limit {
+		kvs = kvs[:o.Limit]
+		page.Next = strings.TrimPrefix(string(kvs[len(kvs)-1].Key), prefix)
+	}
+	ops := make([]clientv3.Op, len(kvs))
+	for i, kv := range kvs {
+		ops[i] = clientv3.OpGet(s.jobKey(string(kv.Value)))
+	}
+	tx, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return Page{}, fmt.Errorf("read jobs: %w", err)
+	}
+	for _, r := range tx.Responses {
+		for _, kv := range r.GetResponseRange().Kvs {
+			var j mj.Job
+			if err := json.Unmarshal(kv.Value, &j); err != nil {
+				return Page{}, fmt.Errorf("decode job: %w", err)
+			}
+			page.Jobs = append(page.Jobs, &j)
+		}
+	}
+	return page, nil
+}
+
+// JobIDs returns the job ids under one of the derived prefixes (queue, active, outbox).
+func (s *Store) JobIDs(ctx context.Context, prefix string) ([]string, int64, error) {
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, 0, err
+	}
+	ids := make([]string, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		ids[i] = IDFromKey(string(kv.Key))
+	}
+	return ids, resp.Header.Revision, nil
+}
+
+// DeleteOutbox removes a job's webhook outbox entry once it is settled.
+func (s *Store) DeleteOutbox(ctx context.Context, id string) error {
+	_, err := s.cli.Delete(ctx, s.outboxKey(id))
+	return err
+}
+
+// EventIndex returns the saved Nomad event stream index (0 when none).
+func (s *Store) EventIndex(ctx context.Context) (uint64, error) {
+	resp, err := s.cli.Get(ctx, s.p+"dispatcher/event_index")
+	if err != nil || len(resp.Kvs) == 0 {
+		return 0, err
+	}
+	return strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
+}
+
+// SaveEventIndex records how far the Nomad event stream has been applied.
+func (s *Store) SaveEventIndex(ctx context.Context, idx uint64) error {
+	_, err := s.cli.Put(ctx, s.p+"dispatcher/event_index", strconv.FormatUint(idx, 10))
+	return err
+}
+
+// Ping checks etcd answers (for /readyz).
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.cli.Get(ctx, s.p+"ping", clientv3.WithCountOnly())
+	return err
+}
+

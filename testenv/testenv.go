@@ -1,0 +1,212 @@
+// Package testenv starts the real components tests run against: embedded etcd, a
+// Nomad dev agent on free ports, ffmpeg. A test that needs a component that is not
+// installed fails when CI=true and is skipped, loudly, otherwise.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/mediajobs/mediajobs/store"
+)
+
+// Missing fails (in CI) or skips the test because what is not available.
+func Missing(t testing.TB, what string) {
+	t.Helper()
+	if os.Getenv("CI") != "" {
+		t.Fatalf("%s is required in CI; `make test` installs it", what)
+	}
+	t.Skipf("SKIPPED: %s is not available; run `make test` to install it", what)
+}
+
+// Binary returns the path of a program, or fails/skips.
+func Binary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Missing(t, name)
+	}
+	return p
+}
+
+// Etcd starts an embedded etcd in a temporary directory and returns a store on it.
+func Etcd(t testing.TB) (*store.Store, *store.Embedded) {
+	t.Helper()
+	e, err := store.StartEmbedded(t.TempDir(), "127.0.0.1:0", FreeAddr(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return store.New(e.Client, "/test/"), e
+}
+
+// FreeAddr returns a loopback host:port nobody listens on right now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// NomadBinary finds the nomad binary: $NOMAD_BIN, the cache `make` builds into, PATH.
+func NomadBinary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("NOMAD_BIN"); p != "" {
+		return p
+	}
+	home, _ := os.UserHomeDir()
+	cached := filepath.Join(home, ".cache", "mediajobs", "nomad-1.11.3")
+	if _, err := os.Stat(cached); err == nil {
+		return cached
+	}
+	return Binary(t, "nomad")
+}
+
+// Nomad is a running `nomad agent -dev`.
+type Nomad struct {
+	Addr   string
+	Client *api.Client
+	cmd    *exec.Cmd
+	dir    string
+}
+
+// StartNomad starts a Nomad dev agent on free loopback ports, with the cloud
+// fingerprinters denied and raw_exec enabled, and waits until its node is ready.
+// Stop it with Close. Used from TestMain, so it takes no *testing.T.
+func StartNomad(bin string) (*Nomad, error) {
+	dir, err := os.MkdirTemp("", "mediajobs-nomad-")
+	if err != nil {
+		return nil, err
+	}
+	ports := make([]int, 3)
+	for i := range ports {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ports[i] = l.Addr().(*net.TCPAddr).Port
+		l.Close()
+	}
+	cfg := fmt.Sprintf(`
+bind_addr = "127.0.0.1"
+data_dir  = %q
+ports {
+  http = %d
+  rpc  = %d
+  serf = %d
+}
+client {
+  options {
+    "fingerprint.denylist" = "env_aws,env_gce,env_azure,env_digitalocean"
+  }
+}
+plugin "raw_exec" {
+  config {
+    enabled = true
+  }
+}
+`, filepath.Join(dir, "data"), ports[0], ports[1], ports[2])
+	cfgPath := filepath.Join(dir, "agent.hcl")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return nil, err
+	}
+	logf, err := os.Create(filepath.Join(dir, "agent.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "agent", "-dev", "-config", cfgPath)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	n := &Nomad{Addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), cmd: cmd, dir: dir}
+	conf := api.DefaultConfig()
+	conf.Address = n.Addr
+	conf.Region, conf.Namespace, conf.SecretID = "", "", ""
+	if n.Client, err = api.NewClient(conf); err != nil {
+		n.Close()
+		return nil, err
+	}
+	deadline := time.Now().Add(90 * time.Second)
+	for {
+		nodes, _, err := n.Client.Nodes().List(nil)
+		if err == nil && len(nodes) > 0 && nodes[0].Status == "ready" {
+			if d, ok := nodes[0].Drivers["raw_exec"]; ok && d.Healthy {
+				return n, nil
+			}
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "agent.log"))
+			n.Close()
+			return nil, fmt.Errorf("nomad agent not ready after 90s (last error %v); log tail:\n%s", err, tail(string(log), 3000))
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Log returns the agent's log so far, for failure messages.
+func (n *Nomad) Log() string {
+	b, _ := os.ReadFile(filepath.Join(n.dir, "agent.log"))
+	return string(b)
+}
+
+// Close stops the agent and removes its files.
+func (n *Nomad) Close() {
+	if n.cmd != nil && n.cmd.Process != nil {
+		n.cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { n.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			n.cmd.Process.Kill()
+			<-done
+		}
+	}
+	os.RemoveAll(n.dir)
+}
+
+// Eventually polls cond until it returns true or the deadline passes.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// BuildMediajobs builds the mediajobs binary into dir (the runner a Nomad task runs).
+func BuildMediajobs(dir string) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Dir(filepath.Dir(file))
+	out := filepath.Join(dir, "mediajobs")
+	cmd := exec.CommandContext(context.Background(), "go", "build", "-o", out, "./cmd/mediajobs")
+	cmd.Dir = root
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, b)
+	}
+	return out, nil
+}
+
+func tail(s string, n int) string {
+	s = strings.TrimSpace(s)
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
