@@ -100,6 +100,13 @@ type Manifest struct {
 	// UploadURL is a signed URL template for this attempt's files: the runner replaces
 	// "{path}" with "outputs/<name>" or "result.json" and PUTs the bytes.
 	UploadURL string `json:"upload_url"`
+	// AllowLoopback lets inputs come from loopback addresses (development only).
+	AllowLoopback bool `json:"allow_loopback,omitempty"`
+	// AllowGPU: the pool has GPUs, so GPU codecs and filters are allowed.
+	AllowGPU bool `json:"allow_gpu,omitempty"`
+	// ManifestURL, when set, is all the payload holds: the manifest was over Nomad's
+	// payload limit and waits behind this signed URL.
+	ManifestURL string `json:"manifest_url,omitempty"`
 }
 
 // Account owns jobs and API keys.

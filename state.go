@@ -9,12 +9,14 @@ var transitions = map[Status][]Status{
 }
 
 // ValidateTransition reports whether a job may move from one status to another.
-// A same-status "transition" is allowed: it is an update that keeps the status.
+// A same-status "transition" is allowed: it is an update that keeps the status
+// (progress, webhook delivery state). Writers that must not touch a finished job
+// check Terminal themselves.
 func ValidateTransition(from, to Status) error {
 	if !from.Valid() || !to.Valid() {
 		return Errorf(EConflict, "unknown job status %q -> %q", from, to)
 	}
-	if from == to && !from.Terminal() {
+	if from == to {
 		return nil
 	}
 	for _, s := range transitions[from] {

@@ -14,6 +14,10 @@ func TestValidateTransitionEveryPair(t *testing.T) {
 		{StatusRunning, StatusSucceeded}: true,
 		{StatusRunning, StatusFailed}:    true,
 		{StatusRunning, StatusCancelled}: true,
+		// same status: an update that keeps the status (webhook state on a finished job)
+		{StatusSucceeded, StatusSucceeded}: true,
+		{StatusFailed, StatusFailed}:       true,
+		{StatusCancelled, StatusCancelled}: true,
 	}
 	for _, from := range all {
 		for _, to := range all {

@@ -35,27 +35,34 @@ type Server struct {
 	WaitLimit      string `hcl:"wait_limit,optional"`
 	MaxCommands    int    `hcl:"max_commands,optional"`
 	MaxBodyBytes   int    `hcl:"max_body_bytes,optional"`
+	MaxUploadBytes int64  `hcl:"max_upload_bytes,optional"`
+	TmpFileTTL     string `hcl:"tmp_file_ttl,optional"`
 	AllowLoopback  bool   `hcl:"allow_loopback,optional"`
 	RequestTimeout string `hcl:"request_timeout,optional"`
 
 	PublicURLRange hcl.Range `hcl:"public_url,attr_range"`
 	WaitLimitRange hcl.Range `hcl:"wait_limit,attr_range"`
 	ReqTimeRange   hcl.Range `hcl:"request_timeout,attr_range"`
+	TmpTTLRange    hcl.Range `hcl:"tmp_file_ttl,attr_range"`
 	SecretRange    hcl.Range `hcl:"signing_secret,attr_range"`
 
 	WaitLimitD      time.Duration
 	RequestTimeoutD time.Duration
+	TmpFileTTLD     time.Duration
 }
 
 // Etcd says where jobs live: an etcd cluster, or an embedded server (one machine).
 type Etcd struct {
-	Endpoints   []string `hcl:"endpoints,optional"`
-	Embedded    bool     `hcl:"embedded,optional"`
-	DataDir     string   `hcl:"data_dir,optional"`
-	Prefix      string   `hcl:"prefix,optional"`
-	DialTimeout string   `hcl:"dial_timeout,optional"`
-	Username    string   `hcl:"username,optional"`
-	Password    string   `hcl:"password,optional"`
+	Endpoints []string `hcl:"endpoints,optional"`
+	Embedded  bool     `hcl:"embedded,optional"`
+	DataDir   string   `hcl:"data_dir,optional"`
+	Prefix    string   `hcl:"prefix,optional"`
+	// Addresses of the embedded server (embedded = true only).
+	ListenClient string `hcl:"listen_client,optional"`
+	ListenPeer   string `hcl:"listen_peer,optional"`
+	DialTimeout  string `hcl:"dial_timeout,optional"`
+	Username     string `hcl:"username,optional"`
+	Password     string `hcl:"password,optional"`
 
 	DialTimeoutRange hcl.Range `hcl:"dial_timeout,attr_range"`
 	DialTimeoutD     time.Duration
@@ -119,8 +126,8 @@ func (c *Config) Pool(name string) *Pool {
 // embedded etcd, local blobs, a raw_exec cpu pool.
 func Default() *Config {
 	return &Config{
-		Server:  &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, RequestTimeout: "30s"},
-		Etcd:    &Etcd{Embedded: true, DataDir: ".data/etcd", Prefix: "/mediajobs/", DialTimeout: "5s"},
+		Server:  &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", RequestTimeout: "30s"},
+		Etcd:    &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s"},
 		Nomad:   &Nomad{},
 		Storage: &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h"},
 	}
@@ -185,6 +192,7 @@ func (c *Config) finish() hcl.Diagnostics {
 	s.PublicURL = strings.TrimRight(s.PublicURL, "/")
 	s.WaitLimitD = dur(s.WaitLimit, s.WaitLimitRange, "wait_limit")
 	s.RequestTimeoutD = dur(s.RequestTimeout, s.ReqTimeRange, "request_timeout")
+	s.TmpFileTTLD = dur(s.TmpFileTTL, s.TmpTTLRange, "tmp_file_ttl")
 	if s.SigningSecret != "" && len(s.SigningSecret) < 16 {
 		bad(s.SecretRange, "Signing secret too short", "signing_secret must be at least 16 characters; use a long random string.")
 	}

@@ -24,6 +24,12 @@ server {
   # Largest JSON request body, in bytes (413 payloadTooLarge above it).
   max_body_bytes = 1048576
 
+  # Largest file a PUT to a signed upload URL may carry (temporary files and outputs).
+  max_upload_bytes = 8589934592
+
+  # Lifetime of the upload_url and download_url of POST /api/tmp-file.
+  tmp_file_ttl = "1h"
+
   # Deadline of one API request.
   request_timeout = "30s"
 
@@ -36,6 +42,9 @@ etcd {
   # Set embedded = false and list endpoints to use an etcd cluster.
   embedded = true
   data_dir = ".data/etcd"
+  # Where the embedded server listens for clients (etcdctl, other processes) and peers.
+  listen_client = "127.0.0.1:2479"
+  listen_peer   = "127.0.0.1:2480"
   # endpoints = ["http://10.0.0.1:2379", "http://10.0.0.2:2379", "http://10.0.0.3:2379"]
   # username = "mediajobs"
   # password = env("ETCD_PASSWORD")

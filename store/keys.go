@@ -76,3 +76,16 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash string) (*mj.APIKey, erro
 	var k mj.APIKey
 	return &k, json.Unmarshal(resp.Kvs[0].Value, &k)
 }
+
+// EnsureAccount creates the account with a fixed id unless it exists (dev setup).
+func (s *Store) EnsureAccount(ctx context.Context, id, name string) (*mj.Account, error) {
+	a := &mj.Account{ID: id, Name: name, CreatedAt: time.Now().UTC()}
+	b, _ := json.Marshal(a)
+	_, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(s.accountKey(id)), "=", 0)).
+		Then(clientv3.OpPut(s.accountKey(id), string(b))).Commit()
+	if err != nil {
+		return nil, err
+	}
+	return s.Account(ctx, id)
+}

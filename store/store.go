@@ -136,6 +136,9 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error
 			return nil, err
 		}
 		j.UpdatedAt = time.Now().UTC()
+		if j.Status.Terminal() && !old.Status.Terminal() && j.WebhookURL != "" && j.Webhook == nil {
+			j.Webhook = &mj.WebhookState{Status: "pending"}
+		}
 		b, err := json.Marshal(&j)
 		if err != nil {
 			return nil, err
@@ -259,3 +262,34 @@ func (s *Store) Ping(ctx context.Context) error {
 	return err
 }
 
+// WaitJob blocks until done(job) is true or ctx ends, and returns the job as it
+// stands then. It watches the job key, so it wakes on the change itself.
+func (s *Store) WaitJob(ctx context.Context, id string, done func(*mj.Job) bool) (*mj.Job, error) {
+	j, rev, err := s.job(ctx, id)
+	if err != nil || done(j) {
+		return j, err
+	}
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range s.cli.Watch(wctx, s.jobKey(id), clientv3.WithRev(rev+1)) {
+		if resp.Err() != nil {
+			break
+		}
+		for _, ev := range resp.Events {
+			var next mj.Job
+			if ev.Kv != nil && json.Unmarshal(ev.Kv.Value, &next) == nil {
+				j = &next
+				if done(j) {
+					return j, nil
+				}
+			}
+		}
+	}
+	// The wait ended (deadline, or the watch broke): report the latest state.
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer rcancel()
+	if latest, _, err := s.job(rctx, id); err == nil {
+		return latest, nil
+	}
+	return j, nil
+}

@@ -115,6 +115,7 @@ func TestConcurrentUpdatesAreSerialised(t *testing.T) {
 	}
 	wg.Wait()
 	if wins != 1 || conflicts != 2 {
+		// (a same-status write is allowed, so each loser must have lost to another status)
 		t.Fatalf("wins=%d conflicts=%d, want 1 and 2", wins, conflicts)
 	}
 }

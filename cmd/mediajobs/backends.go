@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/hashicorp/nomad/api"
+	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/dispatcher"
+	"github.com/mediajobs/mediajobs/gateway"
+	"github.com/mediajobs/mediajobs/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// backends are the shared pieces every server command opens from the config.
+type backends struct {
+	cfg    *config.Config
+	store  *store.Store
+	blobs  *blob.Local
+	signer blob.Signer
+	close  func()
+}
+
+func openBackends(cfg *config.Config, secretFile string) (*backends, error) {
+	var cli *clientv3.Client
+	closeFn := func() {}
+	if cfg.Etcd.Embedded {
+		e, err := store.StartEmbedded(cfg.Etcd.DataDir, cfg.Etcd.ListenClient, cfg.Etcd.ListenPeer)
+		if err != nil {
+			return nil, err
+		}
+		cli, closeFn = e.Client, e.Close
+	} else {
+		c, err := clientv3.New(clientv3.Config{
+			Endpoints: cfg.Etcd.Endpoints, DialTimeout: cfg.Etcd.DialTimeoutD,
+			Username: cfg.Etcd.Username, Password: cfg.Etcd.Password, Logger: zap.NewNop(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("etcd: %w", err)
+		}
+		cli, closeFn = c, func() { c.Close() }
+	}
+	blobs, err := blob.NewLocal(cfg.Storage.Path)
+	if err != nil {
+		closeFn()
+		return nil, fmt.Errorf("storage: %w", err)
+	}
+	secret := cfg.Server.SigningSecret
+	if secret == "" && secretFile != "" {
+		if secret, err = fileSecret(secretFile); err != nil {
+			closeFn()
+			return nil, err
+		}
+	}
+	if secret == "" {
+		closeFn()
+		return nil, errors.New("server.signing_secret is not set; gateway and dispatcher must share one (at least 16 characters)")
+	}
+	return &backends{
+		cfg: cfg, store: store.New(cli, cfg.Etcd.Prefix), blobs: blobs,
+		signer: blob.Signer{Secret: []byte(secret), Base: cfg.Server.PublicURL},
+		close:  closeFn,
+	}, nil
+}
+
+// fileSecret reads a signing secret from path, creating a random one the first time.
+func fileSecret(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 16 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	b := make([]byte, 32)
+	rand.Read(b)
+	s := hex.EncodeToString(b)
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	return s, os.WriteFile(path, []byte(s+"\n"), 0o600)
+}
+
+func (b *backends) gateway(log *slog.Logger) *fiber.App {
+	g := &gateway.Gateway{Config: b.cfg, Store: b.store, Blobs: b.blobs, Signer: b.signer, Log: log}
+	return g.App()
+}
+
+func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) {
+	nc := api.DefaultConfig() // NOMAD_ADDR, NOMAD_TOKEN, ... then the HCL on top
+	n := b.cfg.Nomad
+	if n.Address != "" {
+		nc.Address = n.Address
+	}
+	if n.Token != "" {
+		nc.SecretID = n.Token
+	}
+	if n.Region != "" {
+		nc.Region = n.Region
+	}
+	if n.Namespace != "" {
+		nc.Namespace = n.Namespace
+	}
+	client, err := api.NewClient(nc)
+	if err != nil {
+		return nil, fmt.Errorf("nomad client: %w", err)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return &dispatcher.Dispatcher{
+		Config: b.cfg, Store: b.store, Jobs: client.Jobs(), Events: client.EventStream(),
+		Blobs: b.blobs, Signer: b.signer, RunnerCommand: self, Log: log,
+		Webhook: &dispatcher.WebhookSender{Retries: 5, MinWait: dispatcher.DefaultWebhookMinWait, MaxWait: dispatcher.DefaultWebhookMaxWait, AllowLoopback: b.cfg.Server.AllowLoopback},
+	}, nil
+}
+
+// serve runs app on ln until ctx ends.
+func serve(ctx context.Context, app *fiber.App, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- app.Listener(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+		return app.Shutdown()
+	}
+}

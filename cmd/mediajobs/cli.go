@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/mediajobs/mediajobs/config"
+)
+
+const usage = `mediajobs: FFmpeg jobs on Nomad.
+
+Usage: mediajobs <command> [flags]
+
+Commands:
+  dev         one process: embedded etcd, gateway and dispatcher, against a local Nomad
+  gateway     the HTTP API (any number side by side)
+  dispatcher  moves jobs between etcd and Nomad, sends webhooks
+  runner      runs one job inside a Nomad task (started by Nomad, not by hand)
+  keys        create an account and API key: mediajobs keys create -account NAME
+
+Run "mediajobs <command> -h" for its flags.
+`
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var err error
+	switch args[0] {
+	case "dev":
+		err = runDev(ctx, args[1:], stdout, log)
+	case "gateway":
+		err = runGateway(ctx, args[1:], log)
+	case "dispatcher":
+		err = runDispatcher(ctx, args[1:], log)
+	case "runner":
+		err = runRunner(ctx, args[1:], stdout)
+	case "keys":
+		err = runKeys(ctx, args[1:], stdout)
+	case "-h", "--help", "help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	if err == flag.ErrHelp {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "mediajobs:", err)
+		if e, ok := err.(exitCoder); ok {
+			return e.ExitCode()
+		}
+		return 1
+	}
+	return 0
+}
+
+type exitCoder interface{ ExitCode() int }
+
+// loadConfig reads -config, or returns the defaults when none is given.
+func loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		c := config.Default()
+		return c, c.Finish()
+	}
+	return config.Load(path)
+}
+
+func configFlag(fs *flag.FlagSet) *string {
+	return fs.String("config", os.Getenv("MEDIAJOBS_CONFIG"), "HCL configuration file (default: built-in defaults; see deploy/mediajobs.hcl)")
+}

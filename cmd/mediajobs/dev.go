@@ -1,0 +1,175 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/config"
+)
+
+// devOptions are what `mediajobs dev` adds to a config: where its data lives, the
+// key to print, and (in tests) the runner binary and a listener on port 0.
+type devOptions struct {
+	DataDir       string
+	APIKey        string // use this key instead of a stored or generated one
+	RunnerCommand string // default: this binary
+	Listener      net.Listener
+}
+
+// devStack is a running `mediajobs dev`.
+type devStack struct {
+	URL    string
+	APIKey string
+	b      *backends
+}
+
+func runDev(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger) error {
+	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
+	cfgPath := configFlag(fs)
+	data := fs.String("data", ".data", "directory for etcd data, blobs, the dev key and signing secret")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg, err := devConfig(*cfgPath, *data)
+	if err != nil {
+		return err
+	}
+	opts := devOptions{DataDir: *data, APIKey: os.Getenv("MEDIAJOBS_DEV_API_KEY")}
+	return startDev(ctx, cfg, opts, log, func(s *devStack) {
+		fmt.Fprintf(stdout, `
+mediajobs dev is up.
+
+  API        %[1]s/api
+  API key    %[2]s
+  etcd       embedded, data in %[3]s
+  Nomad      %[4]s (UI: %[4]s/ui/jobs)
+
+Try it:
+  curl -s -H "Authorization: Bearer %[2]s" -H "Content-Type: application/json" \
+    -d '{"input_files":{"src":"https://example.com/video.mp4"},"output_files":["out.mp4"],"ffmpeg_commands":["-i {{src}} -t 5 -c:v libx264 {{out.mp4}}"]}' \
+    %[1]s/api/ffmpeg
+
+`, s.URL, s.APIKey, cfg.Etcd.DataDir, nomadAddr(cfg))
+	})
+}
+
+func nomadAddr(cfg *config.Config) string {
+	if cfg.Nomad.Address != "" {
+		return cfg.Nomad.Address
+	}
+	if a := os.Getenv("NOMAD_ADDR"); a != "" {
+		return a
+	}
+	return "http://127.0.0.1:4646"
+}
+
+// devConfig is the config file, or the defaults with loopback inputs allowed and
+// everything stored under dataDir. MEDIAJOBS_HTTP_ADDR overrides the listen address.
+func devConfig(path, dataDir string) (*config.Config, error) {
+	var cfg *config.Config
+	var err error
+	if path != "" {
+		cfg, err = config.Load(path)
+	} else {
+		cfg = config.Default()
+		cfg.Server.AllowLoopback = true
+		cfg.Etcd.DataDir = filepath.Join(dataDir, "etcd")
+		cfg.Storage.Path = filepath.Join(dataDir, "blobs")
+		err = cfg.Finish()
+	}
+	if err != nil {
+		return nil, err
+	}
+	if addr := os.Getenv("MEDIAJOBS_HTTP_ADDR"); addr != "" {
+		derived := cfg.Server.PublicURL == "http://"+cfg.Server.Listen
+		cfg.Server.Listen = addr
+		if derived {
+			cfg.Server.PublicURL = "http://" + addr
+		}
+	}
+	return cfg, nil
+}
+
+// startDev runs embedded etcd, the gateway and the dispatcher until ctx ends,
+// calling ready once the API answers.
+func startDev(ctx context.Context, cfg *config.Config, o devOptions, log *slog.Logger, ready func(*devStack)) error {
+	if !cfg.Etcd.Embedded {
+		return fmt.Errorf("dev runs an embedded etcd; set etcd { embedded = true }")
+	}
+	b, err := openBackends(cfg, filepath.Join(o.DataDir, "signing_secret"))
+	if err != nil {
+		return err
+	}
+	defer b.close()
+
+	key, err := devKey(ctx, b, o)
+	if err != nil {
+		return err
+	}
+	ln := o.Listener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", cfg.Server.Listen); err != nil {
+			return fmt.Errorf("listen on %s: %w (set MEDIAJOBS_HTTP_ADDR to use another address)", cfg.Server.Listen, err)
+		}
+	}
+	d, err := b.dispatcher(log)
+	if err != nil {
+		return err
+	}
+	if o.RunnerCommand != "" {
+		d.RunnerCommand = o.RunnerCommand
+	}
+	if err := d.RegisterPools(); err != nil {
+		return fmt.Errorf("%w (is a Nomad agent running at %s?)", err, nomadAddr(cfg))
+	}
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errc := make(chan error, 2)
+	wg.Add(2)
+	go func() { defer wg.Done(); errc <- serve(ctx, b.gateway(log), ln) }()
+	go func() { defer wg.Done(); errc <- d.Run(ctx) }()
+	ready(&devStack{URL: cfg.Server.PublicURL, APIKey: key, b: b})
+	err = <-errc
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// devKey makes sure the "dev" account has an API key and returns it: the given
+// one, else the one stored in the data directory, else a new one stored there.
+func devKey(ctx context.Context, b *backends, o devOptions) (string, error) {
+	if _, err := b.store.EnsureAccount(ctx, "dev", "dev"); err != nil {
+		return "", fmt.Errorf("create dev account: %w", err)
+	}
+	key := o.APIKey
+	path := filepath.Join(o.DataDir, "dev_api_key")
+	if key == "" {
+		if raw, err := os.ReadFile(path); err == nil {
+			key = strings.TrimSpace(string(raw))
+		}
+	}
+	if key == "" {
+		key = mj.NewAPIKeySecret()
+		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
+			return "", err
+		}
+	}
+	if _, err := b.store.AddAPIKey(ctx, "dev", "dev", key); err != nil {
+		return "", err
+	}
+	return key, nil
+}

@@ -1,0 +1,201 @@
+// Package dispatcher moves queued jobs onto Nomad and Nomad's results back onto jobs:
+// it registers one parameterized job per pool, dispatches one child per queued job,
+// follows Nomad's allocation events (reconciling against Nomad after every
+// (re)connect), stops the Nomad job of a cancelled job, and delivers webhooks from
+// the etcd outbox.
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/jobspecs"
+	"github.com/mediajobs/mediajobs/store"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// NomadJobs is what the dispatcher needs of Nomad's jobs API; *api.Jobs has it.
+type NomadJobs interface {
+	ParseHCLOpts(req *api.JobsParseRequest) (*api.Job, error)
+	Register(job *api.Job, q *api.WriteOptions) (*api.JobRegisterResponse, *api.WriteMeta, error)
+	DispatchOpts(opts *api.DispatchOptions, q *api.WriteOptions) (*api.JobDispatchResponse, *api.WriteMeta, error)
+	Deregister(jobID string, purge bool, q *api.WriteOptions) (string, *api.WriteMeta, error)
+	Allocations(jobID string, allAllocs bool, q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error)
+}
+
+// NomadEvents is Nomad's event stream; *api.EventStream has it.
+type NomadEvents interface {
+	Stream(ctx context.Context, topics map[api.Topic][]string, index uint64, q *api.QueryOptions) (<-chan *api.Events, error)
+}
+
+// Store is what the dispatcher needs of the job store.
+type Store interface {
+	Job(ctx context.Context, id string) (*mj.Job, error)
+	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
+	JobIDs(ctx context.Context, prefix string) ([]string, int64, error)
+	DeleteOutbox(ctx context.Context, id string) error
+	EventIndex(ctx context.Context) (uint64, error)
+	SaveEventIndex(ctx context.Context, idx uint64) error
+	QueuePrefix() string
+	ActivePrefix() string
+	OutboxPrefix() string
+	Client() *clientv3.Client
+}
+
+// Blobs is what the dispatcher reads from the blob store: runner results.
+type Blobs interface {
+	ReadAll(ctx context.Context, key string) ([]byte, error)
+	Put(ctx context.Context, key string, r io.Reader, max int64) (int64, error)
+}
+
+// Dispatcher runs the loops above. Fill the fields and call Run.
+type Dispatcher struct {
+	Config  *config.Config
+	Store   Store
+	Jobs    NomadJobs
+	Events  NomadEvents
+	Blobs   Blobs
+	Signer  blob.Signer
+	Webhook *WebhookSender
+	// RunnerCommand is the mediajobs binary raw_exec pools run when they set none.
+	RunnerCommand string
+	Log           *slog.Logger
+	// ReconcileEvery re-reads unfinished jobs from Nomad even when the stream is
+	// healthy: the stream is a best-effort tail. Default 30s.
+	ReconcileEvery time.Duration
+
+	writeOpts *api.WriteOptions
+	queryOpts *api.QueryOptions
+}
+
+// maxPayload stays under Nomad's 16 KiB dispatch payload limit; a larger manifest
+// goes to the blob store and the payload carries a signed URL to it.
+const maxPayload = 15 * 1024
+
+// Run registers the pools' jobs and runs every loop until ctx ends.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	if d.ReconcileEvery == 0 {
+		d.ReconcileEvery = 30 * time.Second
+	}
+	d.writeOpts = &api.WriteOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace}
+	d.queryOpts = &api.QueryOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace}
+	if err := d.RegisterPools(); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, loop := range []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop} {
+		wg.Add(1)
+		go func() { defer wg.Done(); loop(ctx) }()
+	}
+	wg.Wait()
+	return nil
+}
+
+// RegisterPools renders each pool's jobspec, has Nomad parse it, and registers it.
+// Registering an unchanged job is a no-op in Nomad, so this is idempotent.
+func (d *Dispatcher) RegisterPools() error {
+	for _, pool := range d.Config.Pools {
+		r, err := jobspecs.Render(pool, d.RunnerCommand)
+		if err != nil {
+			return fmt.Errorf("pool %q: %w", pool.Name, err)
+		}
+		job, err := d.Jobs.ParseHCLOpts(&api.JobsParseRequest{JobHCL: r.HCL, Variables: r.Variables, Canonicalize: true})
+		if err != nil {
+			return fmt.Errorf("pool %q: nomad could not parse the jobspec: %w", pool.Name, err)
+		}
+		if ns := d.Config.Nomad.Namespace; ns != "" {
+			job.Namespace = &ns
+		}
+		if rg := d.Config.Nomad.Region; rg != "" {
+			job.Region = &rg
+		}
+		if _, _, err := d.Jobs.Register(job, d.writeOpts); err != nil {
+			return fmt.Errorf("pool %q: register nomad job %s: %w", pool.Name, r.JobID, err)
+		}
+		d.Log.Info("registered pool", "pool", pool.Name, "nomad_job", r.JobID)
+	}
+	return nil
+}
+
+// runScope is the blob prefix of one attempt's files.
+func runScope(id string, attempt int) string { return fmt.Sprintf("jobs/%s/%d/", id, attempt) }
+
+// childPrefix is the dispatch id prefix: Nomad names the child
+// "<parent>/dispatch-<jobid>-a<attempt>-<unix>-<rand>", so allocation events,
+// which carry no job meta, can be traced back without a lookup.
+func childPrefix(id string, attempt int) string { return fmt.Sprintf("%s-a%d", id, attempt) }
+
+// ParseChildID returns the mediajobs job id and attempt in a dispatched child's ID.
+func ParseChildID(nomadJobID string) (id string, attempt int, ok bool) {
+	_, rest, found := strings.Cut(nomadJobID, "/dispatch-")
+	if !found || len(rest) < 36+3 || !strings.HasPrefix(rest[36:], "-a") {
+		return "", 0, false
+	}
+	id = rest[:36]
+	num, _, _ := strings.Cut(rest[38:], "-")
+	attempt, err := strconv.Atoi(num)
+	if err != nil {
+		return "", 0, false
+	}
+	return id, attempt, true
+}
+
+// watchPrefix calls fn with the ids under prefix now, then with every id put there
+// (or deleted, with the previous value, when deletes is set) until ctx ends.
+// Every resync it lists the prefix again, so a missed or failed item comes back.
+func (d *Dispatcher) watchPrefix(ctx context.Context, prefix string, resync time.Duration, fn func(ctx context.Context, id string, deleted *clientv3.Event)) {
+	for ctx.Err() == nil {
+		ids, rev, err := d.Store.JobIDs(ctx, prefix)
+		if err != nil {
+			d.Log.Warn("list failed; retrying", "prefix", prefix, "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		for _, id := range ids {
+			fn(ctx, id, nil)
+		}
+		wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), resync)
+		for resp := range d.Store.Client().Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV()) {
+			for _, ev := range resp.Events {
+				id := store.IDFromKey(string(ev.Kv.Key))
+				if ev.Type == clientv3.EventTypeDelete {
+					fn(ctx, id, ev)
+				} else {
+					fn(ctx, id, nil)
+				}
+			}
+		}
+		cancel()
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}

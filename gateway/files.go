@@ -1,0 +1,83 @@
+package gateway
+
+import (
+	"errors"
+	"mime"
+	"net/url"
+	"path"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/google/uuid"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/blob"
+)
+
+// fileKey returns the blob key of a /files/<key> request and checks its signature.
+func (g *Gateway) fileKey(c *fiber.Ctx, method string) (string, error) {
+	raw := strings.TrimPrefix(c.Path(), "/files/")
+	key, err := url.PathUnescape(raw)
+	if err != nil || !blob.ValidKey(key) {
+		return "", mj.Errorf(mj.ENotFound, "no such file")
+	}
+	q := url.Values{}
+	c.Context().QueryArgs().VisitAll(func(k, v []byte) { q.Add(string(k), string(v)) })
+	if err := g.Signer.Verify(method, key, q, g.Now()); err != nil {
+		return "", mj.Errorf(mj.EForbidden, "%v", err)
+	}
+	return key, nil
+}
+
+func (g *Gateway) download(c *fiber.Ctx) error {
+	key, err := g.fileKey(c, "GET")
+	if err != nil {
+		return err
+	}
+	f, size, err := g.Blobs.Open(c.UserContext(), key)
+	if errors.Is(err, blob.ErrNotFound) {
+		return mj.Errorf(mj.ENotFound, "the file no longer exists")
+	}
+	if err != nil {
+		return err
+	}
+	ct := mime.TypeByExtension(path.Ext(key))
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	c.Set(fiber.HeaderContentType, ct)
+	return c.SendStream(f, int(size)) // fasthttp closes f when done
+}
+
+// upload streams a PUT body into the blob store: temporary files from clients, and
+// outputs and results from runners. Any Content-Type; 200 on success.
+func (g *Gateway) upload(c *fiber.Ctx) error {
+	key, err := g.fileKey(c, "PUT")
+	if err != nil {
+		return err
+	}
+	max := g.Config.Server.MaxUploadBytes
+	if cl := c.Request().Header.ContentLength(); cl > 0 && int64(cl) > max {
+		return mj.Errorf(mj.EPayloadTooLarge, "the file is over max_upload_bytes (%d)", max)
+	}
+	body := c.Context().RequestBodyStream()
+	if body == nil {
+		body = strings.NewReader(string(c.Body()))
+	}
+	n, err := g.Blobs.Put(c.UserContext(), key, body, max)
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"data": fiber.Map{"size": n}})
+}
+
+// createTmpFile hands out a signed upload URL and the matching download URL for a
+// temporary file, usable as a job input.
+func (g *Gateway) createTmpFile(c *fiber.Ctx) error {
+	key := "tmp/" + account(c) + "/" + uuid.NewString()
+	exp := g.Now().Add(g.Config.Server.TmpFileTTLD)
+	return c.JSON(fiber.Map{"data": fiber.Map{
+		"upload_url":   g.Signer.URL("PUT", key, key, exp),
+		"download_url": g.Signer.URL("GET", key, key, exp),
+		"expires_at":   exp.UTC().Format("2006-01-02T15:04:05Z07:00"),
+	}})
+}

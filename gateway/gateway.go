@@ -1,0 +1,141 @@
+// Package gateway is the HTTP API (DESIGN.md §2): it validates and stores jobs,
+// serves them, and serves the signed file URLs of the blob store. It is stateless;
+// any number can run side by side against one etcd.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/store"
+)
+
+// Store is what the gateway needs of the job store.
+type Store interface {
+	CreateJob(ctx context.Context, j *mj.Job) error
+	Job(ctx context.Context, id string) (*mj.Job, error)
+	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
+	WaitJob(ctx context.Context, id string, done func(*mj.Job) bool) (*mj.Job, error)
+	ListJobs(ctx context.Context, account string, o store.ListOptions) (store.Page, error)
+	APIKeyByHash(ctx context.Context, hash string) (*mj.APIKey, error)
+	Ping(ctx context.Context) error
+}
+
+// Blobs is what the gateway needs of the blob store.
+type Blobs interface {
+	Put(ctx context.Context, key string, r io.Reader, max int64) (int64, error)
+	Open(ctx context.Context, key string) (io.ReadSeekCloser, int64, error)
+}
+
+// Gateway holds the API's dependencies; App builds the fiber app on them.
+type Gateway struct {
+	Config *config.Config
+	Store  Store
+	Blobs  Blobs
+	Signer blob.Signer
+	Log    *slog.Logger
+	Now    func() time.Time
+}
+
+// App returns the fiber app serving the whole API.
+func (g *Gateway) App() *fiber.App {
+	if g.Now == nil {
+		g.Now = time.Now
+	}
+	if g.Log == nil {
+		g.Log = slog.Default()
+	}
+	app := fiber.New(fiber.Config{
+		AppName:               "mediajobs",
+		DisableStartupMessage: true,
+		ErrorHandler:          g.errorHandler,
+		// Uploads stream into the blob store; JSON bodies are checked against
+		// max_body_bytes by the handlers themselves.
+		StreamRequestBody: true,
+		BodyLimit:         bodyLimit(g.Config.Server.MaxUploadBytes),
+		ReadTimeout:       10 * time.Minute,
+	})
+	g.routes(app)
+	return app
+}
+
+func bodyLimit(n int64) int {
+	if n <= 0 || n > int64(^uint32(0)>>1) {
+		return int(^uint32(0) >> 1)
+	}
+	return int(n)
+}
+
+// errorHandler is the one place that maps errors to HTTP. Domain errors keep their
+// code and message; anything else is logged and reported as unknownError.
+func (g *Gateway) errorHandler(c *fiber.Ctx, err error) error {
+	var e *mj.Error
+	var fe *fiber.Error
+	switch {
+	case errors.As(err, &e):
+	case errors.As(err, &fe):
+		e = fiberError(fe)
+	case errors.Is(err, blob.ErrTooLarge):
+		e = mj.Errorf(mj.EPayloadTooLarge, "the upload exceeds max_upload_bytes")
+	case errors.Is(err, context.DeadlineExceeded):
+		e = mj.Errorf(mj.EUnavailable, "the request took too long; try again")
+	default:
+		g.Log.Error("request failed", "method", c.Method(), "path", c.Path(), "err", err)
+		e = mj.Errorf(mj.EInternal, "internal error; the server log has details")
+	}
+	status := httpStatus(e.Code)
+	if e.Code == mj.ETooManyRequests && c.GetRespHeader(fiber.HeaderRetryAfter) == "" {
+		c.Set(fiber.HeaderRetryAfter, "1")
+	}
+	body := fiber.Map{"errorCode": e.Code, "message": e.Message}
+	if len(e.Details) > 0 {
+		body["details"] = e.Details
+	}
+	return c.Status(status).JSON(body)
+}
+
+func httpStatus(code string) int {
+	switch code {
+	case mj.EValidation:
+		return fiber.StatusBadRequest
+	case mj.EBadAPIKey:
+		return fiber.StatusUnauthorized
+	case mj.EForbidden:
+		return fiber.StatusForbidden
+	case mj.ENotFound:
+		return fiber.StatusNotFound
+	case mj.EConflict:
+		return fiber.StatusConflict
+	case mj.EPayloadTooLarge:
+		return fiber.StatusRequestEntityTooLarge
+	case mj.ETooManyRequests:
+		return fiber.StatusTooManyRequests
+	case mj.EUnavailable:
+		return fiber.StatusServiceUnavailable
+	}
+	return fiber.StatusInternalServerError
+}
+
+func fiberError(fe *fiber.Error) *mj.Error {
+	switch fe.Code {
+	case fiber.StatusNotFound:
+		return mj.Errorf(mj.ENotFound, "no such route")
+	case fiber.StatusMethodNotAllowed:
+		return mj.Errorf(mj.ENotFound, "no such route for this method")
+	case fiber.StatusRequestEntityTooLarge:
+		return mj.Errorf(mj.EPayloadTooLarge, "request body too large")
+	case fiber.StatusBadRequest:
+		return mj.Errorf(mj.EValidation, "%s", fe.Message)
+	}
+	if fe.Code >= 500 {
+		return mj.Errorf(mj.EInternal, "%s", fe.Message)
+	}
+	return mj.Errorf(mj.EValidation, "%s", fe.Message)
+}

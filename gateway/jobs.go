@@ -1,0 +1,127 @@
+package gateway
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/store"
+)
+
+func (g *Gateway) view(j *mj.Job) mj.JobView {
+	exp := g.Now().Add(g.Config.Storage.TTL)
+	return mj.View(j, func(key string) string { return g.Signer.URL("GET", key, key, exp) })
+}
+
+func (g *Gateway) createJob(c *fiber.Ctx) error {
+	if int64(len(c.Body())) > int64(g.Config.Server.MaxBodyBytes) {
+		return mj.Errorf(mj.EPayloadTooLarge, "request body is over %d bytes", g.Config.Server.MaxBodyBytes)
+	}
+	req, err := decodeCreate(c.Body())
+	if err != nil {
+		return err
+	}
+	j, err := newJob(req, g.Config, account(c), g.Now())
+	if err != nil {
+		return err
+	}
+	if err := g.Store.CreateJob(c.UserContext(), j); err != nil {
+		return err
+	}
+	if c.Query("wait") == "true" {
+		// Bounded by wait_limit, which stays below clients' read timeouts.
+		ctx, cancel := context.WithTimeout(context.Background(), g.Config.Server.WaitLimitD)
+		defer cancel()
+		if latest, err := g.Store.WaitJob(ctx, j.ID, func(j *mj.Job) bool { return j.Status.Terminal() }); err == nil {
+			j = latest
+		}
+	}
+	return c.JSON(fiber.Map{"data": g.view(j)})
+}
+
+// ownJob returns the caller's job; another account's job is "not found".
+func (g *Gateway) ownJob(c *fiber.Ctx) (*mj.Job, error) {
+	j, err := g.Store.Job(c.UserContext(), c.Params("id"))
+	if err != nil {
+		return nil, err
+	}
+	if j.AccountID != account(c) {
+		return nil, mj.ErrNotFound
+	}
+	return j, nil
+}
+
+func (g *Gateway) getJob(c *fiber.Ctx) error {
+	j, err := g.ownJob(c)
+	if err != nil {
+		return notFound(err, c.Params("id"))
+	}
+	return c.JSON(fiber.Map{"data": g.view(j)})
+}
+
+func notFound(err error, id string) error {
+	if mj.ErrorCode(err) == mj.ENotFound {
+		return mj.Errorf(mj.ENotFound, "job %s not found", id)
+	}
+	return err
+}
+
+func (g *Gateway) cancelJob(c *fiber.Ctx) error {
+	if _, err := g.ownJob(c); err != nil {
+		return notFound(err, c.Params("id"))
+	}
+	j, err := g.Store.UpdateJob(c.UserContext(), c.Params("id"), func(j *mj.Job) error {
+		if j.Status.Terminal() {
+			return mj.Errorf(mj.EConflict, "job is already %s", j.Status)
+		}
+		now := time.Now().UTC()
+		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusCancelled, &now, "cancelled by the client"
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"data": g.view(j)})
+}
+
+func (g *Gateway) listJobs(c *fiber.Ctx) error {
+	limit, err := intQuery(c, "limit", 50, 1, 100)
+	if err != nil {
+		return err
+	}
+	offset, err := intQuery(c, "offset", 0, 0, 1_000_000)
+	if err != nil {
+		return err
+	}
+	page, err := g.Store.ListJobs(c.UserContext(), account(c), store.ListOptions{Limit: limit, Offset: offset})
+	if err != nil {
+		return err
+	}
+	views := make([]mj.JobView, len(page.Jobs))
+	for i, j := range page.Jobs {
+		views[i] = g.view(j)
+	}
+	return c.JSON(fiber.Map{
+		"data": views,
+		"pagingParams": fiber.Map{
+			"limit": limit, "offset": offset, "total": page.Total,
+			"hasMore": offset+len(views) < page.Total,
+		},
+	})
+}
+
+func intQuery(c *fiber.Ctx, name string, def, min, max int) (int, error) {
+	s := c.Query(name)
+	if s == "" {
+		return def, nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < min || n > max {
+		e := mj.Errorf(mj.EValidation, "%s must be an integer from %d to %d", name, min, max)
+		e.Details = map[string]string{name: "out of range"}
+		return 0, e
+	}
+	return n, nil
+}

@@ -1,0 +1,58 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+
+	"github.com/gofiber/fiber/v2"
+)
+
+// routes lists every route of the API in one place.
+func (g *Gateway) routes(app *fiber.App) {
+	app.Use(cleanPath, g.withContext)
+
+	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
+	app.Get("/readyz", g.readyz)
+
+	// Signed links: the signature is the credential, no API key.
+	app.Get("/files/*", g.download)
+	app.Put("/files/*", g.upload)
+
+	api := app.Group("/api", g.authenticate)
+	api.Post("/ffmpeg", g.createJob)
+	api.Post("/jobs", g.createJob)
+	api.Get("/jobs", g.listJobs)
+	api.Get("/jobs/:id", g.getJob)
+	api.Post("/jobs/:id/cancel", g.cancelJob)
+	api.Post("/tmp-file", g.createTmpFile)
+}
+
+// cleanPath collapses repeated slashes ("/api//ffmpeg" from a base URL with a
+// trailing slash) instead of redirecting: clients turn a redirected POST into a GET.
+func cleanPath(c *fiber.Ctx) error {
+	if p := c.Path(); strings.Contains(p, "//") {
+		for strings.Contains(p, "//") {
+			p = strings.ReplaceAll(p, "//", "/")
+		}
+		c.Path(p)
+	}
+	return c.Next()
+}
+
+// withContext gives each request a real context with a deadline; fiber's default
+// UserContext is context.Background().
+func (g *Gateway) withContext(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(context.Background(), g.Config.Server.RequestTimeoutD)
+	defer cancel()
+	c.SetUserContext(ctx)
+	return c.Next()
+}
+
+func (g *Gateway) readyz(c *fiber.Ctx) error {
+	ctx, cancel := context.WithTimeout(c.UserContext(), 2e9)
+	defer cancel()
+	if err := g.Store.Ping(ctx); err != nil {
+		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"errorCode": "unavailable", "message": "etcd is not reachable: " + err.Error()})
+	}
+	return c.JSON(fiber.Map{"status": "ready"})
+}

@@ -1,0 +1,212 @@
+package gateway
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/command"
+	"github.com/mediajobs/mediajobs/config"
+)
+
+// createRequest is the body of POST /api/ffmpeg. Unknown fields are ignored, as
+// clients written for other versions of the API may send more.
+type createRequest struct {
+	InputFiles     map[string]string `json:"input_files"`
+	OutputFiles    []string          `json:"output_files"`
+	FFmpegCommands []string          `json:"ffmpeg_commands"`
+	FFmpegCommand  string            `json:"ffmpeg_command"`
+	WebhookURL     string            `json:"webhook_url"`
+	Machine        string            `json:"machine"`
+	TimeoutSeconds *int              `json:"timeout_seconds"`
+	Metadata       map[string]string `json:"metadata"`
+}
+
+const (
+	maxMetadataKeys  = 32
+	maxMetadataBytes = 4096
+	maxInputs        = 50
+	maxOutputs       = 50
+)
+
+// decodeCreate parses a create body whatever its Content-Type says (VGF's
+// TypeScript SDK sends JSON as text/plain).
+func decodeCreate(body []byte) (*createRequest, error) {
+	var req createRequest
+	if len(strings.TrimSpace(string(body))) == 0 {
+		return nil, mj.Errorf(mj.EValidation, "request body is empty; send a JSON object")
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			e := mj.Errorf(mj.EValidation, "%s must be %s, not a JSON %s", te.Field, jsonType(te.Type.String()), te.Value)
+			e.Details = map[string]string{te.Field: "wrong type"}
+			return nil, e
+		}
+		return nil, mj.Errorf(mj.EValidation, "request body is not valid JSON: %v", err)
+	}
+	return &req, nil
+}
+
+func jsonType(goType string) string {
+	switch {
+	case strings.HasPrefix(goType, "map"):
+		return "an object of strings"
+	case strings.HasPrefix(goType, "[]"):
+		return "an array of strings"
+	case goType == "int" || goType == "*int":
+		return "an integer"
+	}
+	return "a string"
+}
+
+// newJob validates req against cfg and builds the job to store. Every problem is
+// reported at once, keyed by its field path; nothing is stored on error.
+func newJob(req *createRequest, cfg *config.Config, accountID string, now time.Time) (*mj.Job, error) {
+	problems := map[string]string{}
+	bad := func(field, format string, args ...any) { problems[field] = fmt.Sprintf(format, args...) }
+
+	machine := req.Machine
+	if machine == "" {
+		machine = "cpu"
+	}
+	pool := cfg.Pool(machine)
+	if pool == nil {
+		bad("machine", "unknown machine %q; this server offers: %s", machine, poolNames(cfg))
+	}
+
+	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool != nil && pool.GPUs > 0}
+	if len(req.InputFiles) > maxInputs {
+		bad("input_files", "at most %d inputs", maxInputs)
+	}
+	for _, name := range sortedKeys(req.InputFiles) {
+		field := "input_files." + name
+		if !command.ValidName(name) {
+			bad(field, "input name must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+		}
+		if err := checkURL(req.InputFiles[name]); err != nil {
+			bad(field, "%v", err)
+		}
+		spec.Inputs[name] = true
+	}
+
+	switch {
+	case len(req.OutputFiles) == 0:
+		bad("output_files", "list at least one output file name")
+	case len(req.OutputFiles) > maxOutputs:
+		bad("output_files", "at most %d outputs", maxOutputs)
+	}
+	for i, name := range req.OutputFiles {
+		field := fmt.Sprintf("output_files[%d]", i)
+		switch {
+		case !command.ValidOutputName(name):
+			bad(field, "output name %q must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}, with at most one counter such as %%03d", name)
+		case spec.Outputs[name]:
+			bad(field, "output name %q is listed twice", name)
+		case spec.Inputs[name]:
+			bad(field, "%q is both an input and an output name", name)
+		}
+		spec.Outputs[name] = true
+	}
+
+	cmds := req.FFmpegCommands
+	if len(cmds) == 0 && req.FFmpegCommand != "" {
+		cmds = []string{req.FFmpegCommand}
+	}
+	switch max := cfg.Server.MaxCommands; {
+	case len(cmds) == 0:
+		bad("ffmpeg_commands", "give at least one command (ffmpeg_commands, or ffmpeg_command for one)")
+	case len(cmds) > max:
+		bad("ffmpeg_commands", "at most %d commands", max)
+	}
+	for i, c := range cmds {
+		if _, err := command.Prepare(c, spec); err != nil {
+			bad(fmt.Sprintf("ffmpeg_commands[%d]", i), "%v", err)
+		}
+	}
+
+	if req.WebhookURL != "" {
+		if err := checkURL(req.WebhookURL); err != nil {
+			bad("webhook_url", "%v", err)
+		}
+	}
+
+	timeout := 0
+	if pool != nil {
+		timeout = int(pool.DefaultTimeoutD / time.Second)
+		max := int(pool.MaxTimeoutD / time.Second)
+		if req.TimeoutSeconds != nil {
+			timeout = *req.TimeoutSeconds
+			if timeout < 1 || timeout > max {
+				bad("timeout_seconds", "must be between 1 and %d on machine %q", max, machine)
+			}
+		}
+	}
+
+	if len(req.Metadata) > maxMetadataKeys {
+		bad("metadata", "at most %d keys", maxMetadataKeys)
+	}
+	size := 0
+	for k, v := range req.Metadata {
+		size += len(k) + len(v)
+	}
+	if size > maxMetadataBytes {
+		bad("metadata", "keys and values may hold %d bytes in all", maxMetadataBytes)
+	}
+
+	if len(problems) > 0 {
+		return nil, validationError(problems)
+	}
+	now = now.UTC()
+	return &mj.Job{
+		ID: uuid.NewString(), AccountID: accountID, Status: mj.StatusQueued,
+		InputFiles: req.InputFiles, OutputNames: req.OutputFiles, FFmpegCommands: cmds,
+		WebhookURL: req.WebhookURL, Machine: machine, TimeoutSeconds: timeout, Metadata: req.Metadata,
+		CreatedAt: now, QueuedAt: now, UpdatedAt: now,
+	}, nil
+}
+
+// validationError summarises problems in the message (first field first) and lists
+// them all in details.
+func validationError(problems map[string]string) *mj.Error {
+	fields := sortedKeys(problems)
+	msg := fields[0] + ": " + problems[fields[0]]
+	if len(fields) > 1 {
+		msg += fmt.Sprintf(" (and %d more problem(s), see details)", len(fields)-1)
+	}
+	return &mj.Error{Code: mj.EValidation, Message: msg, Details: problems}
+}
+
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("%q is not an absolute URL", raw)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("URL scheme %q is not allowed; use http or https", u.Scheme)
+	}
+	return nil
+}
+
+func poolNames(cfg *config.Config) string {
+	names := make([]string, len(cfg.Pools))
+	for i, p := range cfg.Pools {
+		names[i] = p.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,72 @@
+// Package netguard refuses outbound connections to private, link-local and other
+// internal addresses, so that user-supplied URLs (inputs, webhooks) cannot reach the
+// service's own network. The check runs on the resolved address at dial time, so a
+// DNS name that points inside is refused too.
+package netguard
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"syscall"
+	"time"
+)
+
+var blocked = []netip.Prefix{
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("100.64.0.0/10"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.0.0.0/24"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("198.18.0.0/15"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("240.0.0.0/4"),
+	netip.MustParsePrefix("fc00::/7"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("ff00::/8"),
+	netip.MustParsePrefix("::/128"),
+}
+
+// Check reports why addr may not be dialed, or nil.
+func Check(addr netip.Addr, allowLoopback bool) error {
+	addr = addr.Unmap()
+	if addr.IsLoopback() {
+		if allowLoopback {
+			return nil
+		}
+		return fmt.Errorf("address %s is loopback, which this server does not allow", addr)
+	}
+	for _, p := range blocked {
+		if p.Contains(addr) {
+			return fmt.Errorf("address %s is in the private or reserved range %s", addr, p)
+		}
+	}
+	return nil
+}
+
+// Dialer returns a dialer that refuses blocked addresses after DNS resolution.
+func Dialer(allowLoopback bool) *net.Dialer {
+	return &net.Dialer{
+		Timeout:   30 * time.Second,
+		KeepAlive: 30 * time.Second,
+		Control: func(_, address string, _ syscall.RawConn) error {
+			ap, err := netip.ParseAddrPort(address)
+			if err != nil {
+				return fmt.Errorf("refusing to dial %s: %v", address, err)
+			}
+			return Check(ap.Addr(), allowLoopback)
+		},
+	}
+}
+
+// Transport is an http.Transport whose connections pass Check. Proxies from the
+// environment are ignored: they would bypass the check.
+func Transport(allowLoopback bool) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil
+	t.DialContext = Dialer(allowLoopback).DialContext
+	return t
+}

@@ -1,0 +1,38 @@
+package netguard
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func TestCheck(t *testing.T) {
+	for addr, ok := range map[string]bool{
+		"10.1.2.3": false, "172.16.0.1": false, "192.168.1.1": false, "169.254.169.254": false,
+		"100.64.0.1": false, "fe80::1": false, "fd00::1": false, "::ffff:10.0.0.1": false, "0.0.0.0": false,
+		"127.0.0.1": false, "::1": false, "8.8.8.8": true, "2001:4860:4860::8888": true,
+	} {
+		if err := Check(netip.MustParseAddr(addr), false); (err == nil) != ok {
+			t.Errorf("Check(%s) = %v, want allowed=%v", addr, err, ok)
+		}
+	}
+	if Check(netip.MustParseAddr("127.0.0.1"), true) != nil || Check(netip.MustParseAddr("10.0.0.1"), true) == nil {
+		t.Error("allowLoopback must allow loopback and nothing else")
+	}
+}
+
+func TestTransportRefusesLoopbackUnlessAllowed(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	_, err := (&http.Client{Transport: Transport(false)}).Get(srv.URL)
+	if err == nil || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("loopback dial: %v, want refusal", err)
+	}
+	resp, err := (&http.Client{Transport: Transport(true)}).Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+}

@@ -1,0 +1,346 @@
+// Package runner is what runs inside a Nomad task: it fetches a job's inputs into
+// inputs/, runs each command with ffmpeg in the job's working directory (no shell),
+// uploads outputs/ and reports a Result, all through the signed URLs of its manifest.
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/command"
+	"github.com/mediajobs/mediajobs/netguard"
+)
+
+// Runner runs one manifest.
+type Runner struct {
+	FFmpeg   string       // ffmpeg binary; "ffmpeg" from PATH when empty
+	WorkDir  string       // the job's working directory; created
+	HTTP     *http.Client // for inputs and uploads; a retrying client when nil
+	Log      io.Writer    // progress lines for the Nomad task log
+	AllowGPU bool         // set from the manifest
+}
+
+// LoadManifest reads the dispatch payload at path; when the manifest was too big for
+// Nomad's payload it fetches it from the signed URL the payload holds instead.
+func LoadManifest(ctx context.Context, path string) (*mj.Manifest, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read manifest: %w", err)
+	}
+	var m mj.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("decode manifest %s: %w", path, err)
+	}
+	if m.ManifestURL == "" {
+		return &m, nil
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.ManifestURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := (&Runner{}).client(nil).Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("fetch manifest: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("fetch manifest: HTTP %s", resp.Status)
+	}
+	m = mj.Manifest{}
+	return &m, json.NewDecoder(resp.Body).Decode(&m)
+}
+
+// Run executes m and uploads its result. It returns the result it reported, and an
+// error only when the result itself could not be uploaded.
+func (r *Runner) Run(ctx context.Context, m *mj.Manifest) (*mj.Result, error) {
+	if r.Log == nil {
+		r.Log = io.Discard
+	}
+	client := r.client(nil)
+	// Inputs are user URLs: they may not reach private or link-local addresses.
+	inputs := r.client(netguard.Transport(m.AllowLoopback))
+	r.AllowGPU = m.AllowGPU
+	res := &mj.Result{JobID: m.JobID, Attempt: m.Attempt}
+	if err := r.run(ctx, m, client, inputs, res); err != nil {
+		res.Succeeded, res.ErrorMessage, res.Outputs = false, err.Error(), nil
+		fmt.Fprintf(r.Log, "job failed: %s\n", err)
+	} else {
+		res.Succeeded = true
+		fmt.Fprintf(r.Log, "job succeeded: %d output file(s)\n", len(res.Outputs))
+	}
+	if err := put(ctx, client, uploadURL(m, "result.json"), strings.NewReader(mustJSON(res)), -1); err != nil {
+		return res, fmt.Errorf("report result: %w", err)
+	}
+	return res, nil
+}
+
+func (r *Runner) client(t *http.Transport) *http.Client {
+	if r.HTTP != nil && t == nil {
+		return r.HTTP
+	}
+	rc := retryablehttp.NewClient()
+	if t != nil {
+		rc.HTTPClient = &http.Client{Transport: t}
+	}
+	rc.RetryMax = 3
+	rc.RetryWaitMin, rc.RetryWaitMax = 500*time.Millisecond, 5*time.Second
+	rc.Logger = nil
+	return rc.StandardClient()
+}
+
+func (r *Runner) run(ctx context.Context, m *mj.Manifest, client, inputs *http.Client, res *mj.Result) error {
+	if m.TimeoutSeconds > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(m.TimeoutSeconds)*time.Second)
+		defer cancel()
+	}
+	for _, d := range []string{"inputs", "outputs"} {
+		if err := os.MkdirAll(filepath.Join(r.WorkDir, d), 0o750); err != nil {
+			return fmt.Errorf("prepare working directory: %w", err)
+		}
+	}
+	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: r.AllowGPU}
+	for name := range m.InputFiles {
+		spec.Inputs[name] = true
+	}
+	for _, name := range m.OutputNames {
+		spec.Outputs[name] = true
+	}
+	argvs := make([][]string, len(m.FFmpegCommands))
+	for i, c := range m.FFmpegCommands {
+		argv, err := command.Prepare(c, spec)
+		if err != nil {
+			return fmt.Errorf("command %d: %v", i+1, err)
+		}
+		argvs[i] = argv
+	}
+
+	names := make([]string, 0, len(m.InputFiles))
+	for name := range m.InputFiles {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		n, err := fetch(ctx, inputs, m.InputFiles[name], filepath.Join(r.WorkDir, "inputs", name))
+		if err != nil {
+			if ctx.Err() != nil {
+				return timeoutError(m, fmt.Sprintf("while fetching input %q", name))
+			}
+			return fmt.Errorf("input %q could not be fetched from %s: %v", name, redact(m.InputFiles[name]), err)
+		}
+		res.InputBytes += n
+		fmt.Fprintf(r.Log, "fetched input %q: %d bytes\n", name, n)
+	}
+
+	for i, argv := range argvs {
+		fmt.Fprintf(r.Log, "running command %d of %d: ffmpeg %s\n", i+1, len(argvs), strings.Join(argv, " "))
+		if err := r.ffmpeg(ctx, argv); err != nil {
+			if ctx.Err() != nil {
+				return timeoutError(m, fmt.Sprintf("while running command %d of %d", i+1, len(argvs)))
+			}
+			return fmt.Errorf("command %d of %d failed: %v", i+1, len(argvs), err)
+		}
+	}
+
+	files, err := collectOutputs(filepath.Join(r.WorkDir, "outputs"), m.OutputNames)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		p := filepath.Join(r.WorkDir, "outputs", f)
+		fh, err := os.Open(p)
+		if err != nil {
+			return fmt.Errorf("read output %s: %w", f, err)
+		}
+		st, _ := fh.Stat()
+		err = put(ctx, client, uploadURL(m, "outputs/"+f), fh, st.Size())
+		fh.Close()
+		if err != nil {
+			if ctx.Err() != nil {
+				return timeoutError(m, "while uploading outputs")
+			}
+			return fmt.Errorf("upload output %s: %w", f, err)
+		}
+		res.Outputs = append(res.Outputs, mj.Output{Name: f, Size: st.Size()})
+		fmt.Fprintf(r.Log, "uploaded output %s: %d bytes\n", f, st.Size())
+	}
+	return nil
+}
+
+func timeoutError(m *mj.Manifest, where string) error {
+	return fmt.Errorf("job timed out after %ds (timeout_seconds) %s; ffmpeg was stopped", m.TimeoutSeconds, where)
+}
+
+// ffmpeg runs one command in the working directory; on failure the error carries
+// the exit code and the tail of ffmpeg's stderr.
+func (r *Runner) ffmpeg(ctx context.Context, argv []string) error {
+	bin := r.FFmpeg
+	if bin == "" {
+		bin = "ffmpeg"
+	}
+	args := append([]string{"-hide_banner", "-nostdin", "-y", "-loglevel", "error"}, argv...)
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = r.WorkDir
+	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + r.WorkDir}
+	tail := &tailBuffer{max: 4096}
+	cmd.Stdout = io.Discard
+	cmd.Stderr = io.MultiWriter(tail, r.Log)
+	cmd.WaitDelay = 5 * time.Second
+	err := cmd.Run()
+	if err == nil {
+		return nil
+	}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		msg := strings.TrimSpace(tail.String())
+		if msg == "" {
+			msg = "ffmpeg printed no error"
+		}
+		return fmt.Errorf("ffmpeg exited with code %d: %s", exit.ExitCode(), lastLines(msg, 8))
+	}
+	return fmt.Errorf("could not start ffmpeg: %v", err)
+}
+
+// collectOutputs lists the files produced for each declared name: the file itself,
+// or every file matching a sequence pattern such as seg_%03d.ts.
+func collectOutputs(dir string, names []string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, name := range names {
+		re := patternRegexp(name)
+		n := 0
+		for _, e := range entries {
+			if e.Type().IsRegular() && re.MatchString(e.Name()) {
+				files = append(files, e.Name())
+				n++
+			}
+		}
+		if n == 0 {
+			return nil, fmt.Errorf("the commands finished but produced no outputs/%s; check that a command writes it", name)
+		}
+	}
+	return files, nil
+}
+
+var counterRe = regexp.MustCompile(`%0?([1-9]?)d`)
+
+func patternRegexp(name string) *regexp.Regexp {
+	loc := counterRe.FindStringIndex(name)
+	if loc == nil {
+		return regexp.MustCompile("^" + regexp.QuoteMeta(name) + "$")
+	}
+	return regexp.MustCompile("^" + regexp.QuoteMeta(name[:loc[0]]) + `\d+` + regexp.QuoteMeta(name[loc[1]:]) + "$")
+}
+
+func fetch(ctx context.Context, client *http.Client, url, path string) (int64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return 0, unwrapURLError(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("HTTP %s", resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(f, resp.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return n, err
+}
+
+func put(ctx context.Context, client *http.Client, url string, body io.Reader, size int64) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, url, body)
+	if err != nil {
+		return err
+	}
+	if size >= 0 {
+		req.ContentLength = size
+	}
+	if rs, ok := body.(io.ReadSeeker); ok {
+		req.GetBody = func() (io.ReadCloser, error) {
+			_, err := rs.Seek(0, io.SeekStart)
+			return io.NopCloser(rs), err
+		}
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := client.Do(req)
+	if err != nil {
+		return unwrapURLError(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return fmt.Errorf("HTTP %s: %s", resp.Status, strings.TrimSpace(string(b)))
+	}
+	return nil
+}
+
+func uploadURL(m *mj.Manifest, path string) string {
+	return strings.Replace(m.UploadURL, "%7Bpath%7D", path, 1)
+}
+
+// redact drops a URL's query, which may hold someone's signature or token.
+func redact(u string) string {
+	if i := strings.IndexAny(u, "?#"); i >= 0 {
+		return u[:i] + "?…"
+	}
+	return u
+}
+
+// unwrapURLError drops net/http's `Get "<url>":` wrapper; the caller names the URL.
+func unwrapURLError(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) String() string { return string(t.b) }

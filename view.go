@@ -1,0 +1,81 @@
+package mediajobs
+
+import (
+	"sort"
+	"time"
+)
+
+// JobView is the public job object: the "data" of create, GET and cancel, and the
+// webhook body. Field names follow Very Good FFmpeg's API so its clients work as is:
+// created_at, queued_at and updated_at are always present, output_files is a map of
+// name to signed URL, maps are {} rather than null.
+type JobView struct {
+	ID               string                `json:"id"`
+	Status           Status                `json:"status"`
+	OutputFiles      map[string]string     `json:"output_files"`
+	ErrorMessage     string                `json:"error_message"`
+	CreatedAt        time.Time             `json:"created_at"`
+	QueuedAt         time.Time             `json:"queued_at"`
+	UpdatedAt        time.Time             `json:"updated_at"`
+	StartedAt        *time.Time            `json:"started_at"`
+	FinishedAt       *time.Time            `json:"finished_at"`
+	Machine          string                `json:"machine"`
+	InputFiles       map[string]string     `json:"input_files"`
+	FFmpegCommands   []string              `json:"ffmpeg_commands"`
+	WebhookURL       *string               `json:"webhook_url"`
+	TimeoutSeconds   int                   `json:"timeout_seconds"`
+	Metadata         map[string]string     `json:"metadata"`
+	Progress         any                   `json:"progress"`
+	Outputs          map[string]OutputView `json:"outputs"`
+	StatusDetail     string                `json:"status_detail"`
+	Webhook          *WebhookState         `json:"webhook"`
+	TotalInputBytes  *int64                `json:"total_input_bytes"`
+	TotalOutputBytes *int64                `json:"total_output_bytes"`
+}
+
+// OutputView describes one produced file.
+type OutputView struct {
+	Size int64 `json:"size"`
+}
+
+// View renders j for clients. sign turns a blob key into a signed download URL; it
+// is only called for a succeeded job's outputs.
+func View(j *Job, sign func(key string) string) JobView {
+	v := JobView{
+		ID: j.ID, Status: j.Status, ErrorMessage: j.ErrorMessage,
+		CreatedAt: j.CreatedAt, QueuedAt: j.QueuedAt, UpdatedAt: j.UpdatedAt,
+		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
+		Machine: j.Machine, FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
+		InputFiles: nonNil(j.InputFiles), Metadata: nonNil(j.Metadata),
+		OutputFiles: map[string]string{}, Outputs: map[string]OutputView{},
+		StatusDetail: j.StatusDetail, Webhook: j.Webhook,
+	}
+	if v.FFmpegCommands == nil {
+		v.FFmpegCommands = []string{}
+	}
+	if j.WebhookURL != "" {
+		v.WebhookURL = &j.WebhookURL
+	}
+	if j.TotalInputBytes > 0 || j.Status == StatusSucceeded {
+		n := j.TotalInputBytes
+		v.TotalInputBytes = &n
+	}
+	if j.Status == StatusSucceeded {
+		n := j.TotalOutputBytes
+		v.TotalOutputBytes = &n
+		outs := append([]Output(nil), j.Outputs...)
+		sort.Slice(outs, func(a, b int) bool { return outs[a].Name < outs[b].Name })
+		for _, o := range outs {
+			v.OutputFiles[o.Name] = sign(o.Key)
+			v.Outputs[o.Name] = OutputView{Size: o.Size}
+		}
+	}
+	return v
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
+}
