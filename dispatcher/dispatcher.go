@@ -75,8 +75,9 @@ type Dispatcher struct {
 	// healthy: the stream is a best-effort tail. Default 30s.
 	ReconcileEvery time.Duration
 
-	writeOpts *api.WriteOptions
-	queryOpts *api.QueryOptions
+	writeOpts  *api.WriteOptions
+	queryOpts  *api.QueryOptions
+	registered bool
 }
 
 // maxPayload stays under Nomad's 16 KiB dispatch payload limit; a larger manifest
@@ -91,10 +92,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	if d.ReconcileEvery == 0 {
 		d.ReconcileEvery = 30 * time.Second
 	}
-	d.writeOpts = &api.WriteOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace}
-	d.queryOpts = &api.QueryOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace}
-	if err := d.RegisterPools(); err != nil {
-		return err
+	if !d.registered {
+		if err := d.RegisterPools(); err != nil {
+			return err
+		}
 	}
 	var wg sync.WaitGroup
 	for _, loop := range []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop} {
@@ -108,6 +109,8 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // RegisterPools renders each pool's jobspec, has Nomad parse it, and registers it.
 // Registering an unchanged job is a no-op in Nomad, so this is idempotent.
 func (d *Dispatcher) RegisterPools() error {
+	d.writeOpts = &api.WriteOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace}
+	d.queryOpts = &api.QueryOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace}
 	for _, pool := range d.Config.Pools {
 		r, err := jobspecs.Render(pool, d.RunnerCommand)
 		if err != nil {
@@ -128,6 +131,7 @@ func (d *Dispatcher) RegisterPools() error {
 		}
 		d.Log.Info("registered pool", "pool", pool.Name, "nomad_job", r.JobID)
 	}
+	d.registered = true
 	return nil
 }
 

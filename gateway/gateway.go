@@ -91,6 +91,11 @@ func (g *Gateway) errorHandler(c *fiber.Ctx, err error) error {
 		e = mj.Errorf(mj.EInternal, "internal error; the server log has details")
 	}
 	status := httpStatus(e.Code)
+	if c.Request().IsBodyStream() {
+		// The body may be unread (a refused upload): close the connection, or the
+		// server would parse the rest of it as the next request on this connection.
+		c.Context().SetConnectionClose()
+	}
 	if e.Code == mj.ETooManyRequests && c.GetRespHeader(fiber.HeaderRetryAfter) == "" {
 		c.Set(fiber.HeaderRetryAfter, "1")
 	}

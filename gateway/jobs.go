@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"io"
 	"strconv"
 	"time"
 
@@ -16,10 +17,11 @@ func (g *Gateway) view(j *mj.Job) mj.JobView {
 }
 
 func (g *Gateway) createJob(c *fiber.Ctx) error {
-	if int64(len(c.Body())) > int64(g.Config.Server.MaxBodyBytes) {
-		return mj.Errorf(mj.EPayloadTooLarge, "request body is over %d bytes", g.Config.Server.MaxBodyBytes)
+	body, err := g.jsonBody(c)
+	if err != nil {
+		return err
 	}
-	req, err := decodeCreate(c.Body())
+	req, err := decodeCreate(body)
 	if err != nil {
 		return err
 	}
@@ -39,6 +41,30 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		}
 	}
 	return c.JSON(fiber.Map{"data": g.view(j)})
+}
+
+// jsonBody reads a JSON request body of at most max_body_bytes. Bodies are
+// streamed (uploads share the server), so the limit is applied while reading.
+func (g *Gateway) jsonBody(c *fiber.Ctx) ([]byte, error) {
+	max := g.Config.Server.MaxBodyBytes
+	tooLarge := mj.Errorf(mj.EPayloadTooLarge, "request body is over %d bytes", max)
+	if cl := c.Request().Header.ContentLength(); cl > max {
+		return nil, tooLarge
+	}
+	if !c.Request().IsBodyStream() {
+		if len(c.Body()) > max {
+			return nil, tooLarge
+		}
+		return c.Body(), nil
+	}
+	b, err := io.ReadAll(io.LimitReader(c.Context().RequestBodyStream(), int64(max)+1))
+	if err != nil {
+		return nil, mj.Errorf(mj.EValidation, "could not read the request body: %v", err)
+	}
+	if len(b) > max {
+		return nil, tooLarge
+	}
+	return b, nil
 }
 
 // ownJob returns the caller's job; another account's job is "not found".

@@ -53,10 +53,10 @@ mediajobs dev is up.
   etcd       embedded, data in %[3]s
   Nomad      %[4]s (UI: %[4]s/ui/jobs)
 
-Try it:
+Try it (a 3-second test pattern, encoded on Nomad; waits for the result):
   curl -s -H "Authorization: Bearer %[2]s" -H "Content-Type: application/json" \
-    -d '{"input_files":{"src":"https://example.com/video.mp4"},"output_files":["out.mp4"],"ffmpeg_commands":["-i {{src}} -t 5 -c:v libx264 {{out.mp4}}"]}' \
-    %[1]s/api/ffmpeg
+    -d '{"output_files":["out.mp4"],"ffmpeg_commands":["-f lavfi -i testsrc=duration=3 -c:v libx264 {{out.mp4}}"]}' \
+    '%[1]s/api/ffmpeg?wait=true'
 
 `, s.URL, s.APIKey, cfg.Etcd.DataDir, nomadAddr(cfg))
 	})

@@ -1,0 +1,40 @@
+# mediajobs: `make run` starts a dev stack, `make test` runs the whole suite.
+# Both install what they need first (ffmpeg, curl, Nomad).
+
+GO        ?= go
+BIN       := bin/mediajobs
+FUZZTIME  ?= 10s
+export MEDIAJOBS_HTTP_ADDR ?= 127.0.0.1:8080
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: deps
+deps: ## install ffmpeg, curl (apt-get) and build Nomad v1.11.3 into ~/.cache/mediajobs
+	@deploy/scripts/install-deps.sh
+
+.PHONY: build
+build: ## build bin/mediajobs
+	$(GO) build -o $(BIN) ./cmd/mediajobs
+
+.PHONY: run
+run: deps build ## start Nomad (dev) and mediajobs dev; prints the API URL and a dev key
+	@deploy/scripts/run-dev.sh
+
+.PHONY: test
+test: deps ## the whole suite against real etcd, Nomad and ffmpeg, plus vet, gofmt and a short fuzz run
+	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
+	$(GO) vet ./...
+	CI=$${CI:-true} $(GO) test -count=1 ./...
+	$(GO) test -run='^$$' -fuzz=FuzzPrepare -fuzztime=$(FUZZTIME) ./command/
+
+.PHONY: fmt
+fmt: ## gofmt the tree
+	gofmt -w .
+
+.PHONY: clean
+clean: ## remove bin/ and the dev data in .data/
+	rm -rf bin .data

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs what mediajobs needs on a fresh Debian machine: ffmpeg/ffprobe and curl
+# from Debian's packages (as root, or through sudo), and Nomad built from the Go
+# module proxy (install-nomad.sh). Prints nothing but progress on stderr.
+set -euo pipefail
+
+missing=()
+command -v ffmpeg >/dev/null 2>&1 || missing+=(ffmpeg)
+command -v ffprobe >/dev/null 2>&1 || missing+=(ffmpeg)
+command -v curl >/dev/null 2>&1 || missing+=(curl)
+if [ ${#missing[@]} -gt 0 ]; then
+	SUDO=""
+	if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+	echo "installing ${missing[*]} with apt-get..." >&2
+	export DEBIAN_FRONTEND=noninteractive
+	$SUDO apt-get install -y -q "${missing[@]}" >&2 || {
+		$SUDO apt-get update -q >&2
+		$SUDO apt-get install -y -q "${missing[@]}" >&2
+	}
+fi
+
+"$(dirname "$0")/install-nomad.sh" >/dev/null

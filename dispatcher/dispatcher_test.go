@@ -1,0 +1,147 @@
+package dispatcher
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	mj "github.com/mediajobs/mediajobs"
+)
+
+func TestParseChildID(t *testing.T) {
+	id := "c3d0d20c-3dce-4c54-a86e-109d4e53f13d"
+	child := "mediajobs-cpu/dispatch-" + childPrefix(id, 3) + "-1795238175-91175443"
+	got, attempt, ok := ParseChildID(child)
+	if !ok || got != id || attempt != 3 {
+		t.Fatalf("ParseChildID(%q) = %q, %d, %v", child, got, attempt, ok)
+	}
+	for _, bad := range []string{"mediajobs-cpu", "other/dispatch-1795238175-91175443", "mediajobs-cpu/dispatch-" + id + "-ax-1", "x/dispatch-short-a1-1"} {
+		if _, _, ok := ParseChildID(bad); ok {
+			t.Errorf("ParseChildID(%q) accepted", bad)
+		}
+	}
+}
+
+func TestTransition(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	started := now.Add(-time.Minute)
+	scope := "jobs/x/1/"
+	cases := []struct {
+		name       string
+		from       mj.Status
+		alloc      allocState
+		result     *mj.Result
+		wantStatus mj.Status
+		wantErr    string // substring of error_message
+		skip       bool
+	}{
+		{name: "running", from: mj.StatusQueued, alloc: allocState{ID: "a1", ClientStatus: "running", StartedAt: started}, wantStatus: mj.StatusRunning},
+		{name: "running again", from: mj.StatusRunning, alloc: allocState{ClientStatus: "running"}, skip: true},
+		{name: "succeeded (skipping running)", from: mj.StatusQueued, alloc: allocState{ClientStatus: "complete"},
+			result: &mj.Result{Succeeded: true, InputBytes: 10, Outputs: []mj.Output{{Name: "a.mp4", Size: 5}, {Name: "b.png", Size: 7}}}, wantStatus: mj.StatusSucceeded},
+		{name: "ffmpeg failed", from: mj.StatusRunning, alloc: allocState{ClientStatus: "failed"},
+			result: &mj.Result{ErrorMessage: "command 1 of 1 failed: boom"}, wantStatus: mj.StatusFailed, wantErr: "command 1 of 1 failed: boom"},
+		{name: "runner crashed", from: mj.StatusRunning, alloc: allocState{ID: "a9", ClientStatus: "failed", TaskEvents: []string{"Received: x", "Driver Failure: no such file"}},
+			wantStatus: mj.StatusFailed, wantErr: "without reporting a result (Nomad allocation a9, failed): Received: x; Driver Failure: no such file"},
+		{name: "node lost", from: mj.StatusRunning, alloc: allocState{ID: "a3", ClientStatus: "lost"}, wantStatus: mj.StatusFailed, wantErr: "node running the job was lost"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			j := &mj.Job{Status: c.from}
+			err := transition(j, c.alloc, c.result, now, scope)
+			if c.skip {
+				if err != errSkip {
+					t.Fatalf("err = %v, want skip", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := mj.ValidateTransition(c.from, j.Status); err != nil {
+				t.Fatalf("transition broke the state machine: %v", err)
+			}
+			if j.Status != c.wantStatus || !strings.Contains(j.ErrorMessage, c.wantErr) {
+				t.Fatalf("status %s error %q, want %s %q", j.Status, j.ErrorMessage, c.wantStatus, c.wantErr)
+			}
+			if j.Status.Terminal() && (j.FinishedAt == nil || !j.FinishedAt.Equal(now)) {
+				t.Fatalf("finished_at = %v", j.FinishedAt)
+			}
+			if c.alloc.ClientStatus == "running" && !j.StartedAt.Equal(started) {
+				t.Fatalf("started_at = %v, want the task's start %v", j.StartedAt, started)
+			}
+			if j.Status == mj.StatusSucceeded {
+				if len(j.Outputs) != 2 || j.Outputs[1].Key != scope+"outputs/b.png" || j.TotalOutputBytes != 12 || j.TotalInputBytes != 10 {
+					t.Fatalf("outputs %+v totals %d/%d", j.Outputs, j.TotalInputBytes, j.TotalOutputBytes)
+				}
+			} else if len(j.Outputs) != 0 {
+				t.Fatalf("a failed job has outputs %+v", j.Outputs)
+			}
+		})
+	}
+}
+
+func TestAllocStateFromEventAndStub(t *testing.T) {
+	ts := map[string]*api.TaskState{"runner": {StartedAt: time.Unix(100, 0), Events: []*api.TaskEvent{
+		{Type: "Started", DisplayMessage: "Task started by client"}, {Type: "Terminated", DisplayMessage: "Exit Code: 1"}, {Type: "Noise"},
+	}}}
+	a := fromAlloc(&api.Allocation{ID: "a", JobID: "j", ClientStatus: "failed", TaskStates: ts})
+	s := fromStub(&api.AllocationListStub{ID: "a", JobID: "j", ClientStatus: "failed", TaskStates: ts})
+	if strings.Join(a.TaskEvents, "|") != "Started: Task started by client|Terminated: Exit Code: 1" || strings.Join(s.TaskEvents, "|") != strings.Join(a.TaskEvents, "|") || !a.StartedAt.Equal(time.Unix(100, 0)) {
+		t.Fatalf("event %+v stub %+v", a, s)
+	}
+}
+
+func TestWebhookRetriesThenDelivers(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Content-Type") != "application/json" || r.Header.Get("X-Mediajobs-Delivery") == "" {
+			t.Errorf("headers %v", r.Header)
+		}
+		if calls.Add(1) <= 2 {
+			w.WriteHeader(500)
+			return
+		}
+		w.WriteHeader(200)
+	}))
+	defer srv.Close()
+	w := &WebhookSender{Retries: 5, MinWait: time.Millisecond, MaxWait: 5 * time.Millisecond, AllowLoopback: true}
+	d := w.Send(context.Background(), srv.URL, "job.succeeded", []byte(`{"id":"x"}`))
+	if d.Err != nil || d.Attempts != 3 || d.LastStatus != 200 || calls.Load() != 3 {
+		t.Fatalf("delivery %+v after %d calls, want delivered on the 3rd", d, calls.Load())
+	}
+}
+
+func TestWebhookGivesUpAfterFiveRetries(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(503)
+	}))
+	defer srv.Close()
+	w := &WebhookSender{Retries: 5, MinWait: time.Millisecond, MaxWait: 5 * time.Millisecond, AllowLoopback: true}
+	d := w.Send(context.Background(), srv.URL, "job.failed", []byte(`{}`))
+	if d.Err == nil || d.Attempts != 6 || d.LastStatus != 503 || calls.Load() != 6 {
+		t.Fatalf("delivery %+v after %d calls, want 1 + 5 attempts then failure", d, calls.Load())
+	}
+}
+
+func TestWebhookRefusesInternalAddresses(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("a refused address was reached")
+	}))
+	defer srv.Close()
+	w := &WebhookSender{Retries: 0, MinWait: time.Millisecond, MaxWait: time.Millisecond}
+	if d := w.Send(context.Background(), srv.URL, "job.failed", []byte(`{}`)); d.Err == nil || !strings.Contains(d.Err.Error(), "loopback") {
+		t.Fatalf("loopback webhook without allow_loopback: %+v", d)
+	}
+	// A link-local address is refused before any packet is sent.
+	if d := w.Send(context.Background(), "http://169.254.169.254/latest", "job.failed", []byte(`{}`)); d.Err == nil || !strings.Contains(d.Err.Error(), "169.254.0.0/16") {
+		t.Fatalf("link-local webhook: %+v", d)
+	}
+}

@@ -1,0 +1,167 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/testenv"
+)
+
+// uploads is a loopback server that serves inputs under /in/ and takes PUTs under /up/.
+type uploads struct {
+	mu    sync.Mutex
+	files map[string][]byte
+}
+
+func newServer(t *testing.T, inputs map[string][]byte) (*httptest.Server, *uploads) {
+	u := &uploads{files: map[string][]byte{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == "GET" && strings.HasPrefix(r.URL.Path, "/in/"):
+			b, ok := inputs[strings.TrimPrefix(r.URL.Path, "/in/")]
+			if !ok {
+				http.NotFound(w, r)
+				return
+			}
+			w.Write(b)
+		case r.Method == "PUT" && strings.HasPrefix(r.URL.Path, "/up/") && r.URL.Query().Get("sig") == "ok":
+			b, _ := io.ReadAll(r.Body)
+			u.mu.Lock()
+			u.files[strings.TrimPrefix(r.URL.Path, "/up/")] = b
+			u.mu.Unlock()
+		default:
+			http.Error(w, "forbidden", 403)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	return srv, u
+}
+
+func clip(t *testing.T) []byte {
+	ff := testenv.Binary(t, "ffmpeg")
+	p := filepath.Join(t.TempDir(), "clip.mp4")
+	out, err := exec.Command(ff, "-v", "error", "-f", "lavfi", "-i", "testsrc=duration=1:size=160x120:rate=10", "-c:v", "libx264", "-preset", "ultrafast", p).CombinedOutput()
+	if err != nil {
+		t.Fatalf("make clip: %v %s", err, out)
+	}
+	b, _ := os.ReadFile(p)
+	return b
+}
+
+func run(t *testing.T, srv *httptest.Server, m mj.Manifest) *mj.Result {
+	t.Helper()
+	m.JobID, m.Attempt = "job-1", 1
+	m.UploadURL = srv.URL + "/up/%7Bpath%7D?sig=ok"
+	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard}
+	res, err := r.Run(context.Background(), &m)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	return res
+}
+
+func TestRunSequenceOutputsAndResult(t *testing.T) {
+	data := clip(t)
+	srv, up := newServer(t, map[string][]byte{"clip.mp4": data})
+	res := run(t, srv, mj.Manifest{
+		InputFiles:     map[string]string{"clip": srv.URL + "/in/clip.mp4"},
+		OutputNames:    []string{"frame_%02d.png", "copy.mp4"},
+		FFmpegCommands: []string{"-i {{clip}} -vf fps=2 outputs/frame_%02d.png", "ffmpeg -i inputs/clip -c copy {{copy.mp4}}"},
+		AllowLoopback:  true,
+	})
+	if !res.Succeeded {
+		t.Fatalf("failed: %s", res.ErrorMessage)
+	}
+	var names []string
+	for _, o := range res.Outputs {
+		names = append(names, o.Name)
+		if int64(len(up.files["outputs/"+o.Name])) != o.Size || o.Size == 0 {
+			t.Errorf("%s: reported %d bytes, uploaded %d", o.Name, o.Size, len(up.files["outputs/"+o.Name]))
+		}
+	}
+	sort.Strings(names)
+	if len(names) < 3 || names[0] != "copy.mp4" || names[1] != "frame_01.png" || names[2] != "frame_02.png" {
+		t.Fatalf("outputs %v", names)
+	}
+	if res.InputBytes != int64(len(data)) {
+		t.Fatalf("input bytes %d, want %d", res.InputBytes, len(data))
+	}
+	var reported mj.Result
+	if err := json.Unmarshal(up.files["result.json"], &reported); err != nil || !reported.Succeeded || len(reported.Outputs) != len(res.Outputs) {
+		t.Fatalf("uploaded result %s (%v)", up.files["result.json"], err)
+	}
+}
+
+func TestRunFailures(t *testing.T) {
+	data := clip(t)
+	srv, up := newServer(t, map[string][]byte{"clip.mp4": data})
+	in := map[string]string{"clip": srv.URL + "/in/clip.mp4"}
+	cases := []struct {
+		name string
+		m    mj.Manifest
+		want []string
+	}{
+		{"ffmpeg error", mj.Manifest{InputFiles: in, OutputNames: []string{"o.mp4"}, AllowLoopback: true,
+			FFmpegCommands: []string{"-i {{clip}} -t 1 ok.mp4", "-i ok.mp4 -c:v nope_codec {{o.mp4}}"}},
+			[]string{"command 2 of 2 failed", "exited with code 1", "nope_codec"}},
+		{"missing output", mj.Manifest{InputFiles: in, OutputNames: []string{"o.mp4"}, AllowLoopback: true,
+			FFmpegCommands: []string{"-i {{clip}} -t 1 elsewhere.mp4"}},
+			[]string{"produced no outputs/o.mp4"}},
+		{"timeout", mj.Manifest{InputFiles: in, OutputNames: []string{"o.mp4"}, AllowLoopback: true, TimeoutSeconds: 1,
+			FFmpegCommands: []string{"-re -stream_loop -1 -i {{clip}} {{o.mp4}}"}},
+			[]string{"timed out after 1s", "command 1 of 1"}},
+		{"input 404", mj.Manifest{InputFiles: map[string]string{"gone": srv.URL + "/in/nope.mp4"}, OutputNames: []string{"o.mp4"}, AllowLoopback: true,
+			FFmpegCommands: []string{"-i {{gone}} {{o.mp4}}"}},
+			[]string{`input "gone"`, "404"}},
+		{"loopback input refused", mj.Manifest{InputFiles: in, OutputNames: []string{"o.mp4"},
+			FFmpegCommands: []string{"-i {{clip}} {{o.mp4}}"}},
+			[]string{`input "clip"`, "loopback"}},
+		{"invalid command", mj.Manifest{OutputNames: []string{"o.mp4"}, FFmpegCommands: []string{"-i /etc/passwd {{o.mp4}}"}},
+			[]string{"command 1", "absolute paths"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res := run(t, srv, c.m)
+			if res.Succeeded {
+				t.Fatal("succeeded")
+			}
+			for _, w := range c.want {
+				if !strings.Contains(res.ErrorMessage, w) {
+					t.Errorf("error_message %q lacks %q", res.ErrorMessage, w)
+				}
+			}
+			if len(res.Outputs) != 0 {
+				t.Errorf("failed run reports outputs %v", res.Outputs)
+			}
+			var reported mj.Result
+			json.Unmarshal(up.files["result.json"], &reported)
+			if reported.ErrorMessage != res.ErrorMessage {
+				t.Errorf("uploaded result says %q", reported.ErrorMessage)
+			}
+		})
+	}
+}
+
+func TestLoadManifestFollowsManifestURL(t *testing.T) {
+	full := mj.Manifest{JobID: "big", FFmpegCommands: []string{strings.Repeat("x", 20000)}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { json.NewEncoder(w).Encode(full) }))
+	defer srv.Close()
+	p := filepath.Join(t.TempDir(), "manifest.json")
+	b, _ := json.Marshal(mj.Manifest{ManifestURL: srv.URL + "/m"})
+	os.WriteFile(p, b, 0o600)
+	m, err := LoadManifest(context.Background(), p)
+	if err != nil || m.JobID != "big" || len(m.FFmpegCommands[0]) != 20000 {
+		t.Fatalf("LoadManifest = %+v, %v", m, err)
+	}
+}
