@@ -38,7 +38,11 @@ type Server struct {
 	MaxUploadBytes int64  `hcl:"max_upload_bytes,optional"`
 	TmpFileTTL     string `hcl:"tmp_file_ttl,optional"`
 	AllowLoopback  bool   `hcl:"allow_loopback,optional"`
-	RequestTimeout string `hcl:"request_timeout,optional"`
+	// RateLimit is each account's sustained requests per second on /api, per gateway
+	// process; RateBurst the short burst above it. 0 disables the limit.
+	RateLimit      float64 `hcl:"rate_limit,optional"`
+	RateBurst      int     `hcl:"rate_burst,optional"`
+	RequestTimeout string  `hcl:"request_timeout,optional"`
 
 	PublicURLRange hcl.Range `hcl:"public_url,attr_range"`
 	WaitLimitRange hcl.Range `hcl:"wait_limit,attr_range"`
@@ -126,7 +130,7 @@ func (c *Config) Pool(name string) *Pool {
 // embedded etcd, local blobs, a raw_exec cpu pool.
 func Default() *Config {
 	return &Config{
-		Server:  &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", RequestTimeout: "30s"},
+		Server:  &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
 		Etcd:    &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s"},
 		Nomad:   &Nomad{},
 		Storage: &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h"},

@@ -33,6 +33,11 @@ server {
   # Deadline of one API request.
   request_timeout = "30s"
 
+  # Per-account rate limit on /api, per gateway process: sustained requests per second
+  # and the burst above it. Over it: 429 tooManyRequests with Retry-After. 0 disables.
+  rate_limit = 20
+  rate_burst = 40
+
   # Allow input URLs on loopback (127.0.0.0/8, ::1). Only for development.
   allow_loopback = false
 }

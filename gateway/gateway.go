@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -24,7 +25,13 @@ type Store interface {
 	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
 	WaitJob(ctx context.Context, id string, done func(*mj.Job) bool) (*mj.Job, error)
 	ListJobs(ctx context.Context, account string, o store.ListOptions) (store.Page, error)
+	CreateJobOnce(ctx context.Context, j *mj.Job, idem *store.Idempotency) (*mj.Job, error)
 	APIKeyByHash(ctx context.Context, hash string) (*mj.APIKey, error)
+	AddAPIKey(ctx context.Context, accountID, name, secret string) (*mj.APIKey, error)
+	ListAPIKeys(ctx context.Context, accountID string) ([]*mj.APIKey, error)
+	RevokeAPIKey(ctx context.Context, accountID, keyID string) error
+	TouchAPIKey(ctx context.Context, hash string, t time.Time) error
+	WatchRevokedKeys(ctx context.Context, fn func(hash string))
 	Ping(ctx context.Context) error
 }
 
@@ -42,6 +49,9 @@ type Gateway struct {
 	Signer blob.Signer
 	Log    *slog.Logger
 	Now    func() time.Time
+
+	keys     keyCache
+	limiters sync.Map // account id -> *rate.Limiter
 }
 
 // App returns the fiber app serving the whole API.

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"strconv"
 	"time"
@@ -29,7 +31,15 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if err := g.Store.CreateJob(c.UserContext(), j); err != nil {
+	var idem *store.Idempotency
+	if key := c.Get("Idempotency-Key"); key != "" {
+		if len(key) > 255 {
+			return mj.Errorf(mj.EValidation, "Idempotency-Key: at most 255 characters")
+		}
+		sum := sha256.Sum256(body)
+		idem = &store.Idempotency{Key: key, Fingerprint: hex.EncodeToString(sum[:])}
+	}
+	if j, err = g.Store.CreateJobOnce(c.UserContext(), j, idem); err != nil {
 		return err
 	}
 	if c.Query("wait") == "true" {
@@ -121,7 +131,13 @@ func (g *Gateway) listJobs(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	page, err := g.Store.ListJobs(c.UserContext(), account(c), store.ListOptions{Limit: limit, Offset: offset})
+	status := mj.Status(c.Query("status"))
+	if status != "" && !status.Valid() {
+		e := mj.Errorf(mj.EValidation, "status must be one of queued, running, succeeded, failed, cancelled")
+		e.Details = map[string]string{"status": "unknown status"}
+		return e
+	}
+	page, err := g.Store.ListJobs(c.UserContext(), account(c), store.ListOptions{Limit: limit, Offset: offset, Status: status})
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,8 @@ func (g *Gateway) routes(app *fiber.App) {
 	app.Get("/files/*", g.download)
 	app.Put("/files/*", g.upload)
 
+	app.Get("/api/openapi.json", g.openapi) // public: the API's description
+
 	api := app.Group("/api", g.authenticate)
 	api.Post("/ffmpeg", g.createJob)
 	api.Post("/jobs", g.createJob)
@@ -25,6 +27,9 @@ func (g *Gateway) routes(app *fiber.App) {
 	api.Get("/jobs/:id", g.getJob)
 	api.Post("/jobs/:id/cancel", g.cancelJob)
 	api.Post("/tmp-file", g.createTmpFile)
+	api.Get("/keys", g.listKeys)
+	api.Post("/keys", g.createKey)
+	api.Delete("/keys/:id", g.revokeKey)
 }
 
 // cleanPath collapses repeated slashes ("/api//ffmpeg" from a base URL with a

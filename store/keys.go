@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -88,4 +89,117 @@ func (s *Store) EnsureAccount(ctx context.Context, id, name string) (*mj.Account
 		return nil, err
 	}
 	return s.Account(ctx, id)
+}
+
+// ListAPIKeys returns an account's keys, oldest first.
+func (s *Store) ListAPIKeys(ctx context.Context, accountID string) ([]*mj.APIKey, error) {
+	idx, err := s.cli.Get(ctx, s.p+"account_keys/"+accountID+"/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	ops := make([]clientv3.Op, len(idx.Kvs))
+	for i, kv := range idx.Kvs {
+		ops[i] = clientv3.OpGet(s.keyByHash(string(kv.Value)))
+	}
+	tx, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		return nil, err
+	}
+	keys := []*mj.APIKey{}
+	for _, r := range tx.Responses {
+		for _, kv := range r.GetResponseRange().Kvs {
+			var k mj.APIKey
+			if err := json.Unmarshal(kv.Value, &k); err != nil {
+				return nil, err
+			}
+			keys = append(keys, &k)
+		}
+	}
+	sort.Slice(keys, func(a, b int) bool { return keys[a].CreatedAt.Before(keys[b].CreatedAt) })
+	return keys, nil
+}
+
+// RevokeAPIKey deletes one of an account's keys. The last key cannot be revoked, so
+// an account is never locked out of its own API.
+func (s *Store) RevokeAPIKey(ctx context.Context, accountID, keyID string) error {
+	idxPrefix := s.p + "account_keys/" + accountID + "/"
+	// Every revocation bumps this key; reading it in the same snapshot as the index
+	// and comparing it on write stops two concurrent revocations from removing the
+	// last two keys together.
+	verKey := s.p + "account_keys_version/" + accountID
+	for {
+		snap, err := s.cli.Txn(ctx).Then(clientv3.OpGet(idxPrefix, clientv3.WithPrefix()), clientv3.OpGet(verKey)).Commit()
+		if err != nil {
+			return err
+		}
+		idx := snap.Responses[0].GetResponseRange().Kvs
+		var ver int64
+		if v := snap.Responses[1].GetResponseRange().Kvs; len(v) > 0 {
+			ver = v[0].Version
+		}
+		var hash string
+		for _, kv := range idx {
+			if IDFromKey(string(kv.Key)) == keyID {
+				hash = string(kv.Value)
+			}
+		}
+		if hash == "" {
+			return mj.Errorf(mj.ENotFound, "API key %s not found", keyID)
+		}
+		if len(idx) == 1 {
+			return mj.Errorf(mj.EConflict, "this is the account's last API key; create another before revoking it")
+		}
+		resp, err := s.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.Version(verKey), "=", ver)).
+			Then(clientv3.OpDelete(s.accountKeyIndex(accountID, keyID)), clientv3.OpDelete(s.keyByHash(hash)), clientv3.OpPut(verKey, keyID)).
+			Commit()
+		if err != nil {
+			return err
+		}
+		if resp.Succeeded {
+			return nil
+		}
+	}
+}
+
+// KeysPrefix holds the keys by hash; gateways watch it to drop revoked keys from
+// their caches at once.
+func (s *Store) KeysPrefix() string { return s.p + "keys/" }
+
+// TouchAPIKey records that a key was used at t (callers rate-limit this).
+func (s *Store) TouchAPIKey(ctx context.Context, hash string, t time.Time) error {
+	for {
+		resp, err := s.cli.Get(ctx, s.keyByHash(hash))
+		if err != nil || len(resp.Kvs) == 0 {
+			return err
+		}
+		var k mj.APIKey
+		if err := json.Unmarshal(resp.Kvs[0].Value, &k); err != nil {
+			return err
+		}
+		t := t.UTC()
+		k.LastUsed = &t
+		b, _ := json.Marshal(&k)
+		tx, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.keyByHash(hash)), "=", resp.Kvs[0].ModRevision)).
+			Then(clientv3.OpPut(s.keyByHash(hash), string(b))).Commit()
+		if err != nil || tx.Succeeded {
+			return err
+		}
+	}
+}
+
+// WatchRevokedKeys calls fn with the hash of every key deleted from now until ctx
+// ends. Gateways use it to drop revoked keys from their caches at once.
+func (s *Store) WatchRevokedKeys(ctx context.Context, fn func(hash string)) {
+	for ctx.Err() == nil {
+		for resp := range s.cli.Watch(clientv3.WithRequireLeader(ctx), s.KeysPrefix(), clientv3.WithPrefix(), clientv3.WithFilterPut()) {
+			for _, ev := range resp.Events {
+				fn(IDFromKey(string(ev.Kv.Key)))
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
 }

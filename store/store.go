@@ -6,6 +6,8 @@ package store
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -57,6 +59,16 @@ func (s *Store) indexKey(j *mj.Job) string {
 
 func (s *Store) indexPrefix(account string) string { return s.p + "idx/" + account + "/" }
 
+// statusIndexKey is indexKey within one status, for ?status= lists.
+func (s *Store) statusIndexKey(j *mj.Job) string {
+	inv := math.MaxInt64 - j.CreatedAt.UnixNano()
+	return fmt.Sprintf("%s%019d-%s", s.statusIndexPrefix(j.AccountID, j.Status), inv, j.ID)
+}
+
+func (s *Store) statusIndexPrefix(account string, st mj.Status) string {
+	return s.p + "sidx/" + account + "/" + string(st) + "/"
+}
+
 // derivedOps are the puts and deletes of the keys that follow from a job's state.
 func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 	id := j.ID
@@ -69,6 +81,12 @@ func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 	default:
 		ops = append(ops, clientv3.OpDelete(s.queueKey(id)), clientv3.OpDelete(s.activeKey(id)))
 	}
+	if old == nil || old.Status != j.Status {
+		if old != nil {
+			ops = append(ops, clientv3.OpDelete(s.statusIndexKey(old)))
+		}
+		ops = append(ops, clientv3.OpPut(s.statusIndexKey(j), j.ID))
+	}
 	if j.Status.Terminal() && j.WebhookURL != "" && (old == nil || !old.Status.Terminal()) {
 		ops = append(ops, clientv3.OpPut(s.outboxKey(id), string(j.Status)))
 	}
@@ -77,24 +95,93 @@ func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 
 // CreateJob stores a new job and puts it in the dispatch queue.
 func (s *Store) CreateJob(ctx context.Context, j *mj.Job) error {
+	_, err := s.CreateJobOnce(ctx, j, nil)
+	return err
+}
+
+// Idempotency identifies a create request: an account's Idempotency-Key and a
+// fingerprint of the request it came with.
+type Idempotency struct {
+	Key         string
+	Fingerprint string
+}
+
+type idemRecord struct {
+	JobID       string    `json:"job_id"`
+	Fingerprint string    `json:"fingerprint"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+func (s *Store) idemKey(account, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return s.p + "idem/" + account + "/" + hex.EncodeToString(sum[:])
+}
+
+// IdemPrefix holds the idempotency records (swept by the janitor).
+func (s *Store) IdemPrefix() string { return s.p + "idem/" }
+
+// CreateJobOnce stores j unless idem names a job created before, which it returns
+// instead (created=false). The check and the write are one transaction, so two
+// racing retries create one job. Reusing a key with another request is a conflict.
+func (s *Store) CreateJobOnce(ctx context.Context, j *mj.Job, idem *Idempotency) (*mj.Job, error) {
 	b, err := json.Marshal(j)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ops := append([]clientv3.Op{
 		clientv3.OpPut(s.jobKey(j.ID), string(b)),
 		clientv3.OpPut(s.indexKey(j), j.ID),
 	}, s.derivedOps(nil, j)...)
-	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(s.jobKey(j.ID)), "=", 0)).
-		Then(ops...).Commit()
+	conds := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.jobKey(j.ID)), "=", 0)}
+	var ik string
+	if idem != nil {
+		ik = s.idemKey(j.AccountID, idem.Key)
+		rec, _ := json.Marshal(idemRecord{JobID: j.ID, Fingerprint: idem.Fingerprint, CreatedAt: j.CreatedAt})
+		ops = append(ops, clientv3.OpPut(ik, string(rec)))
+		conds = append(conds, clientv3.Compare(clientv3.CreateRevision(ik), "=", 0))
+	}
+	txn := s.cli.Txn(ctx).If(conds...).Then(ops...)
+	if idem != nil {
+		txn = txn.Else(clientv3.OpGet(ik))
+	}
+	resp, err := txn.Commit()
 	if err != nil {
-		return fmt.Errorf("store job: %w", err)
+		return nil, fmt.Errorf("store job: %w", err)
 	}
-	if !resp.Succeeded {
-		return mj.Errorf(mj.EConflict, "job %s already exists", j.ID)
+	if resp.Succeeded {
+		return j, nil
 	}
-	return nil
+	if idem == nil || len(resp.Responses) == 0 || len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
+		return nil, mj.Errorf(mj.EConflict, "job %s already exists", j.ID)
+	}
+	var rec idemRecord
+	if err := json.Unmarshal(resp.Responses[0].GetResponseRange().Kvs[0].Value, &rec); err != nil {
+		return nil, err
+	}
+	if rec.Fingerprint != idem.Fingerprint {
+		return nil, mj.Errorf(mj.EConflict, "this Idempotency-Key was already used with a different request")
+	}
+	return s.Job(ctx, rec.JobID)
+}
+
+// SweepIdempotency deletes idempotency records created before cutoff.
+func (s *Store) SweepIdempotency(ctx context.Context, cutoff time.Time) (int, error) {
+	resp, err := s.cli.Get(ctx, s.IdemPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, kv := range resp.Kvs {
+		var rec idemRecord
+		if json.Unmarshal(kv.Value, &rec) == nil && rec.CreatedAt.Before(cutoff) {
+			if _, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+				Then(clientv3.OpDelete(string(kv.Key))).Commit(); err != nil {
+				return n, err
+			}
+			n++
+		}
+	}
+	return n, nil
 }
 
 // Job returns the job with id, or mj.ErrNotFound.
@@ -165,6 +252,8 @@ type ListOptions struct {
 	Offset int
 	// After is a cursor: the id-bearing index key returned as Page.Next.
 	After string
+	// Status, when set, lists only jobs in that status.
+	Status mj.Status
 }
 
 // Page is one page of jobs.
@@ -179,6 +268,9 @@ type Page struct {
 // account's index only, then the jobs of the page.
 func (s *Store) ListJobs(ctx context.Context, account string, o ListOptions) (Page, error) {
 	prefix := s.indexPrefix(account)
+	if o.Status != "" {
+		prefix = s.statusIndexPrefix(account, o.Status)
+	}
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	count, err := s.cli.Get(ctx, prefix, clientv3.WithRange(end), clientv3.WithCountOnly())
 	if err != nil {

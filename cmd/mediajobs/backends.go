@@ -88,8 +88,10 @@ func fileSecret(path string) (string, error) {
 	return s, os.WriteFile(path, []byte(s+"\n"), 0o600)
 }
 
-func (b *backends) gateway(log *slog.Logger) *fiber.App {
+// gateway builds the API and starts its key-revocation watch for ctx's lifetime.
+func (b *backends) gateway(ctx context.Context, log *slog.Logger) *fiber.App {
 	g := &gateway.Gateway{Config: b.cfg, Store: b.store, Blobs: b.blobs, Signer: b.signer, Log: log}
+	go g.Watch(ctx)
 	return g.App()
 }
 

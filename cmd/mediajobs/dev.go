@@ -137,7 +137,7 @@ func startDev(ctx context.Context, cfg *config.Config, o devOptions, log *slog.L
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
 	wg.Add(2)
-	go func() { defer wg.Done(); errc <- serve(ctx, b.gateway(log), ln) }()
+	go func() { defer wg.Done(); errc <- serve(ctx, b.gateway(ctx, log), ln) }()
 	go func() { defer wg.Done(); errc <- d.Run(ctx) }()
 	ready(&devStack{URL: cfg.Server.PublicURL, APIKey: key, b: b})
 	err = <-errc

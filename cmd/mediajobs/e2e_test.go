@@ -97,6 +97,7 @@ func mainWithStack(m *testing.M) int {
 	cfg := config.Default()
 	cfg.Server.AllowLoopback = true
 	cfg.Server.WaitLimit = "60s"
+	cfg.Server.RateLimit = 0 // the tests poll fast; gateway tests cover the limit
 	cfg.Etcd.DataDir = filepath.Join(tmp, "etcd")
 	cfg.Etcd.ListenClient = "127.0.0.1:0"
 	cfg.Etcd.ListenPeer = freeAddr()

@@ -28,7 +28,7 @@ func runGateway(ctx context.Context, args []string, log *slog.Logger) error {
 		return err
 	}
 	log.Info("gateway listening", "addr", ln.Addr().String(), "public_url", cfg.Server.PublicURL)
-	return serve(ctx, b.gateway(log), ln)
+	return serve(ctx, b.gateway(ctx, log), ln)
 }
 
 func runDispatcher(ctx context.Context, args []string, log *slog.Logger) error {

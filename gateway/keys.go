@@ -1,0 +1,89 @@
+package gateway
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	mj "github.com/mediajobs/mediajobs"
+)
+
+// keyView is an API key as listed: never the secret, only its first characters.
+type keyView struct {
+	ID         string     `json:"id"`
+	Name       string     `json:"name"`
+	Prefix     string     `json:"prefix"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+	Secret     string     `json:"secret,omitempty"` // only in the response that creates it
+}
+
+func viewKey(k *mj.APIKey) keyView {
+	return keyView{ID: k.ID, Name: k.Name, Prefix: k.Prefix, CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsed}
+}
+
+func (g *Gateway) listKeys(c *fiber.Ctx) error {
+	keys, err := g.Store.ListAPIKeys(c.UserContext(), account(c))
+	if err != nil {
+		return err
+	}
+	views := make([]keyView, len(keys))
+	for i, k := range keys {
+		views[i] = viewKey(k)
+	}
+	return c.JSON(fiber.Map{"data": views})
+}
+
+func (g *Gateway) createKey(c *fiber.Ctx) error {
+	body, err := g.jsonBody(c)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		Name string `json:"name"`
+	}
+	if len(strings.TrimSpace(string(body))) > 0 {
+		if err := json.Unmarshal(body, &req); err != nil {
+			return mj.Errorf(mj.EValidation, "request body must be {\"name\": \"...\"}: %v", err)
+		}
+	}
+	if req.Name == "" {
+		req.Name = "key"
+	}
+	if len(req.Name) > 100 {
+		e := mj.Errorf(mj.EValidation, "name: at most 100 characters")
+		e.Details = map[string]string{"name": "too long"}
+		return e
+	}
+	secret := mj.NewAPIKeySecret()
+	k, err := g.Store.AddAPIKey(c.UserContext(), account(c), req.Name, secret)
+	if err != nil {
+		return err
+	}
+	v := viewKey(k)
+	v.Secret = secret
+	return c.JSON(fiber.Map{"data": v})
+}
+
+func (g *Gateway) revokeKey(c *fiber.Ctx) error {
+	id := c.Params("id")
+	keys, err := g.Store.ListAPIKeys(c.UserContext(), account(c))
+	if err != nil {
+		return err
+	}
+	var hash string
+	for _, k := range keys {
+		if k.ID == id {
+			hash = k.Hash
+		}
+	}
+	if hash == "" {
+		return mj.Errorf(mj.ENotFound, "API key %s not found", id)
+	}
+	if err := g.Store.RevokeAPIKey(c.UserContext(), account(c), id); err != nil {
+		return err
+	}
+	g.keys.drop(hash)
+	return c.JSON(fiber.Map{"data": fiber.Map{"id": id, "revoked": true}})
+}
