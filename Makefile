@@ -38,3 +38,11 @@ fmt: ## gofmt the tree
 .PHONY: clean
 clean: ## remove bin/ and the dev data in .data/
 	rm -rf bin .data
+
+BENCHTIME  ?= 3s
+BENCHCOUNT ?= 3
+
+.PHONY: bench
+bench: ## create/GET throughput at 64 clients beside raw etcd and bare fiber (docs/benchmarks.md)
+	$(GO) build -o bin/bench-report ./bench/report
+	$(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -count=$(BENCHCOUNT) ./bench/ 2>&1 | bin/bench-report

@@ -8,9 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // ErrNotFound is returned for a key that holds nothing.
@@ -117,4 +119,43 @@ func (l *Local) ReadAll(ctx context.Context, key string) ([]byte, error) {
 	}
 	defer f.Close()
 	return io.ReadAll(f)
+}
+
+// Sweep deletes the files under prefix last written before cutoff, and the
+// directories it leaves empty. It returns how many files it deleted.
+func (l *Local) Sweep(_ context.Context, prefix string, cutoff time.Time) (int, error) {
+	root, err := l.path(strings.TrimSuffix(prefix, "/"))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	var dirs []string
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if p != root {
+				dirs = append(dirs, p)
+			}
+			return nil
+		}
+		info, err := d.Info()
+		if err != nil {
+			return nil // gone meanwhile
+		}
+		if info.ModTime().Before(cutoff) {
+			if err := os.Remove(p); err == nil {
+				n++
+			}
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- { // deepest first; fails harmlessly when not empty
+		os.Remove(dirs[i])
+	}
+	return n, err
 }

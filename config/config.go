@@ -86,10 +86,18 @@ type Storage struct {
 	Type           string `hcl:"type,optional"`
 	Path           string `hcl:"path,optional"`
 	DownloadURLTTL string `hcl:"download_url_ttl,optional"`
+	// OutputRetention is how long job outputs are kept; SweepEvery how often the
+	// janitor deletes expired temporary files and outputs.
+	OutputRetention string `hcl:"output_retention,optional"`
+	SweepEvery      string `hcl:"sweep_every,optional"`
 
-	TypeRange hcl.Range `hcl:"type,attr_range"`
-	TTLRange  hcl.Range `hcl:"download_url_ttl,attr_range"`
-	TTL       time.Duration
+	TypeRange      hcl.Range `hcl:"type,attr_range"`
+	TTLRange       hcl.Range `hcl:"download_url_ttl,attr_range"`
+	RetentionRange hcl.Range `hcl:"output_retention,attr_range"`
+	SweepRange     hcl.Range `hcl:"sweep_every,attr_range"`
+	TTL            time.Duration
+	Retention      time.Duration
+	Sweep          time.Duration
 }
 
 // Pool is one kind of hardware jobs can ask for with "machine".
@@ -133,7 +141,7 @@ func Default() *Config {
 		Server:  &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
 		Etcd:    &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s"},
 		Nomad:   &Nomad{},
-		Storage: &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h"},
+		Storage: &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m"},
 	}
 }
 
@@ -218,6 +226,8 @@ func (c *Config) finish() hcl.Diagnostics {
 		bad(st.TypeRange, "Unsupported storage type", fmt.Sprintf("storage type %q is not supported; use \"local\".", st.Type))
 	}
 	st.TTL = dur(st.DownloadURLTTL, st.TTLRange, "download_url_ttl")
+	st.Retention = dur(st.OutputRetention, st.RetentionRange, "output_retention")
+	st.Sweep = dur(st.SweepEvery, st.SweepRange, "sweep_every")
 
 	if len(c.Pools) == 0 {
 		c.Pools = []*Pool{{Name: "cpu"}}

@@ -75,6 +75,11 @@ storage {
 
   # Lifetime of the signed download URLs in job objects (they are re-signed on every read).
   download_url_ttl = "24h"
+
+  # The janitor (in the dispatcher) deletes job outputs older than output_retention
+  # and temporary files older than server.tmp_file_ttl, every sweep_every.
+  output_retention = "168h"
+  sweep_every      = "10m"
 }
 
 # One pool per kind of hardware; a job picks one with "machine" (default "cpu").

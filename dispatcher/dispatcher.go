@@ -45,6 +45,7 @@ type Store interface {
 	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
 	JobIDs(ctx context.Context, prefix string) ([]string, int64, error)
 	DeleteOutbox(ctx context.Context, id string) error
+	SweepIdempotency(ctx context.Context, cutoff time.Time) (int, error)
 	EventIndex(ctx context.Context) (uint64, error)
 	SaveEventIndex(ctx context.Context, idx uint64) error
 	QueuePrefix() string
@@ -57,6 +58,7 @@ type Store interface {
 type Blobs interface {
 	ReadAll(ctx context.Context, key string) ([]byte, error)
 	Put(ctx context.Context, key string, r io.Reader, max int64) (int64, error)
+	Sweep(ctx context.Context, prefix string, cutoff time.Time) (int, error)
 }
 
 // Dispatcher runs the loops above. Fill the fields and call Run.
@@ -98,7 +100,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 	}
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop} {
+	for _, loop := range []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.janitorLoop} {
 		wg.Add(1)
 		go func() { defer wg.Done(); loop(ctx) }()
 	}

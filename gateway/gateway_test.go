@@ -24,6 +24,7 @@ import (
 type harness struct {
 	t     *testing.T
 	app   *fiber.App
+	gw    *Gateway
 	store *store.Store
 	keys  map[string]string // account -> secret
 }
@@ -41,7 +42,8 @@ func newHarness(t *testing.T) *harness {
 	}
 	blobs, _ := blob.NewLocal(t.TempDir())
 	g := &Gateway{Config: cfg, Store: s, Blobs: blobs, Signer: blob.Signer{Secret: []byte("0123456789abcdef"), Base: "http://gw.test"}}
-	h := &harness{t: t, app: g.App(), store: s, keys: map[string]string{}}
+	h := &harness{t: t, app: g.App(), gw: g, store: s, keys: map[string]string{}}
+	cfg.Server.RateLimit = 0 // TestRateLimit turns it on
 	for _, acct := range []string{"alice", "bob"} {
 		a, _ := s.EnsureAccount(context.Background(), acct, acct)
 		secret := mj.NewAPIKeySecret()
@@ -150,6 +152,7 @@ func TestCreateValidation(t *testing.T) {
 		{"wrong type int", with("timeout_seconds", "10"), "timeout_seconds"},
 		{"malformed json", `{"output_files": [`, ""},
 		{"empty body", "", ""},
+		{"array body", `[1]`, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -4,9 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"strconv"
-	"time"
 
 	"github.com/gofiber/fiber/v2"
 	mj "github.com/mediajobs/mediajobs"
@@ -36,7 +36,9 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		if len(key) > 255 {
 			return mj.Errorf(mj.EValidation, "Idempotency-Key: at most 255 characters")
 		}
-		sum := sha256.Sum256(body)
+		// The decoded request, re-encoded: key order and spacing do not matter.
+		canon, _ := json.Marshal(req)
+		sum := sha256.Sum256(canon)
 		idem = &store.Idempotency{Key: key, Fingerprint: hex.EncodeToString(sum[:])}
 	}
 	if j, err = g.Store.CreateJobOnce(c.UserContext(), j, idem); err != nil {
@@ -112,7 +114,7 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 		if j.Status.Terminal() {
 			return mj.Errorf(mj.EConflict, "job is already %s", j.Status)
 		}
-		now := time.Now().UTC()
+		now := g.Now().UTC()
 		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusCancelled, &now, "cancelled by the client"
 		return nil
 	})

@@ -44,6 +44,9 @@ func decodeCreate(body []byte) (*createRequest, error) {
 	}
 	if err := json.Unmarshal(body, &req); err != nil {
 		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) && te.Field == "" {
+			return nil, mj.Errorf(mj.EValidation, "request body must be a JSON object, not a JSON %s", te.Value)
+		}
 		if errors.As(err, &te) {
 			e := mj.Errorf(mj.EValidation, "%s must be %s, not a JSON %s", te.Field, jsonType(te.Type.String()), te.Value)
 			e.Details = map[string]string{te.Field: "wrong type"}

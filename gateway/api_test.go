@@ -1,0 +1,210 @@
+package gateway
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/testenv"
+)
+
+func TestAPIKeys(t *testing.T) {
+	h := newHarness(t)
+	status, body, _ := h.do("GET", "/api/keys", "alice", nil)
+	keys := body["data"].([]any)
+	if status != 200 || len(keys) != 1 {
+		t.Fatalf("list: %d %v", status, body)
+	}
+	first := keys[0].(map[string]any)
+	if first["secret"] != nil || first["prefix"] != h.keys["alice"][:mj.APIKeyPrefixLen] || first["id"] == "" {
+		t.Fatalf("listed key %v", first)
+	}
+	// last_used_at is recorded (asynchronously) for the key just used.
+	testenv.Eventually(t, 5*time.Second, "last_used_at", func() bool {
+		_, body, _ := h.do("GET", "/api/keys", "alice", nil)
+		return body["data"].([]any)[0].(map[string]any)["last_used_at"] != nil
+	})
+
+	// The last key cannot be revoked.
+	if status, body, _ := h.do("DELETE", "/api/keys/"+first["id"].(string), "alice", nil); status != 409 || body["errorCode"] != "conflict" {
+		t.Fatalf("revoke last key: %d %v", status, body)
+	}
+	status, body, _ = h.do("POST", "/api/keys", "alice", map[string]string{"name": "ci"})
+	created := body["data"].(map[string]any)
+	secret, _ := created["secret"].(string)
+	if status != 200 || created["name"] != "ci" || len(secret) < 40 {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	h.keys["alice2"] = secret
+	if status, _, _ := h.do("GET", "/api/jobs", "alice2", nil); status != 200 {
+		t.Fatalf("new key refused: %d", status)
+	}
+	// Bob cannot see or revoke Alice's keys.
+	if status, _, _ := h.do("DELETE", "/api/keys/"+created["id"].(string), "bob", nil); status != 404 {
+		t.Fatalf("bob revoked alice's key: %d", status)
+	}
+	_, body, _ = h.do("GET", "/api/keys", "bob", nil)
+	if len(body["data"].([]any)) != 1 {
+		t.Fatalf("bob sees %v", body["data"])
+	}
+	// Revoking takes effect at once, even for a key this gateway has cached.
+	if status, body, _ := h.do("DELETE", "/api/keys/"+created["id"].(string), "alice", nil); status != 200 || body["data"].(map[string]any)["revoked"] != true {
+		t.Fatalf("revoke: %d %v", status, body)
+	}
+	if status, body, _ := h.do("GET", "/api/jobs", "alice2", nil); status != 401 || body["errorCode"] != "badApiKey" {
+		t.Fatalf("revoked key: %d %v", status, body)
+	}
+	if status, _, _ := h.do("DELETE", "/api/keys/nope", "alice", nil); status != 404 {
+		t.Fatalf("unknown key: %d", status)
+	}
+}
+
+func TestRevocationReachesOtherGateways(t *testing.T) {
+	h := newHarness(t)
+	other := &Gateway{Config: h.gw.Config, Store: h.store, Blobs: h.gw.Blobs, Signer: h.gw.Signer}
+	app := other.App()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go other.Watch(ctx)
+	_, body, _ := h.do("POST", "/api/keys", "alice", map[string]string{"name": "x"})
+	k := body["data"].(map[string]any)
+	h.keys["x"] = k["secret"].(string)
+	h2 := &harness{t: t, app: app, store: h.store, keys: h.keys}
+	if status, _, _ := h2.do("GET", "/api/jobs", "x", nil); status != 200 { // now cached there
+		t.Fatalf("other gateway: %d", status)
+	}
+	h.do("DELETE", "/api/keys/"+k["id"].(string), "alice", nil)
+	testenv.Eventually(t, 5*time.Second, "the other gateway to refuse the revoked key", func() bool {
+		status, _, _ := h2.do("GET", "/api/jobs", "x", nil)
+		return status == 401
+	})
+}
+
+func TestIdempotencyKey(t *testing.T) {
+	h := newHarness(t)
+	// Ten concurrent retries of one request create one job.
+	ids := make(chan string, 10)
+	var wg sync.WaitGroup
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			status, body, _ := h.do("POST", "/api/ffmpeg", "alice", valid(), "Idempotency-Key", "order-1")
+			if status != 200 {
+				t.Errorf("retry: %d %v", status, body)
+				return
+			}
+			ids <- body["data"].(map[string]any)["id"].(string)
+		}()
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[string]bool{}
+	for id := range ids {
+		seen[id] = true
+	}
+	if len(seen) != 1 || h.total("alice") != 1 {
+		t.Fatalf("%d distinct jobs, %d stored; want 1", len(seen), h.total("alice"))
+	}
+	// Key order and spacing do not make another request.
+	if status, body, _ := h.do("POST", "/api/ffmpeg", "alice", `{"output_files": ["out.mp4"], "ffmpeg_commands": ["-i {{video}} {{out.mp4}}"],
+		"input_files": {"video": "https://media.example/a.mp4"}}`, "Idempotency-Key", "order-1"); status != 200 || h.total("alice") != 1 {
+		t.Fatalf("same request, other key order: %d %v", status, body)
+	}
+	// The same key with another request is a conflict; another account's same key is its own.
+	if status, body, _ := h.do("POST", "/api/ffmpeg", "alice", with("metadata", map[string]string{"x": "y"}), "Idempotency-Key", "order-1"); status != 409 {
+		t.Fatalf("reused key, other body: %d %v", status, body)
+	}
+	if status, _, _ := h.do("POST", "/api/ffmpeg", "bob", valid(), "Idempotency-Key", "order-1"); status != 200 || h.total("bob") != 1 {
+		t.Fatalf("bob's order-1: %d", status)
+	}
+	// A refused request stores nothing under the key.
+	h.do("POST", "/api/ffmpeg", "alice", with("output_files", []string{}), "Idempotency-Key", "order-2")
+	if status, _, _ := h.do("POST", "/api/ffmpeg", "alice", valid(), "Idempotency-Key", "order-2"); status != 200 || h.total("alice") != 2 {
+		t.Fatalf("key of a refused request: %d, %d jobs", status, h.total("alice"))
+	}
+}
+
+func TestListPagingAndStatus(t *testing.T) {
+	h := newHarness(t)
+	var ids []string
+	for i := 0; i < 5; i++ {
+		_, body, _ := h.do("POST", "/api/ffmpeg", "alice", valid())
+		ids = append(ids, body["data"].(map[string]any)["id"].(string))
+	}
+	h.do("POST", "/api/jobs/"+ids[1]+"/cancel", "alice", nil)
+	h.do("POST", "/api/jobs/"+ids[3]+"/cancel", "alice", nil)
+
+	_, body, _ := h.do("GET", "/api/jobs?limit=2&offset=0", "alice", nil)
+	p := body["pagingParams"].(map[string]any)
+	got := body["data"].([]any)
+	if p["total"] != float64(5) || p["hasMore"] != true || p["limit"] != float64(2) || len(got) != 2 || got[0].(map[string]any)["id"] != ids[4] {
+		t.Fatalf("page 1: %v", body)
+	}
+	_, body, _ = h.do("GET", "/api/jobs?limit=2&offset=4", "alice", nil)
+	if p := body["pagingParams"].(map[string]any); p["hasMore"] != false || len(body["data"].([]any)) != 1 || body["data"].([]any)[0].(map[string]any)["id"] != ids[0] {
+		t.Fatalf("last page: %v", body)
+	}
+	_, body, _ = h.do("GET", "/api/jobs?offset=10", "alice", nil)
+	if len(body["data"].([]any)) != 0 {
+		t.Fatalf("past the end: %v", body)
+	}
+	_, body, _ = h.do("GET", "/api/jobs?status=cancelled", "alice", nil)
+	got = body["data"].([]any)
+	if len(got) != 2 || got[0].(map[string]any)["id"] != ids[3] || got[1].(map[string]any)["id"] != ids[1] || body["pagingParams"].(map[string]any)["total"] != float64(2) {
+		t.Fatalf("cancelled: %v", body)
+	}
+	_, body, _ = h.do("GET", "/api/jobs?status=queued&limit=1", "alice", nil)
+	if body["pagingParams"].(map[string]any)["total"] != float64(3) || body["data"].([]any)[0].(map[string]any)["status"] != "queued" {
+		t.Fatalf("queued: %v", body)
+	}
+	if status, _, _ := h.do("GET", "/api/jobs?status=done", "alice", nil); status != 400 {
+		t.Fatalf("unknown status: %d", status)
+	}
+}
+
+func TestRateLimit(t *testing.T) {
+	h := newHarness(t)
+	now := time.Unix(1_800_000_000, 0)
+	h.gw.Now = func() time.Time { return now }
+	h.gw.Config.Server.RateLimit, h.gw.Config.Server.RateBurst = 2, 3
+	for i := 0; i < 3; i++ { // the burst
+		if status, _, _ := h.do("GET", "/api/jobs", "alice", nil); status != 200 {
+			t.Fatalf("request %d within the burst: %d", i, status)
+		}
+	}
+	status, body, hdr := h.do("GET", "/api/jobs", "alice", nil)
+	if status != 429 || body["errorCode"] != "tooManyRequests" {
+		t.Fatalf("over the limit: %d %v", status, body)
+	}
+	if ra, err := strconv.Atoi(hdr.Get("Retry-After")); err != nil || ra < 1 {
+		t.Fatalf("Retry-After %q", hdr.Get("Retry-After"))
+	}
+	// Other accounts have their own bucket; the clock refills this one.
+	if status, _, _ := h.do("GET", "/api/jobs", "bob", nil); status != 200 {
+		t.Fatalf("bob limited by alice's use: %d", status)
+	}
+	now = now.Add(time.Second)
+	if status, _, _ := h.do("GET", "/api/jobs", "alice", nil); status != 200 {
+		t.Fatalf("after a second: %d", status)
+	}
+}
+
+func TestFieldsOfTheJobObject(t *testing.T) {
+	h := newHarness(t)
+	_, body, _ := h.do("POST", "/api/ffmpeg", "alice", with("webhook_url", "https://hooks.example/x"))
+	job := body["data"].(map[string]any)
+	for _, f := range []string{"id", "status", "output_files", "error_message", "created_at", "queued_at", "updated_at",
+		"started_at", "finished_at", "machine", "input_files", "ffmpeg_commands", "webhook_url", "timeout_seconds",
+		"metadata", "progress", "outputs", "status_detail", "webhook", "total_input_bytes", "total_output_bytes"} {
+		if _, ok := job[f]; !ok {
+			t.Errorf("job object lacks %s", f)
+		}
+	}
+	if job["webhook_url"] != "https://hooks.example/x" {
+		t.Errorf("webhook_url %v", job["webhook_url"])
+	}
+}
