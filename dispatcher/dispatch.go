@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/jobspecs"
+	"github.com/mediajobs/mediajobs/metrics"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -61,8 +62,10 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 		IdPrefixTemplate: childPrefix(j.ID, attempt),
 	}, &wo)
 	if err != nil {
+		metrics.Dispatches.WithLabelValues(j.Machine, "error").Inc()
 		return fmt.Errorf("nomad dispatch: %w", err)
 	}
+	metrics.Dispatches.WithLabelValues(j.Machine, "ok").Inc()
 	_, err = d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
 		if j.Status != mj.StatusQueued || j.NomadJobID != "" {
 			return errSkip // cancelled meanwhile

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/metrics"
 )
 
 // allocState is what the dispatcher needs of an allocation, from an event or a
@@ -151,6 +152,9 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) {
 	switch {
 	case err == nil:
 		d.Log.Info("job updated", "job", id, "status", j.Status, "alloc", a.ID)
+		if j.Status.Terminal() {
+			metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
+		}
 	case errors.Is(err, errSkip), mj.ErrorCode(err) == mj.ENotFound:
 	default:
 		d.Log.Warn("apply allocation", "job", id, "alloc", a.ID, "err", err)

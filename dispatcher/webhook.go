@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/go-retryablehttp"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/netguard"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -93,6 +94,7 @@ func (d *Dispatcher) webhookLoop(ctx context.Context) {
 			state.Status, state.LastError = "failed", res.Err.Error()
 			d.Log.Warn("webhook not delivered", "job", id, "url", j.WebhookURL, "attempts", res.Attempts, "err", res.Err)
 		}
+		metrics.Webhooks.WithLabelValues(state.Status).Inc()
 		if _, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Webhook = state; return nil }); err != nil {
 			d.Log.Warn("record webhook outcome", "job", id, "err", err)
 			return

@@ -2,7 +2,10 @@ package gateway
 
 import (
 	"context"
+	"io"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -206,5 +209,32 @@ func TestFieldsOfTheJobObject(t *testing.T) {
 	}
 	if job["webhook_url"] != "https://hooks.example/x" {
 		t.Errorf("webhook_url %v", job["webhook_url"])
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	h := newHarness(t)
+	_, body, _ := h.do("POST", "/api/ffmpeg", "alice", valid())
+	id := body["data"].(map[string]any)["id"].(string)
+	h.do("GET", "/api/jobs/"+id, "alice", nil)
+	h.do("GET", "/api/jobs/"+id, "bob", nil)
+	resp, err := h.app.Test(httptest.NewRequest("GET", "/metrics", nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	text := string(raw)
+	for _, want := range []string{
+		`mediajobs_http_requests_total{method="GET",route="/api/jobs/:id",status="200"}`,
+		`mediajobs_http_requests_total{method="GET",route="/api/jobs/:id",status="404"}`,
+		`mediajobs_jobs_created_total{machine="cpu"}`,
+		`mediajobs_http_request_duration_seconds_bucket`,
+	} {
+		if !strings.Contains(text, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	if strings.Contains(text, id) {
+		t.Error("a job id leaked into a metric label")
 	}
 }

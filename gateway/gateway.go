@@ -116,6 +116,21 @@ func (g *Gateway) errorHandler(c *fiber.Ctx, err error) error {
 	return c.Status(status).JSON(body)
 }
 
+// statusOf is the HTTP status the error handler will give err.
+func statusOf(err error) int {
+	var e *mj.Error
+	var fe *fiber.Error
+	switch {
+	case errors.As(err, &e):
+		return httpStatus(e.Code)
+	case errors.As(err, &fe):
+		return httpStatus(fiberError(fe).Code)
+	case errors.Is(err, blob.ErrTooLarge):
+		return fiber.StatusRequestEntityTooLarge
+	}
+	return fiber.StatusInternalServerError
+}
+
 func httpStatus(code string) int {
 	switch code {
 	case mj.EValidation:

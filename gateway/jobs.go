@@ -10,6 +10,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
 )
 
@@ -41,8 +42,12 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		sum := sha256.Sum256(canon)
 		idem = &store.Idempotency{Key: key, Fingerprint: hex.EncodeToString(sum[:])}
 	}
+	id := j.ID
 	if j, err = g.Store.CreateJobOnce(c.UserContext(), j, idem); err != nil {
 		return err
+	}
+	if j.ID == id {
+		metrics.JobsCreated.WithLabelValues(j.Machine).Inc()
 	}
 	if c.Query("wait") == "true" {
 		// Bounded by wait_limit, which stays below clients' read timeouts.
@@ -121,6 +126,7 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
 	return c.JSON(fiber.Map{"data": g.view(j)})
 }
 

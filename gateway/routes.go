@@ -2,17 +2,23 @@ package gateway
 
 import (
 	"context"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/adaptor"
+	"github.com/mediajobs/mediajobs/metrics"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // routes lists every route of the API in one place.
 func (g *Gateway) routes(app *fiber.App) {
-	app.Use(cleanPath, g.withContext)
+	app.Use(cleanPath, g.withContext, measure)
 
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	app.Get("/readyz", g.readyz)
+	app.Get("/metrics", adaptor.HTTPHandler(promhttp.Handler()))
 
 	// Signed links: the signature is the credential, no API key.
 	app.Get("/files/*", g.download)
@@ -60,4 +66,20 @@ func (g *Gateway) readyz(c *fiber.Ctx) error {
 		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"errorCode": "unavailable", "message": "etcd is not reachable: " + err.Error()})
 	}
 	return c.JSON(fiber.Map{"status": "ready"})
+}
+
+// measure records each request's count and duration by route pattern (not path,
+// which would make a series per job id).
+func measure(c *fiber.Ctx) error {
+	start := time.Now()
+	err := c.Next()
+	route := c.Route().Path
+	status := c.Response().StatusCode()
+	if err != nil {
+		// The error handler has not run yet; classify by the error's HTTP status.
+		status = statusOf(err)
+	}
+	metrics.HTTPRequests.WithLabelValues(c.Method(), route, strconv.Itoa(status)).Inc()
+	metrics.HTTPDuration.WithLabelValues(c.Method(), route).Observe(time.Since(start).Seconds())
+	return err
 }
