@@ -25,11 +25,12 @@ run: deps build ## start Nomad (dev) and mediajobs dev; prints the API URL and a
 	@deploy/scripts/run-dev.sh
 
 .PHONY: test
-test: deps ## the whole suite against real etcd, Nomad and ffmpeg, plus vet, gofmt and a short fuzz run
+test: deps ## the whole suite against real etcd, Nomad and ffmpeg, plus vet, gofmt and short fuzz runs
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) CI=$${CI:-true} $(GO) test -count=1 ./...
 	$(GO) test -run='^$$' -fuzz=FuzzPrepare -fuzztime=$(FUZZTIME) ./command/
+	$(GO) test -run='^$$' -fuzz=FuzzCreateRequest -fuzztime=$(FUZZTIME) ./gateway/
 
 .PHONY: fmt
 fmt: ## gofmt the tree
