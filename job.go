@@ -52,8 +52,11 @@ type Job struct {
 	TotalOutputBytes int64 `json:"total_output_bytes,omitempty"`
 
 	// Dispatch bookkeeping, not public.
-	NomadJobID string `json:"nomad_job_id,omitempty"`
-	Attempt    int    `json:"attempt,omitempty"`
+	NomadJobID   string     `json:"nomad_job_id,omitempty"`
+	Attempt      int        `json:"attempt,omitempty"`
+	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
+	// PlacementReason is why Nomad could not place the current attempt yet.
+	PlacementReason string `json:"placement_reason,omitempty"`
 
 	Webhook *WebhookState `json:"webhook,omitempty"`
 

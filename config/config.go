@@ -79,6 +79,12 @@ type Nomad struct {
 	Token     string `hcl:"token,optional"`
 	Region    string `hcl:"region,optional"`
 	Namespace string `hcl:"namespace,optional"`
+	// PurgeAfter: finished child jobs are purged from Nomad this long after they end,
+	// once their result is stored, so the Nomad UI stays usable.
+	PurgeAfter string `hcl:"purge_after,optional"`
+
+	PurgeRange  hcl.Range `hcl:"purge_after,attr_range"`
+	PurgeAfterD time.Duration
 }
 
 // Storage is the blob store for temporary files and outputs.
@@ -112,6 +118,15 @@ type Pool struct {
 	GPUs           int      `hcl:"gpus,optional"`
 	DefaultTimeout string   `hcl:"default_timeout,optional"`
 	MaxTimeout     string   `hcl:"max_timeout,optional"`
+	// MaxInFlight caps this pool's Nomad children at once; the rest wait, first in
+	// first out. 0: no cap.
+	MaxInFlight int `hcl:"max_in_flight,optional"`
+	// QueueLimit is how long a dispatched job may wait for Nomad to place it before
+	// it fails with the placement reason.
+	QueueLimit string `hcl:"queue_limit,optional"`
+	// MaxAttempts bounds the attempts of a job whose worker was lost or crashed
+	// (never a job whose command failed).
+	MaxAttempts int `hcl:"max_attempts,optional"`
 
 	DefRange       hcl.Range `hcl:",def_range"`
 	DriverRange    hcl.Range `hcl:"driver,attr_range"`
@@ -119,9 +134,11 @@ type Pool struct {
 	MaxTORange     hcl.Range `hcl:"max_timeout,attr_range"`
 	CPURange       hcl.Range `hcl:"cpu,attr_range"`
 	MemoryRange    hcl.Range `hcl:"memory,attr_range"`
+	QueueLimRange  hcl.Range `hcl:"queue_limit,attr_range"`
 
 	DefaultTimeoutD time.Duration
 	MaxTimeoutD     time.Duration
+	QueueLimitD     time.Duration
 }
 
 // Pool returns the pool named name, or nil.
@@ -140,7 +157,7 @@ func Default() *Config {
 	return &Config{
 		Server:  &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
 		Etcd:    &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s"},
-		Nomad:   &Nomad{},
+		Nomad:   &Nomad{PurgeAfter: "1h"},
 		Storage: &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m"},
 	}
 }
@@ -221,6 +238,8 @@ func (c *Config) finish() hcl.Diagnostics {
 		e.Prefix += "/"
 	}
 
+	c.Nomad.PurgeAfterD = dur(c.Nomad.PurgeAfter, c.Nomad.PurgeRange, "purge_after")
+
 	st := c.Storage
 	if st.Type != "local" {
 		bad(st.TypeRange, "Unsupported storage type", fmt.Sprintf("storage type %q is not supported; use \"local\".", st.Type))
@@ -250,6 +269,7 @@ func (c *Config) finish() hcl.Diagnostics {
 		}
 		p.DefaultTimeoutD = dur(p.DefaultTimeout, p.DefaultTORange, "default_timeout")
 		p.MaxTimeoutD = dur(p.MaxTimeout, p.MaxTORange, "max_timeout")
+		p.QueueLimitD = dur(p.QueueLimit, p.QueueLimRange, "queue_limit")
 		if p.DefaultTimeoutD > p.MaxTimeoutD && p.MaxTimeoutD > 0 {
 			bad(p.DefaultTORange, "Invalid default_timeout", fmt.Sprintf("pool %q: default_timeout %s is above max_timeout %s.", p.Name, p.DefaultTimeout, p.MaxTimeout))
 		}
@@ -281,6 +301,12 @@ func (p *Pool) applyDefaults() {
 	}
 	if p.MaxTimeout == "" {
 		p.MaxTimeout = "6h"
+	}
+	if p.QueueLimit == "" {
+		p.QueueLimit = "10m"
+	}
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = 3
 	}
 }
 

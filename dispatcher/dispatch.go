@@ -4,32 +4,89 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// dispatchLoop dispatches every job in the queue, as it arrives.
+// dispatchConcurrency is how many Nomad dispatch calls run at once.
+const dispatchConcurrency = 8
+
+// dispatchLoop fills each pool's free slots from its queue, oldest first, whenever
+// the queue or the active set changes (and every few seconds, to retry failures).
 func (d *Dispatcher) dispatchLoop(ctx context.Context) {
-	d.watchPrefix(ctx, d.Store.QueuePrefix(), 15*time.Second, func(ctx context.Context, id string, del *clientv3.Event) {
-		if del != nil {
+	wake := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	}
+	for _, prefix := range []string{d.Store.QueuePrefix(), d.Store.ActivePrefix()} {
+		go func() {
+			for ctx.Err() == nil {
+				for range d.Store.Client().Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix()) {
+					poke()
+				}
+				sleep(ctx, time.Second)
+			}
+		}()
+	}
+	for {
+		for _, pool := range d.Config.Pools {
+			d.dispatchPool(ctx, pool)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake:
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// dispatchPool dispatches as many of the pool's queued jobs as its cap allows.
+func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) {
+	limit := 0
+	if pool.MaxInFlight > 0 {
+		inFlight, err := d.Store.Count(ctx, d.Store.PoolActivePrefix(pool.Name))
+		if err != nil {
 			return
 		}
-		if err := d.dispatch(ctx, id); err != nil && ctx.Err() == nil {
-			d.Log.Warn("dispatch failed; will retry", "job", id, "err", err)
-			d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
-				if j.Status != mj.StatusQueued {
-					return errSkip
-				}
-				j.StatusDetail = "waiting to reach Nomad: " + err.Error()
-				return nil
-			})
+		if limit = pool.MaxInFlight - inFlight; limit <= 0 {
+			return
 		}
-	})
+	}
+	ids, _, err := d.Store.JobIDs(ctx, d.Store.PoolQueuePrefix(pool.Name), limit)
+	if err != nil || len(ids) == 0 {
+		return
+	}
+	sem := make(chan struct{}, dispatchConcurrency)
+	var wg sync.WaitGroup
+	for _, id := range ids {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := d.dispatch(ctx, id); err != nil && ctx.Err() == nil {
+				d.Log.Warn("dispatch failed; will retry", "job", id, "err", err)
+				d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+					if j.Status.Terminal() || j.NomadJobID != "" {
+						return errSkip
+					}
+					j.StatusDetail = "waiting to reach Nomad: " + err.Error()
+					return nil
+				})
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 var errSkip = mj.Errorf(mj.EConflict, "skip")
@@ -42,36 +99,44 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if j.Status != mj.StatusQueued || j.NomadJobID != "" {
+	if j.Status.Terminal() || j.NomadJobID != "" {
 		return nil
 	}
-	attempt := j.Attempt
-	if attempt == 0 {
-		attempt = 1
-	}
+	attempt := max(j.Attempt, 1)
 	payload, err := d.manifest(ctx, j, attempt)
 	if err != nil {
 		return err
 	}
-	wo := *d.writeOpts
-	wo.IdempotencyToken = fmt.Sprintf("%s/%d", j.ID, attempt)
-	resp, _, err := d.Jobs.DispatchOpts(&api.DispatchOptions{
+	opts := &api.DispatchOptions{
 		JobID:            jobspecs.JobID(j.Machine),
 		Meta:             map[string]string{"mediajobs_job_id": j.ID, "mediajobs_attempt": fmt.Sprint(attempt)},
 		Payload:          payload,
 		IdPrefixTemplate: childPrefix(j.ID, attempt),
-	}, &wo)
+	}
+	wo := *d.writeOpts
+	wo.IdempotencyToken = fmt.Sprintf("%s/%d", j.ID, attempt)
+	resp, _, err := d.Jobs.DispatchOpts(opts, &wo)
+	if err != nil && isNotFound(err) {
+		// Nomad lost the parameterized job (a dev agent restarted): register again.
+		if rerr := d.RegisterPools(); rerr == nil {
+			resp, _, err = d.Jobs.DispatchOpts(opts, &wo)
+		}
+	}
 	if err != nil {
 		metrics.Dispatches.WithLabelValues(j.Machine, "error").Inc()
 		return fmt.Errorf("nomad dispatch: %w", err)
 	}
 	metrics.Dispatches.WithLabelValues(j.Machine, "ok").Inc()
+	now := time.Now().UTC()
 	_, err = d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
-		if j.Status != mj.StatusQueued || j.NomadJobID != "" {
-			return errSkip // cancelled meanwhile
+		if j.Status.Terminal() || j.NomadJobID != "" || max(j.Attempt, 1) != attempt {
+			return errSkip // cancelled (or handled) meanwhile
 		}
-		j.NomadJobID, j.Attempt = resp.DispatchedJobID, attempt
+		j.NomadJobID, j.Attempt, j.DispatchedAt, j.PlacementReason = resp.DispatchedJobID, attempt, &now, ""
 		j.StatusDetail = "dispatched to Nomad as " + resp.DispatchedJobID + "; waiting for a node"
+		if attempt > 1 {
+			j.StatusDetail = fmt.Sprintf("attempt %d: %s", attempt, j.StatusDetail)
+		}
 		return nil
 	})
 	if err == errSkip {
@@ -80,7 +145,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 		return nil
 	}
 	if err == nil {
-		d.Log.Info("dispatched", "job", id, "nomad_job", resp.DispatchedJobID)
+		d.Log.Info("dispatched", "job", id, "attempt", attempt, "nomad_job", resp.DispatchedJobID)
 	}
 	return err
 }
@@ -91,12 +156,13 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 	scope := runScope(j.ID, attempt)
 	// Valid for the whole life of the attempt: queueing, the timeout, uploading.
 	exp := time.Now().Add(time.Duration(j.TimeoutSeconds)*time.Second + 48*time.Hour)
+	pool := d.Config.Pool(j.Machine)
 	m := mj.Manifest{
 		JobID: j.ID, Attempt: attempt, InputFiles: j.InputFiles, OutputNames: j.OutputNames,
 		FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
 		UploadURL:     d.Signer.URL("PUT", scope, scope+"{path}", exp),
 		AllowLoopback: d.Config.Server.AllowLoopback,
-		AllowGPU:      d.Config.Pool(j.Machine) != nil && d.Config.Pool(j.Machine).GPUs > 0,
+		AllowGPU:      pool != nil && pool.GPUs > 0,
 	}
 	b := mustJSON(m)
 	if len(b) <= maxPayload {
@@ -109,7 +175,7 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 	return mustJSON(mj.Manifest{ManifestURL: d.Signer.URL("GET", key, key, exp)}), nil
 }
 
-// cancelLoop stops the Nomad job of every job that leaves the active set as
+// cancelLoop stops the Nomad child of every job that leaves the active set as
 // cancelled (the gateway marks it; Nomad follows).
 func (d *Dispatcher) cancelLoop(ctx context.Context) {
 	d.watchPrefix(ctx, d.Store.ActivePrefix(), time.Hour, func(ctx context.Context, id string, del *clientv3.Event) {
@@ -120,10 +186,15 @@ func (d *Dispatcher) cancelLoop(ctx context.Context) {
 		if err != nil || j.Status != mj.StatusCancelled {
 			return
 		}
-		if _, _, err := d.Jobs.Deregister(string(del.PrevKv.Value), false, d.writeOpts); err != nil {
-			d.Log.Warn("could not stop the nomad job of a cancelled job", "job", id, "nomad_job", string(del.PrevKv.Value), "err", err)
-			return
-		}
-		d.Log.Info("stopped cancelled job", "job", id, "nomad_job", string(del.PrevKv.Value))
+		d.stopChild(string(del.PrevKv.Value), "job cancelled", id)
 	})
+}
+
+// stopChild deregisters a Nomad child (not purged: the operator can still read it).
+func (d *Dispatcher) stopChild(child, why, id string) {
+	if _, _, err := d.Jobs.Deregister(child, false, d.writeOpts); err != nil && !isNotFound(err) {
+		d.Log.Warn("could not stop nomad job", "job", id, "nomad_job", child, "why", why, "err", err)
+		return
+	}
+	d.Log.Info("stopped nomad job", "job", id, "nomad_job", child, "why", why)
 }

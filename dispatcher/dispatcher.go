@@ -1,16 +1,21 @@
-// Package dispatcher moves queued jobs onto Nomad and Nomad's results back onto jobs:
-// it registers one parameterized job per pool, dispatches one child per queued job,
-// follows Nomad's allocation events (reconciling against Nomad after every
-// (re)connect), stops the Nomad job of a cancelled job, and delivers webhooks from
-// the etcd outbox.
+// Package dispatcher moves queued jobs onto Nomad and Nomad's results back onto jobs.
+// One dispatcher leads (etcd election); standbys wait to take over. The leader
+// registers one parameterized job per pool, dispatches one child per queued job
+// (first in, first out per pool, up to the pool's cap), follows Nomad's allocation
+// and evaluation events and reconciles against Nomad after every (re)connect and
+// periodically, re-dispatches attempts whose worker was lost, fails jobs no node can
+// place after the pool's queue limit, stops cancelled and overdue children, delivers
+// webhooks from the etcd outbox, and sweeps expired files and finished children.
 package dispatcher
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -23,6 +28,7 @@ import (
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // NomadJobs is what the dispatcher needs of Nomad's jobs API; *api.Jobs has it.
@@ -31,6 +37,8 @@ type NomadJobs interface {
 	Register(job *api.Job, q *api.WriteOptions) (*api.JobRegisterResponse, *api.WriteMeta, error)
 	DispatchOpts(opts *api.DispatchOptions, q *api.WriteOptions) (*api.JobDispatchResponse, *api.WriteMeta, error)
 	Deregister(jobID string, purge bool, q *api.WriteOptions) (string, *api.WriteMeta, error)
+	Info(jobID string, q *api.QueryOptions) (*api.Job, *api.QueryMeta, error)
+	List(q *api.QueryOptions) ([]*api.JobListStub, *api.QueryMeta, error)
 	Allocations(jobID string, allAllocs bool, q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error)
 }
 
@@ -43,7 +51,8 @@ type NomadEvents interface {
 type Store interface {
 	Job(ctx context.Context, id string) (*mj.Job, error)
 	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
-	JobIDs(ctx context.Context, prefix string) ([]string, int64, error)
+	JobIDs(ctx context.Context, prefix string, limit int) ([]string, int64, error)
+	Count(ctx context.Context, prefix string) (int, error)
 	DeleteOutbox(ctx context.Context, id string) error
 	SweepIdempotency(ctx context.Context, cutoff time.Time) (int, error)
 	EventIndex(ctx context.Context) (uint64, error)
@@ -51,10 +60,13 @@ type Store interface {
 	QueuePrefix() string
 	ActivePrefix() string
 	OutboxPrefix() string
+	PoolQueuePrefix(pool string) string
+	PoolActivePrefix(pool string) string
+	ElectionPrefix() string
 	Client() *clientv3.Client
 }
 
-// Blobs is what the dispatcher reads from the blob store: runner results.
+// Blobs is what the dispatcher needs of the blob store.
 type Blobs interface {
 	ReadAll(ctx context.Context, key string) ([]byte, error)
 	Put(ctx context.Context, key string, r io.Reader, max int64) (int64, error)
@@ -74,29 +86,116 @@ type Dispatcher struct {
 	RunnerCommand string
 	Log           *slog.Logger
 	// ReconcileEvery re-reads unfinished jobs from Nomad even when the stream is
-	// healthy: the stream is a best-effort tail. Default 30s.
+	// healthy: the stream is a best-effort tail. Default 15s.
 	ReconcileEvery time.Duration
+	// LeaderTTL is the etcd session TTL: a standby takes over this long after the
+	// leader dies. Default 10s.
+	LeaderTTL time.Duration
+	// TimeoutGrace is how long past a job's timeout a child may live before the
+	// dispatcher stops it. Default 60s.
+	TimeoutGrace time.Duration
+	// Name identifies this dispatcher in the election (default host:pid).
+	Name string
 
-	writeOpts  *api.WriteOptions
-	queryOpts  *api.QueryOptions
-	registered bool
+	writeOpts *api.WriteOptions
+	queryOpts *api.QueryOptions
+	mu        sync.Mutex
+	leading   bool
 }
 
 // maxPayload stays under Nomad's 16 KiB dispatch payload limit; a larger manifest
 // goes to the blob store and the payload carries a signed URL to it.
 const maxPayload = 15 * 1024
 
-// Run registers the pools' jobs and runs every loop until ctx ends.
-func (d *Dispatcher) Run(ctx context.Context) error {
+func (d *Dispatcher) defaults() {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
 	if d.ReconcileEvery == 0 {
-		d.ReconcileEvery = 30 * time.Second
+		d.ReconcileEvery = 15 * time.Second
 	}
-	if !d.registered {
-		if err := d.RegisterPools(); err != nil {
-			return err
+	if d.LeaderTTL == 0 {
+		d.LeaderTTL = 10 * time.Second
+	}
+	if d.TimeoutGrace == 0 {
+		d.TimeoutGrace = 60 * time.Second
+	}
+	if d.Name == "" {
+		host, _ := os.Hostname()
+		d.Name = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	d.writeOpts = &api.WriteOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace}
+	d.queryOpts = &api.QueryOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace}
+}
+
+// Leading reports whether this dispatcher is the leader now.
+func (d *Dispatcher) Leading() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.leading
+}
+
+func (d *Dispatcher) setLeading(v bool) {
+	d.mu.Lock()
+	d.leading = v
+	d.mu.Unlock()
+}
+
+// Run campaigns for leadership and, while leading, runs every loop; it returns when
+// ctx ends. Losing the etcd session (a partition, a long pause) stops the loops and
+// campaigns again; every write is a compare-and-swap, so a deposed leader's late
+// writes cannot break a job.
+func (d *Dispatcher) Run(ctx context.Context) error {
+	d.defaults()
+	for ctx.Err() == nil {
+		sess, err := concurrency.NewSession(d.Store.Client(), concurrency.WithTTL(int(d.LeaderTTL/time.Second)), concurrency.WithContext(ctx))
+		if err != nil {
+			d.Log.Warn("etcd session failed; retrying", "err", err)
+			sleep(ctx, time.Second)
+			continue
+		}
+		el := concurrency.NewElection(sess, d.Store.ElectionPrefix())
+		d.Log.Info("dispatcher waiting for leadership", "name", d.Name)
+		if err := el.Campaign(ctx, d.Name); err != nil {
+			sess.Close()
+			if ctx.Err() == nil {
+				d.Log.Warn("campaign failed; retrying", "err", err)
+				sleep(ctx, time.Second)
+			}
+			continue
+		}
+		d.Log.Info("dispatcher leading", "name", d.Name)
+		lctx, cancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-sess.Done():
+				d.Log.Warn("etcd session lost; stepping down")
+			case <-lctx.Done():
+			}
+			cancel()
+		}()
+		d.setLeading(true)
+		d.lead(lctx)
+		d.setLeading(false)
+		cancel()
+		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
+		el.Resign(rctx)
+		rcancel()
+		sess.Close()
+	}
+	return nil
+}
+
+// lead registers the pools and runs the loops until ctx ends.
+func (d *Dispatcher) lead(ctx context.Context) {
+	for {
+		err := d.RegisterPools()
+		if err == nil {
+			break
+		}
+		d.Log.Warn("register pools failed; retrying", "err", err)
+		if sleep(ctx, 2*time.Second); ctx.Err() != nil {
+			return
 		}
 	}
 	var wg sync.WaitGroup
@@ -105,14 +204,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); loop(ctx) }()
 	}
 	wg.Wait()
-	return nil
 }
 
 // RegisterPools renders each pool's jobspec, has Nomad parse it, and registers it.
 // Registering an unchanged job is a no-op in Nomad, so this is idempotent.
 func (d *Dispatcher) RegisterPools() error {
-	d.writeOpts = &api.WriteOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace}
-	d.queryOpts = &api.QueryOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace}
+	if d.writeOpts == nil {
+		d.defaults()
+	}
 	for _, pool := range d.Config.Pools {
 		r, err := jobspecs.Render(pool, d.RunnerCommand)
 		if err != nil {
@@ -133,7 +232,6 @@ func (d *Dispatcher) RegisterPools() error {
 		}
 		d.Log.Info("registered pool", "pool", pool.Name, "nomad_job", r.JobID)
 	}
-	d.registered = true
 	return nil
 }
 
@@ -160,12 +258,24 @@ func ParseChildID(nomadJobID string) (id string, attempt int, ok bool) {
 	return id, attempt, true
 }
 
-// watchPrefix calls fn with the ids under prefix now, then with every id put there
-// (or deleted, with the previous value, when deletes is set) until ctx ends.
-// Every resync it lists the prefix again, so a missed or failed item comes back.
+// isNotFound tells Nomad's 404 from other errors.
+func isNotFound(err error) bool {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		return ue.StatusCode() == 404
+	}
+	var uep *api.UnexpectedResponseError
+	if errors.As(err, &uep) {
+		return uep.StatusCode() == 404
+	}
+	return err != nil && strings.Contains(err.Error(), "404")
+}
+
+// watchPrefix calls fn for every event under prefix (nil first, for a full pass)
+// until ctx ends, listing again every resync so nothing missed stays missed.
 func (d *Dispatcher) watchPrefix(ctx context.Context, prefix string, resync time.Duration, fn func(ctx context.Context, id string, deleted *clientv3.Event)) {
 	for ctx.Err() == nil {
-		ids, rev, err := d.Store.JobIDs(ctx, prefix)
+		ids, rev, err := d.Store.JobIDs(ctx, prefix, 0)
 		if err != nil {
 			d.Log.Warn("list failed; retrying", "prefix", prefix, "err", err)
 			sleep(ctx, time.Second)

@@ -38,6 +38,8 @@ func TestTransition(t *testing.T) {
 		result     *mj.Result
 		wantStatus mj.Status
 		wantErr    string // substring of error_message
+		wantDetail string // substring of status_detail (retries)
+		attempt    int
 		skip       bool
 	}{
 		{name: "running", from: mj.StatusQueued, alloc: allocState{ID: "a1", ClientStatus: "running", StartedAt: started}, wantStatus: mj.StatusRunning},
@@ -46,14 +48,17 @@ func TestTransition(t *testing.T) {
 			result: &mj.Result{Succeeded: true, InputBytes: 10, Outputs: []mj.Output{{Name: "a.mp4", Size: 5}, {Name: "b.png", Size: 7}}}, wantStatus: mj.StatusSucceeded},
 		{name: "ffmpeg failed", from: mj.StatusRunning, alloc: allocState{ClientStatus: "failed"},
 			result: &mj.Result{ErrorMessage: "command 1 of 1 failed: boom"}, wantStatus: mj.StatusFailed, wantErr: "command 1 of 1 failed: boom"},
-		{name: "runner crashed", from: mj.StatusRunning, alloc: allocState{ID: "a9", ClientStatus: "failed", TaskEvents: []string{"Received: x", "Driver Failure: no such file"}},
-			wantStatus: mj.StatusFailed, wantErr: "without reporting a result (Nomad allocation a9, failed): Received: x; Driver Failure: no such file"},
-		{name: "node lost", from: mj.StatusRunning, alloc: allocState{ID: "a3", ClientStatus: "lost"}, wantStatus: mj.StatusFailed, wantErr: "node running the job was lost"},
+		{name: "runner crashed, retried", from: mj.StatusRunning, attempt: 1, alloc: allocState{ID: "a9", ClientStatus: "failed", TaskEvents: []string{"Received: x", "Driver Failure: no such file"}},
+			wantStatus: mj.StatusRunning, wantDetail: "attempt 2 of 3: retrying because its worker ended without reporting a result (Nomad allocation a9, failed): Received: x; Driver Failure: no such file"},
+		{name: "node lost, retried", from: mj.StatusQueued, attempt: 2, alloc: allocState{ID: "a3", ClientStatus: "lost"},
+			wantStatus: mj.StatusQueued, wantDetail: "attempt 3 of 3: retrying because the Nomad node running it was lost"},
+		{name: "node lost on the last attempt", from: mj.StatusRunning, attempt: 3, alloc: allocState{ID: "a3", ClientStatus: "lost"},
+			wantStatus: mj.StatusFailed, wantErr: "attempt 3 of 3 failed: the Nomad node running it was lost (allocation a3)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			j := &mj.Job{Status: c.from}
-			err := transition(j, c.alloc, c.result, now, scope)
+			j := &mj.Job{Status: c.from, Attempt: c.attempt, NomadJobID: "child"}
+			err := transition(j, c.alloc, c.result, now, scope, 3)
 			if c.skip {
 				if err != errSkip {
 					t.Fatalf("err = %v, want skip", err)
@@ -66,8 +71,11 @@ func TestTransition(t *testing.T) {
 			if err := mj.ValidateTransition(c.from, j.Status); err != nil {
 				t.Fatalf("transition broke the state machine: %v", err)
 			}
-			if j.Status != c.wantStatus || !strings.Contains(j.ErrorMessage, c.wantErr) {
-				t.Fatalf("status %s error %q, want %s %q", j.Status, j.ErrorMessage, c.wantStatus, c.wantErr)
+			if j.Status != c.wantStatus || !strings.Contains(j.ErrorMessage, c.wantErr) || !strings.Contains(j.StatusDetail, c.wantDetail) {
+				t.Fatalf("status %s error %q detail %q, want %s %q %q", j.Status, j.ErrorMessage, j.StatusDetail, c.wantStatus, c.wantErr, c.wantDetail)
+			}
+			if c.wantDetail != "" && (j.NomadJobID != "" || j.Attempt != c.attempt+1 || j.FinishedAt != nil) {
+				t.Fatalf("a retry must clear the child and count the attempt: %+v", j)
 			}
 			if j.Status.Terminal() && (j.FinishedAt == nil || !j.FinishedAt.Equal(now)) {
 				t.Fatalf("finished_at = %v", j.FinishedAt)
@@ -143,5 +151,17 @@ func TestWebhookRefusesInternalAddresses(t *testing.T) {
 	// A link-local address is refused before any packet is sent.
 	if d := w.Send(context.Background(), "http://169.254.169.254/latest", "job.failed", []byte(`{}`)); d.Err == nil || !strings.Contains(d.Err.Error(), "169.254.0.0/16") {
 		t.Fatalf("link-local webhook: %+v", d)
+	}
+}
+
+func TestPlacementReason(t *testing.T) {
+	got := placementReason(map[string]*api.AllocationMetric{"ffmpeg": {
+		NodesEvaluated: 1, NodesInPool: 1, ConstraintFiltered: map[string]int{"missing devices": 1},
+	}})
+	if got != "no node can run it (1 node(s) evaluated; 1 filtered by missing devices)" {
+		t.Fatalf("reason %q", got)
+	}
+	if got := placementReason(map[string]*api.AllocationMetric{"ffmpeg": {}}); !strings.Contains(got, "no nodes are available") {
+		t.Fatalf("empty pool: %q", got)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -49,9 +50,11 @@ func taskInfo(states map[string]*api.TaskState) ([]string, time.Time) {
 	return msgs, ts.StartedAt
 }
 
-// eventLoop follows Nomad's allocation events from the saved index. Errors arrive
-// in-band; after each (re)connect it reconciles, because the stream is a
-// best-effort tail and a fast task can skip "running" entirely.
+// eventLoop follows Nomad's allocation and evaluation events from the saved index.
+// Errors arrive in-band; after each (re)connect, and every ReconcileEvery, it
+// reconciles, because the stream is a best-effort tail: a slow reader is dropped and
+// a fast task can skip "running" entirely. The index is saved after the events'
+// effects are stored, and applying an event twice changes nothing.
 func (d *Dispatcher) eventLoop(ctx context.Context) {
 	backoff := time.Second
 	for ctx.Err() == nil {
@@ -60,10 +63,12 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 			d.Log.Warn("read event index", "err", err)
 		}
 		sctx, cancel := context.WithCancel(ctx)
-		events, err := d.Events.Stream(sctx, map[api.Topic][]string{api.TopicAllocation: {"*"}}, index, d.queryOpts)
+		topics := map[api.Topic][]string{api.TopicAllocation: {"*"}, api.TopicEvaluation: {"*"}}
+		events, err := d.Events.Stream(sctx, topics, index, d.queryOpts)
 		if err != nil {
 			cancel()
 			d.Log.Warn("nomad event stream unavailable; retrying", "err", err, "in", backoff)
+			d.reconcile(ctx) // settle what can be settled without the stream
 			sleep(ctx, backoff)
 			backoff = min(backoff*2, 30*time.Second)
 			continue
@@ -90,9 +95,7 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 				}
 				backoff = time.Second
 				for _, ev := range evs.Events {
-					if a, err := ev.Allocation(); err == nil && a != nil {
-						d.apply(ctx, fromAlloc(a))
-					}
+					d.handleEvent(ctx, ev)
 				}
 				if err := d.Store.SaveEventIndex(ctx, evs.Index); err != nil {
 					d.Log.Warn("save event index", "err", err)
@@ -105,27 +108,137 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 	}
 }
 
-// reconcile reads every unfinished dispatched job's allocations from Nomad.
+func (d *Dispatcher) handleEvent(ctx context.Context, ev api.Event) {
+	switch ev.Topic {
+	case api.TopicAllocation:
+		if a, err := ev.Allocation(); err == nil && a != nil {
+			d.apply(ctx, fromAlloc(a))
+		}
+	case api.TopicEvaluation:
+		if e, err := ev.Evaluation(); err == nil && e != nil && len(e.FailedTGAllocs) > 0 {
+			d.placementFailed(ctx, e.JobID, placementReason(e.FailedTGAllocs))
+		}
+	}
+}
+
+// reconcile settles every unfinished dispatched job against Nomad: allocations the
+// stream missed, children Nomad no longer knows, jobs no node could place within the
+// queue limit, and children still alive well past the job's timeout.
 func (d *Dispatcher) reconcile(ctx context.Context) {
-	ids, _, err := d.Store.JobIDs(ctx, d.Store.ActivePrefix())
+	ids, _, err := d.Store.JobIDs(ctx, d.Store.ActivePrefix(), 0)
 	if err != nil {
 		d.Log.Warn("reconcile: list active jobs", "err", err)
 		return
 	}
 	for _, id := range ids {
+		if ctx.Err() != nil {
+			return
+		}
 		j, err := d.Store.Job(ctx, id)
-		if err != nil || j.NomadJobID == "" {
+		if err != nil || j.NomadJobID == "" || j.Status.Terminal() {
 			continue
 		}
-		stubs, _, err := d.Jobs.Allocations(j.NomadJobID, true, d.queryOpts)
+		child := j.NomadJobID
+		if _, _, err := d.Jobs.Info(child, d.queryOpts); isNotFound(err) {
+			d.lost(ctx, id, child, "its Nomad job "+child+" no longer exists (was Nomad restarted without its state?)")
+			continue
+		} else if err != nil {
+			d.Log.Warn("reconcile: read nomad job", "job", id, "nomad_job", child, "err", err)
+			continue
+		}
+		stubs, _, err := d.Jobs.Allocations(child, true, d.queryOpts)
 		if err != nil {
-			d.Log.Warn("reconcile: list allocations", "job", id, "nomad_job", j.NomadJobID, "err", err)
+			d.Log.Warn("reconcile: list allocations", "job", id, "nomad_job", child, "err", err)
 			continue
 		}
 		for _, s := range stubs {
 			d.apply(ctx, fromStub(s))
 		}
+		d.overdue(ctx, id, len(stubs) > 0)
 	}
+}
+
+// overdue fails a job whose child Nomad could not place within the pool's queue
+// limit, and one whose worker outlived its timeout by more than the grace period.
+func (d *Dispatcher) overdue(ctx context.Context, id string, placed bool) {
+	now := time.Now().UTC()
+	var child string
+	j, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+		if j.Status.Terminal() || j.NomadJobID == "" {
+			return errSkip
+		}
+		pool := d.Config.Pool(j.Machine)
+		switch {
+		case j.Status == mj.StatusQueued && !placed && pool != nil && j.DispatchedAt != nil && now.Sub(*j.DispatchedAt) > pool.QueueLimitD:
+			reason := j.PlacementReason
+			if reason == "" {
+				reason = "Nomad did not place it"
+			}
+			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
+			j.ErrorMessage = fmt.Sprintf("no worker could take the job within the %s queue limit of machine %q: %s", pool.QueueLimitD, j.Machine, reason)
+		case j.Status == mj.StatusRunning && j.StartedAt != nil && now.Sub(*j.StartedAt) > time.Duration(j.TimeoutSeconds)*time.Second+d.TimeoutGrace:
+			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
+			j.ErrorMessage = fmt.Sprintf("job timed out after %ds (timeout_seconds); its worker did not stop by itself and was stopped", j.TimeoutSeconds)
+		default:
+			return errSkip
+		}
+		child = j.NomadJobID
+		return nil
+	})
+	if err == nil {
+		metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
+		d.Log.Info("job failed by the dispatcher", "job", id, "reason", j.ErrorMessage)
+		d.stopChild(child, "overdue", id)
+	}
+}
+
+// placementFailed records why Nomad cannot place a child yet; the job stays queued
+// with the reason visible, until it is placed or the queue limit fails it.
+func (d *Dispatcher) placementFailed(ctx context.Context, child, reason string) {
+	id, attempt, ok := ParseChildID(child)
+	if !ok {
+		return
+	}
+	d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+		if j.Status != mj.StatusQueued || j.NomadJobID != child || j.Attempt != attempt || j.PlacementReason == reason {
+			return errSkip
+		}
+		j.PlacementReason = reason
+		j.StatusDetail = "waiting for a node: " + reason
+		return nil
+	})
+}
+
+// placementReason turns Nomad's placement metrics into one sentence.
+func placementReason(failed map[string]*api.AllocationMetric) string {
+	var parts []string
+	for _, m := range failed {
+		if m == nil {
+			continue
+		}
+		if m.NodesEvaluated == 0 && m.NodesInPool == 0 {
+			parts = append(parts, "no nodes are available in the node pool")
+			continue
+		}
+		parts = append(parts, fmt.Sprintf("%d node(s) evaluated", m.NodesEvaluated))
+		for _, set := range []map[string]int{m.ConstraintFiltered, m.ClassFiltered, m.DimensionExhausted} {
+			keys := make([]string, 0, len(set))
+			for k := range set {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				parts = append(parts, fmt.Sprintf("%d filtered by %s", set[k], k))
+			}
+		}
+		if m.NodesExhausted > 0 && len(m.DimensionExhausted) == 0 {
+			parts = append(parts, fmt.Sprintf("%d node(s) out of resources", m.NodesExhausted))
+		}
+	}
+	if len(parts) == 0 {
+		return "no node can run it"
+	}
+	return "no node can run it (" + strings.Join(parts, "; ") + ")"
 }
 
 // apply moves a job according to one allocation's state. Events for other Nomad
@@ -147,65 +260,109 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) {
 		if j.Status.Terminal() || j.Attempt != attempt || j.NomadJobID != a.NomadJobID {
 			return errSkip
 		}
-		return transition(j, a, result, time.Now().UTC(), runScope(id, attempt))
+		return transition(j, a, result, time.Now().UTC(), runScope(id, attempt), d.maxAttempts(j))
 	})
+	d.applied(ctx, id, a.NomadJobID, j, err)
+}
+
+// lost re-dispatches (or fails, after the last attempt) a job whose child vanished.
+func (d *Dispatcher) lost(ctx context.Context, id, child, why string) {
+	j, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+		if j.Status.Terminal() || j.NomadJobID != child {
+			return errSkip
+		}
+		retryOrFail(j, why, time.Now().UTC(), d.maxAttempts(j))
+		return nil
+	})
+	d.applied(ctx, id, child, j, err)
+}
+
+func (d *Dispatcher) applied(ctx context.Context, id, child string, j *mj.Job, err error) {
 	switch {
 	case err == nil:
-		d.Log.Info("job updated", "job", id, "status", j.Status, "alloc", a.ID)
+		d.Log.Info("job updated", "job", id, "status", j.Status, "attempt", j.Attempt, "detail", j.StatusDetail)
 		if j.Status.Terminal() {
 			metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
 		}
+		if j.NomadJobID == "" && !j.Status.Terminal() {
+			d.stopChild(child, "re-dispatching", id) // usually dead already
+		}
 	case errors.Is(err, errSkip), mj.ErrorCode(err) == mj.ENotFound:
 	default:
-		d.Log.Warn("apply allocation", "job", id, "alloc", a.ID, "err", err)
+		d.Log.Warn("apply nomad state", "job", id, "nomad_job", child, "err", err)
 	}
 }
 
+func (d *Dispatcher) maxAttempts(j *mj.Job) int {
+	if p := d.Config.Pool(j.Machine); p != nil {
+		return p.MaxAttempts
+	}
+	return 1
+}
+
 // transition is the pure part of apply: how an allocation state and the runner's
-// result (nil when it reported none) change a job.
-func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, scope string) error {
-	if j.StartedAt == nil && a.ClientStatus != api.AllocClientStatusLost {
+// result (nil when it reported none) change a job. A result, success or failure, is
+// final; no result means the worker was lost or crashed, which is retried.
+func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, scope string, maxAttempts int) error {
+	if a.ClientStatus == api.AllocClientStatusRunning {
+		if j.Status == mj.StatusRunning {
+			return errSkip
+		}
 		started := now
 		if !a.StartedAt.IsZero() {
 			started = a.StartedAt.UTC()
 		}
 		j.StartedAt = &started
-	}
-	if a.ClientStatus == api.AllocClientStatusRunning {
-		if j.Status == mj.StatusRunning {
-			return errSkip
-		}
-		j.Status, j.StatusDetail = mj.StatusRunning, "running on Nomad allocation "+a.ID
+		j.Status, j.StatusDetail, j.PlacementReason = mj.StatusRunning, "running on Nomad allocation "+a.ID, ""
 		return nil
 	}
-	j.FinishedAt = &now
-	j.StatusDetail = ""
+	if r != nil && j.StartedAt == nil {
+		started := now
+		if !a.StartedAt.IsZero() {
+			started = a.StartedAt.UTC()
+		}
+		j.StartedAt = &started // a fast task can skip "running" in the stream
+	}
 	switch {
 	case r != nil && r.Succeeded:
-		j.Status, j.TotalInputBytes, j.TotalOutputBytes = mj.StatusSucceeded, r.InputBytes, 0
-		j.Outputs = nil
+		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusSucceeded, &now, ""
+		j.TotalInputBytes, j.TotalOutputBytes, j.Outputs = r.InputBytes, 0, nil
 		for _, o := range r.Outputs {
 			o.Key = scope + "outputs/" + o.Name
 			j.Outputs = append(j.Outputs, o)
 			j.TotalOutputBytes += o.Size
 		}
 	case r != nil:
-		j.Status, j.ErrorMessage, j.TotalInputBytes = mj.StatusFailed, r.ErrorMessage, r.InputBytes
+		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
+		j.ErrorMessage, j.TotalInputBytes = r.ErrorMessage, r.InputBytes
 	case a.ClientStatus == api.AllocClientStatusLost:
-		j.Status = mj.StatusFailed
-		j.ErrorMessage = "the Nomad node running the job was lost before it finished (allocation " + a.ID + ")"
+		retryOrFail(j, "the Nomad node running it was lost (allocation "+a.ID+")", now, maxAttempts)
 	default:
-		j.Status = mj.StatusFailed
-		j.ErrorMessage = fmt.Sprintf("the worker ended without reporting a result (Nomad allocation %s, %s)", a.ID, a.ClientStatus)
+		why := fmt.Sprintf("its worker ended without reporting a result (Nomad allocation %s, %s)", a.ID, a.ClientStatus)
 		if len(a.TaskEvents) > 0 {
 			ev := a.TaskEvents
 			if len(ev) > 4 {
 				ev = ev[len(ev)-4:]
 			}
-			j.ErrorMessage += ": " + strings.Join(ev, "; ")
+			why += ": " + strings.Join(ev, "; ")
 		}
+		retryOrFail(j, why, now, maxAttempts)
 	}
 	return nil
+}
+
+// retryOrFail sends a job whose attempt was lost back to the queue as a new attempt,
+// or fails it when that was its last attempt. The job keeps its status (a running
+// job stays running), so clients never see it go backwards.
+func retryOrFail(j *mj.Job, why string, now time.Time, maxAttempts int) {
+	attempt := max(j.Attempt, 1)
+	if attempt >= maxAttempts {
+		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
+		j.ErrorMessage = fmt.Sprintf("attempt %d of %d failed: %s", attempt, maxAttempts, why)
+		return
+	}
+	j.NomadJobID, j.Attempt, j.DispatchedAt, j.PlacementReason = "", attempt+1, nil, ""
+	j.StatusDetail = fmt.Sprintf("attempt %d of %d: retrying because %s", attempt+1, maxAttempts, why)
 }
 
 func (d *Dispatcher) readResult(ctx context.Context, id string, attempt int) *mj.Result {

@@ -2,7 +2,10 @@ package dispatcher
 
 import (
 	"context"
+	"strings"
 	"time"
+
+	mj "github.com/mediajobs/mediajobs"
 )
 
 // idempotencyWindow is how long an Idempotency-Key is remembered.
@@ -38,9 +41,49 @@ func (d *Dispatcher) Sweep(ctx context.Context, now time.Time) {
 			d.Log.Info("janitor: deleted expired files", "prefix", s.prefix, "files", n)
 		}
 	}
+	d.purgeChildren(ctx, now)
 	if n, err := d.Store.SweepIdempotency(ctx, now.Add(-idempotencyWindow)); err != nil {
 		d.Log.Warn("janitor: sweep idempotency keys", "err", err)
 	} else if n > 0 {
 		d.Log.Info("janitor: forgot old idempotency keys", "keys", n)
+	}
+}
+
+// purgeChildren removes finished child jobs from Nomad purge_after after they were
+// dispatched, once the mediajobs job no longer needs them (it is finished, or moved
+// on to another attempt), so the Nomad UI stays usable.
+func (d *Dispatcher) purgeChildren(ctx context.Context, now time.Time) {
+	if d.Jobs == nil {
+		return
+	}
+	q := *d.queryOpts
+	q.Prefix = "mediajobs-"
+	stubs, _, err := d.Jobs.List(&q)
+	if err != nil {
+		d.Log.Warn("janitor: list nomad jobs", "err", err)
+		return
+	}
+	n := 0
+	for _, s := range stubs {
+		if s.ParentID == "" || s.Status != "dead" || now.Sub(time.Unix(0, s.SubmitTime)) < d.Config.Nomad.PurgeAfterD {
+			continue
+		}
+		id, _, ok := ParseChildID(s.ID)
+		if !ok || !strings.HasPrefix(s.ParentID, "mediajobs-") {
+			continue
+		}
+		j, err := d.Store.Job(ctx, id)
+		if err == nil && !j.Status.Terminal() && j.NomadJobID == s.ID {
+			continue // still the job's current child
+		}
+		if err != nil && mj.ErrorCode(err) != mj.ENotFound {
+			continue
+		}
+		if _, _, err := d.Jobs.Deregister(s.ID, true, d.writeOpts); err == nil {
+			n++
+		}
+	}
+	if n > 0 {
+		d.Log.Info("janitor: purged finished nomad jobs", "jobs", n)
 	}
 }

@@ -242,7 +242,7 @@ func TestCancelAndWait(t *testing.T) {
 	if j.Status != mj.StatusCancelled {
 		t.Fatalf("stored status %s", j.Status)
 	}
-	ids, _, _ := h.store.JobIDs(context.Background(), h.store.QueuePrefix())
+	ids, _, _ := h.store.JobIDs(context.Background(), h.store.QueuePrefix(), 0)
 	if len(ids) != 0 {
 		t.Fatalf("cancelled job still queued: %v", ids)
 	}
@@ -255,7 +255,7 @@ func TestCancelAndWait(t *testing.T) {
 	}()
 	var waiting string
 	testenv.Eventually(t, 5*time.Second, "the job to be stored", func() bool {
-		ids, _, _ := h.store.JobIDs(context.Background(), h.store.QueuePrefix())
+		ids, _, _ := h.store.JobIDs(context.Background(), h.store.QueuePrefix(), 0)
 		if len(ids) == 1 {
 			waiting = ids[0]
 		}

@@ -37,9 +37,15 @@ func New(cli *clientv3.Client, prefix string) *Store {
 // Client is the underlying etcd client (for watches and health checks).
 func (s *Store) Client() *clientv3.Client { return s.cli }
 
-func (s *Store) jobKey(id string) string    { return s.p + "jobs/" + id }
-func (s *Store) queueKey(id string) string  { return s.p + "queue/" + id }
-func (s *Store) activeKey(id string) string { return s.p + "active/" + id }
+func (s *Store) jobKey(id string) string { return s.p + "jobs/" + id }
+
+// queueKey orders a pool's queue first in, first out: queue/<pool>/<queued_at>_<id>.
+func (s *Store) queueKey(j *mj.Job) string {
+	return fmt.Sprintf("%s%019d_%s", s.PoolQueuePrefix(j.Machine), j.QueuedAt.UnixNano(), j.ID)
+}
+
+// activeKey marks a job with a Nomad child in flight: active/<pool>/<id> = child id.
+func (s *Store) activeKey(j *mj.Job) string { return s.PoolActivePrefix(j.Machine) + j.ID }
 func (s *Store) outboxKey(id string) string { return s.p + "outbox/" + id }
 
 // QueuePrefix, ActivePrefix and OutboxPrefix are watched by the dispatcher.
@@ -47,8 +53,16 @@ func (s *Store) QueuePrefix() string  { return s.p + "queue/" }
 func (s *Store) ActivePrefix() string { return s.p + "active/" }
 func (s *Store) OutboxPrefix() string { return s.p + "outbox/" }
 
+// PoolQueuePrefix and PoolActivePrefix are one pool's part of the queue and the
+// active set.
+func (s *Store) PoolQueuePrefix(pool string) string  { return s.p + "queue/" + pool + "/" }
+func (s *Store) PoolActivePrefix(pool string) string { return s.p + "active/" + pool + "/" }
+
 // IDFromKey returns the job id at the end of a queue, active or outbox key.
-func IDFromKey(key string) string { return key[strings.LastIndexByte(key, '/')+1:] }
+func IDFromKey(key string) string {
+	last := key[strings.LastIndexByte(key, '/')+1:]
+	return last[strings.IndexByte(last, '_')+1:]
+}
 
 // indexKey orders an account's jobs newest first in etcd's natural ascending key
 // order, so a page is a plain ranged read with a limit.
@@ -69,17 +83,18 @@ func (s *Store) statusIndexPrefix(account string, st mj.Status) string {
 	return s.p + "sidx/" + account + "/" + string(st) + "/"
 }
 
-// derivedOps are the puts and deletes of the keys that follow from a job's state.
+// derivedOps are the puts and deletes of the keys that follow from a job's state: a
+// job that is not finished and has no Nomad child waits in its pool's queue (new, or
+// re-dispatched after a lost worker); one with a child is in the active set.
 func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
-	id := j.ID
 	var ops []clientv3.Op
 	switch {
-	case j.Status == mj.StatusQueued && j.NomadJobID == "":
-		ops = append(ops, clientv3.OpPut(s.queueKey(id), j.Machine), clientv3.OpDelete(s.activeKey(id)))
+	case !j.Status.Terminal() && j.NomadJobID == "":
+		ops = append(ops, clientv3.OpPut(s.queueKey(j), j.ID), clientv3.OpDelete(s.activeKey(j)))
 	case !j.Status.Terminal():
-		ops = append(ops, clientv3.OpDelete(s.queueKey(id)), clientv3.OpPut(s.activeKey(id), j.NomadJobID))
+		ops = append(ops, clientv3.OpDelete(s.queueKey(j)), clientv3.OpPut(s.activeKey(j), j.NomadJobID))
 	default:
-		ops = append(ops, clientv3.OpDelete(s.queueKey(id)), clientv3.OpDelete(s.activeKey(id)))
+		ops = append(ops, clientv3.OpDelete(s.queueKey(j)), clientv3.OpDelete(s.activeKey(j)))
 	}
 	if old == nil || old.Status != j.Status {
 		if old != nil {
@@ -88,7 +103,7 @@ func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 		ops = append(ops, clientv3.OpPut(s.statusIndexKey(j), j.ID))
 	}
 	if j.Status.Terminal() && j.WebhookURL != "" && (old == nil || !old.Status.Terminal()) {
-		ops = append(ops, clientv3.OpPut(s.outboxKey(id), string(j.Status)))
+		ops = append(ops, clientv3.OpPut(s.outboxKey(j.ID), string(j.Status)))
 	}
 	return ops
 }
@@ -314,9 +329,10 @@ func (s *Store) ListJobs(ctx context.Context, account string, o ListOptions) (Pa
 	return page, nil
 }
 
-// JobIDs returns the job ids under one of the derived prefixes (queue, active, outbox).
-func (s *Store) JobIDs(ctx context.Context, prefix string) ([]string, int64, error) {
-	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+// JobIDs returns the job ids under one of the derived prefixes (queue, active,
+// outbox), in key order (a pool's queue: first in, first out), at most limit (0: all).
+func (s *Store) JobIDs(ctx context.Context, prefix string, limit int) ([]string, int64, error) {
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -327,11 +343,23 @@ func (s *Store) JobIDs(ctx context.Context, prefix string) ([]string, int64, err
 	return ids, resp.Header.Revision, nil
 }
 
+// Count returns how many keys are under prefix (e.g. a pool's jobs in flight).
+func (s *Store) Count(ctx context.Context, prefix string) (int, error) {
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.Count), nil
+}
+
 // DeleteOutbox removes a job's webhook outbox entry once it is settled.
 func (s *Store) DeleteOutbox(ctx context.Context, id string) error {
 	_, err := s.cli.Delete(ctx, s.outboxKey(id))
 	return err
 }
+
+// ElectionPrefix is where dispatchers campaign for leadership.
+func (s *Store) ElectionPrefix() string { return s.p + "dispatcher/leader" }
 
 // EventIndex returns the saved Nomad event stream index (0 when none).
 func (s *Store) EventIndex(ctx context.Context) (uint64, error) {

@@ -37,7 +37,7 @@ func TestCreateGetAndQueue(t *testing.T) {
 	if _, err := s.Job(ctx, "nope"); mj.ErrorCode(err) != mj.ENotFound {
 		t.Fatalf("missing job: %v", err)
 	}
-	ids, _, _ := s.JobIDs(ctx, s.QueuePrefix())
+	ids, _, _ := s.JobIDs(ctx, s.QueuePrefix(), 0)
 	if len(ids) != 1 || ids[0] != j.ID {
 		t.Fatalf("queue = %v", ids)
 	}
@@ -49,7 +49,7 @@ func TestDerivedKeysFollowTheJob(t *testing.T) {
 	j := newJob("acct", time.Now())
 	j.WebhookURL = "http://127.0.0.1:1/hook"
 	s.CreateJob(ctx, j)
-	ids := func(prefix string) []string { v, _, _ := s.JobIDs(ctx, prefix); return v }
+	ids := func(prefix string) []string { v, _, _ := s.JobIDs(ctx, prefix, 0); return v }
 
 	// dispatched: leaves the queue, enters the active set
 	if _, err := s.UpdateJob(ctx, j.ID, func(j *mj.Job) error { j.NomadJobID = "mediajobs-cpu/dispatch-1"; return nil }); err != nil {
