@@ -19,11 +19,32 @@ import (
 
 // Config is the whole service configuration. See deploy/mediajobs.hcl.
 type Config struct {
-	Server  *Server  `hcl:"server,block"`
-	Etcd    *Etcd    `hcl:"etcd,block"`
-	Nomad   *Nomad   `hcl:"nomad,block"`
-	Storage *Storage `hcl:"storage,block"`
-	Pools   []*Pool  `hcl:"pool,block"`
+	Server     *Server     `hcl:"server,block"`
+	Etcd       *Etcd       `hcl:"etcd,block"`
+	Nomad      *Nomad      `hcl:"nomad,block"`
+	Storage    *Storage    `hcl:"storage,block"`
+	Dispatcher *Dispatcher `hcl:"dispatcher,block"`
+	Pools      []*Pool     `hcl:"pool,block"`
+}
+
+// Dispatcher tunes the dispatcher's clocks.
+type Dispatcher struct {
+	// ReconcileEvery: how often unfinished jobs are re-read from Nomad even while the
+	// event stream is healthy.
+	ReconcileEvery string `hcl:"reconcile_every,optional"`
+	// LeaderTTL: the etcd session TTL; a standby takes over about this long after the
+	// leader dies.
+	LeaderTTL string `hcl:"leader_ttl,optional"`
+	// TimeoutGrace: how long past timeout_seconds a worker may live before the
+	// dispatcher stops it.
+	TimeoutGrace string `hcl:"timeout_grace,optional"`
+
+	ReconcileRange hcl.Range `hcl:"reconcile_every,attr_range"`
+	LeaderRange    hcl.Range `hcl:"leader_ttl,attr_range"`
+	GraceRange     hcl.Range `hcl:"timeout_grace,attr_range"`
+	ReconcileD     time.Duration
+	LeaderTTLD     time.Duration
+	TimeoutGraceD  time.Duration
 }
 
 // Server configures the HTTP gateway and signed links.
@@ -155,10 +176,11 @@ func (c *Config) Pool(name string) *Pool {
 // embedded etcd, local blobs, a raw_exec cpu pool.
 func Default() *Config {
 	return &Config{
-		Server:  &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
-		Etcd:    &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s"},
-		Nomad:   &Nomad{PurgeAfter: "1h"},
-		Storage: &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m"},
+		Server:     &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
+		Etcd:       &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s"},
+		Nomad:      &Nomad{PurgeAfter: "1h"},
+		Dispatcher: &Dispatcher{ReconcileEvery: "15s", LeaderTTL: "10s", TimeoutGrace: "60s"},
+		Storage:    &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m"},
 	}
 }
 
@@ -239,6 +261,14 @@ func (c *Config) finish() hcl.Diagnostics {
 	}
 
 	c.Nomad.PurgeAfterD = dur(c.Nomad.PurgeAfter, c.Nomad.PurgeRange, "purge_after")
+
+	dd := c.Dispatcher
+	dd.ReconcileD = dur(dd.ReconcileEvery, dd.ReconcileRange, "reconcile_every")
+	dd.LeaderTTLD = dur(dd.LeaderTTL, dd.LeaderRange, "leader_ttl")
+	dd.TimeoutGraceD = dur(dd.TimeoutGrace, dd.GraceRange, "timeout_grace")
+	if dd.LeaderTTLD > 0 && dd.LeaderTTLD < 2*time.Second {
+		bad(dd.LeaderRange, "Invalid leader_ttl", "leader_ttl must be at least 2s: etcd sessions count in whole seconds.")
+	}
 
 	st := c.Storage
 	if st.Type != "local" {

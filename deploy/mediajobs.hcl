@@ -65,6 +65,10 @@ nomad {
   token     = env("NOMAD_TOKEN")
   region    = ""
   namespace = ""
+
+  # Finished child jobs are purged from Nomad this long after dispatch, once their
+  # result is stored, so the Nomad UI stays usable.
+  purge_after = "1h"
 }
 
 storage {
@@ -80,6 +84,17 @@ storage {
   # and temporary files older than server.tmp_file_ttl, every sweep_every.
   output_retention = "168h"
   sweep_every      = "10m"
+}
+
+dispatcher {
+  # Unfinished jobs are re-read from Nomad this often even while the event stream is
+  # healthy (it is a best-effort tail), and after every reconnect.
+  reconcile_every = "15s"
+  # One dispatcher leads (etcd election); a standby takes over about leader_ttl after
+  # the leader dies. Run two or three for failover.
+  leader_ttl = "10s"
+  # A worker still alive this long past its job's timeout_seconds is stopped.
+  timeout_grace = "60s"
 }
 
 # One pool per kind of hardware; a job picks one with "machine" (default "cpu").
@@ -103,6 +118,18 @@ pool "cpu" {
   # timeout_seconds: the default when a job sets none, and the most a job may ask for.
   default_timeout = "1h"
   max_timeout     = "6h"
+
+  # Nomad children of this pool in flight at once; the rest wait, first in first out.
+  # 0: no cap.
+  max_in_flight = 0
+
+  # A dispatched job Nomad cannot place (no node with the resources or devices) waits
+  # this long, with the reason in status_detail, then fails with that reason.
+  queue_limit = "10m"
+
+  # Attempts of a job whose worker was lost or crashed (a failing command is never
+  # retried).
+  max_attempts = 3
 }
 
 pool "nvidia" {

@@ -1,4 +1,8 @@
-# Extra configuration for `nomad agent -dev` used by `make run` and the tests.
+# Extra configuration for `nomad agent -dev` used by `make run`.
+
+# No phoning home: the update check resolves checkpoint-api.hashicorp.com.
+disable_update_check = true
+
 client {
   options {
     # The cloud fingerprinters probe 169.254.169.254 (off limits, and env_aws can abort

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -39,8 +41,12 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context) {
 		}()
 	}
 	for {
+		failed := false
 		for _, pool := range d.Config.Pools {
-			d.dispatchPool(ctx, pool)
+			failed = d.dispatchPool(ctx, pool) || failed
+		}
+		if failed {
+			sleep(ctx, 2*time.Second) // Nomad is failing: do not spin on it
 		}
 		select {
 		case <-ctx.Done():
@@ -51,22 +57,24 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context) {
 	}
 }
 
-// dispatchPool dispatches as many of the pool's queued jobs as its cap allows.
-func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) {
+// dispatchPool dispatches as many of the pool's queued jobs as its cap allows, and
+// reports whether any dispatch failed.
+func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 	limit := 0
 	if pool.MaxInFlight > 0 {
 		inFlight, err := d.Store.Count(ctx, d.Store.PoolActivePrefix(pool.Name))
 		if err != nil {
-			return
+			return true
 		}
 		if limit = pool.MaxInFlight - inFlight; limit <= 0 {
-			return
+			return false
 		}
 	}
 	ids, _, err := d.Store.JobIDs(ctx, d.Store.PoolQueuePrefix(pool.Name), limit)
-	if err != nil || len(ids) == 0 {
-		return
+	if err != nil {
+		return true
 	}
+	var failed atomic.Bool
 	sem := make(chan struct{}, dispatchConcurrency)
 	var wg sync.WaitGroup
 	for _, id := range ids {
@@ -75,6 +83,7 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			if err := d.dispatch(ctx, id); err != nil && ctx.Err() == nil {
+				failed.Store(true)
 				d.Log.Warn("dispatch failed; will retry", "job", id, "err", err)
 				d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
 					if j.Status.Terminal() || j.NomadJobID != "" {
@@ -87,6 +96,7 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) {
 		}()
 	}
 	wg.Wait()
+	return failed.Load()
 }
 
 var errSkip = mj.Errorf(mj.EConflict, "skip")
@@ -116,7 +126,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	wo := *d.writeOpts
 	wo.IdempotencyToken = fmt.Sprintf("%s/%d", j.ID, attempt)
 	resp, _, err := d.Jobs.DispatchOpts(opts, &wo)
-	if err != nil && isNotFound(err) {
+	if err != nil && (isNotFound(err) || strings.Contains(err.Error(), "parameterized job not found")) {
 		// Nomad lost the parameterized job (a dev agent restarted): register again.
 		if rerr := d.RegisterPools(); rerr == nil {
 			resp, _, err = d.Jobs.DispatchOpts(opts, &wo)

@@ -326,6 +326,9 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, scope stri
 	switch {
 	case r != nil && r.Succeeded:
 		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusSucceeded, &now, ""
+		if j.Attempt > 1 {
+			j.StatusDetail = fmt.Sprintf("succeeded on attempt %d (earlier workers were lost)", j.Attempt)
+		}
 		j.TotalInputBytes, j.TotalOutputBytes, j.Outputs = r.InputBytes, 0, nil
 		for _, o := range r.Outputs {
 			o.Key = scope + "outputs/" + o.Name

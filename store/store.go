@@ -85,16 +85,29 @@ func (s *Store) statusIndexPrefix(account string, st mj.Status) string {
 
 // derivedOps are the puts and deletes of the keys that follow from a job's state: a
 // job that is not finished and has no Nomad child waits in its pool's queue (new, or
-// re-dispatched after a lost worker); one with a child is in the active set.
+// re-dispatched after a lost worker); one with a child is in the active set. Keys are
+// written only when they change, so watchers of the queue and the active set see
+// real changes only.
 func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 	var ops []clientv3.Op
+	queued := func(j *mj.Job) bool { return j != nil && !j.Status.Terminal() && j.NomadJobID == "" }
+	active := func(j *mj.Job) string {
+		if j != nil && !j.Status.Terminal() {
+			return j.NomadJobID
+		}
+		return ""
+	}
 	switch {
-	case !j.Status.Terminal() && j.NomadJobID == "":
-		ops = append(ops, clientv3.OpPut(s.queueKey(j), j.ID), clientv3.OpDelete(s.activeKey(j)))
-	case !j.Status.Terminal():
-		ops = append(ops, clientv3.OpDelete(s.queueKey(j)), clientv3.OpPut(s.activeKey(j), j.NomadJobID))
-	default:
-		ops = append(ops, clientv3.OpDelete(s.queueKey(j)), clientv3.OpDelete(s.activeKey(j)))
+	case queued(j) && !queued(old):
+		ops = append(ops, clientv3.OpPut(s.queueKey(j), j.ID))
+	case !queued(j) && queued(old):
+		ops = append(ops, clientv3.OpDelete(s.queueKey(old)))
+	}
+	switch a, was := active(j), active(old); {
+	case a != "" && a != was:
+		ops = append(ops, clientv3.OpPut(s.activeKey(j), a))
+	case a == "" && was != "":
+		ops = append(ops, clientv3.OpDelete(s.activeKey(old)))
 	}
 	if old == nil || old.Status != j.Status {
 		if old != nil {

@@ -80,6 +80,8 @@ type Nomad struct {
 	Client *api.Client
 	cmd    *exec.Cmd
 	dir    string
+	bin    string
+	cfg    string
 }
 
 // StartNomad starts a Nomad dev agent on free loopback ports, with the cloud
@@ -100,6 +102,7 @@ func StartNomad(bin string) (*Nomad, error) {
 		l.Close()
 	}
 	cfg := fmt.Sprintf(`
+disable_update_check = true
 bind_addr = "127.0.0.1"
 data_dir  = %q
 ports {
@@ -122,35 +125,51 @@ plugin "raw_exec" {
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
-	logf, err := os.Create(filepath.Join(dir, "agent.log"))
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(bin, "agent", "-dev", "-config", cfgPath)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	n := &Nomad{Addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), cmd: cmd, dir: dir}
+	n := &Nomad{Addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), dir: dir, bin: bin, cfg: cfgPath}
 	conf := api.DefaultConfig()
 	conf.Address = n.Addr
 	conf.Region, conf.Namespace, conf.SecretID = "", "", ""
 	if n.Client, err = api.NewClient(conf); err != nil {
+		return nil, err
+	}
+	if err := n.start(); err != nil {
 		n.Close()
 		return nil, err
 	}
+	return n, nil
+}
+
+// Restart kills the agent and starts it again on the same ports with its state
+// wiped, as a dev agent that crashed and came back would.
+func (n *Nomad) Restart() error {
+	n.stop(true)
+	os.RemoveAll(filepath.Join(n.dir, "data"))
+	return n.start()
+}
+
+func (n *Nomad) start() error {
+	logf, err := os.OpenFile(filepath.Join(n.dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(n.bin, "agent", "-dev", "-config", n.cfg)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	n.cmd = cmd
+	dir := n.dir
 	deadline := time.Now().Add(90 * time.Second)
 	for {
 		nodes, _, err := n.Client.Nodes().List(nil)
 		if err == nil && len(nodes) > 0 && nodes[0].Status == "ready" {
 			if d, ok := nodes[0].Drivers["raw_exec"]; ok && d.Healthy {
-				return n, nil
+				return nil
 			}
 		}
 		if time.Now().After(deadline) {
 			log, _ := os.ReadFile(filepath.Join(dir, "agent.log"))
-			n.Close()
-			return nil, fmt.Errorf("nomad agent not ready after 90s (last error %v); log tail:\n%s", err, tail(string(log), 3000))
+			return fmt.Errorf("nomad agent not ready after 90s (last error %v); log tail:\n%s", err, tail(string(log), 3000))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -164,7 +183,15 @@ func (n *Nomad) Log() string {
 
 // Close stops the agent and removes its files.
 func (n *Nomad) Close() {
+	n.stop(false)
+	os.RemoveAll(n.dir)
+}
+
+func (n *Nomad) stop(kill bool) {
 	if n.cmd != nil && n.cmd.Process != nil {
+		if kill {
+			n.cmd.Process.Kill()
+		}
 		n.cmd.Process.Signal(os.Interrupt)
 		done := make(chan struct{})
 		go func() { n.cmd.Wait(); close(done) }()
@@ -175,7 +202,7 @@ func (n *Nomad) Close() {
 			<-done
 		}
 	}
-	os.RemoveAll(n.dir)
+	n.cmd = nil
 }
 
 // Eventually polls cond until it returns true or the deadline passes.

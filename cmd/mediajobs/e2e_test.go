@@ -27,13 +27,14 @@ import (
 // against one real Nomad dev agent, whose raw_exec tasks run the real runner binary
 // and the real ffmpeg. Inputs and webhooks are served on loopback.
 var (
-	stack    *devStack
-	clipURL  string
-	setupErr string // why the stack could not start (reported by every test)
-	hooks    = &hookRecorder{}
-	hookURL  string
-	ffprobe  string
-	agent    *testenv.Nomad
+	stack     *devStack
+	clipURL   string
+	setupErr  string // why the stack could not start (reported by every test)
+	hooks     = &hookRecorder{}
+	hookURL   string
+	ffprobe   string
+	agent     *testenv.Nomad
+	runnerBin string // the mediajobs binary Nomad tasks run
 )
 
 func TestMain(m *testing.M) {
@@ -87,6 +88,7 @@ func mainWithStack(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
+	runnerBin = bin
 	agent, err = testenv.StartNomad(nomadBin)
 	if err != nil {
 		setupErr = "nomad agent: " + err.Error()
