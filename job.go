@@ -76,10 +76,14 @@ type Output struct {
 
 // WebhookState is the delivery state of a job's webhook, visible on the job.
 type WebhookState struct {
-	Status         string `json:"status"` // pending, delivered, failed
-	Attempts       int    `json:"attempts"`
-	LastHTTPStatus int    `json:"last_http_status,omitempty"`
-	LastError      string `json:"last_error,omitempty"`
+	Status string `json:"status"` // pending, delivered, failed
+	// DeliveryID is sent with every attempt of this delivery, so receivers can
+	// deduplicate.
+	DeliveryID     string     `json:"delivery_id"`
+	Attempts       int        `json:"attempts"`
+	LastHTTPStatus int        `json:"last_http_status"`
+	LastError      string     `json:"last_error"`
+	DeliveredAt    *time.Time `json:"delivered_at"`
 }
 
 // Result is what a runner reports at the end of an attempt.
@@ -117,6 +121,8 @@ type Account struct {
 	ID        string    `json:"id"`
 	Name      string    `json:"name"`
 	CreatedAt time.Time `json:"created_at"`
+	// WebhookSecret, when set, signs the account's webhooks (HMAC-SHA256).
+	WebhookSecret string `json:"webhook_secret,omitempty"`
 }
 
 // APIKey is a stored API key. The secret itself is never stored, only its hash.

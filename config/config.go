@@ -24,7 +24,26 @@ type Config struct {
 	Nomad      *Nomad      `hcl:"nomad,block"`
 	Storage    *Storage    `hcl:"storage,block"`
 	Dispatcher *Dispatcher `hcl:"dispatcher,block"`
+	Webhooks   *Webhooks   `hcl:"webhooks,block"`
 	Pools      []*Pool     `hcl:"pool,block"`
+}
+
+// Webhooks tunes webhook delivery: 1 attempt + 5 retries, waiting about
+// backoff_base, 2×, 4×, 8×, 16× (each between half and all of that, capped at
+// backoff_cap) between them.
+type Webhooks struct {
+	BackoffBase    string `hcl:"backoff_base,optional"`
+	BackoffCap     string `hcl:"backoff_cap,optional"`
+	AttemptTimeout string `hcl:"attempt_timeout,optional"`
+	// Concurrency is how many deliveries run at once.
+	Concurrency int `hcl:"concurrency,optional"`
+
+	BaseRange    hcl.Range `hcl:"backoff_base,attr_range"`
+	CapRange     hcl.Range `hcl:"backoff_cap,attr_range"`
+	TimeoutRange hcl.Range `hcl:"attempt_timeout,attr_range"`
+	BaseD        time.Duration
+	CapD         time.Duration
+	TimeoutD     time.Duration
 }
 
 // Dispatcher tunes the dispatcher's clocks.
@@ -179,6 +198,7 @@ func Default() *Config {
 		Server:     &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
 		Etcd:       &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s"},
 		Nomad:      &Nomad{PurgeAfter: "1h"},
+		Webhooks:   &Webhooks{BackoffBase: "1s", BackoffCap: "30s", AttemptTimeout: "10s", Concurrency: 16},
 		Dispatcher: &Dispatcher{ReconcileEvery: "15s", LeaderTTL: "10s", TimeoutGrace: "60s"},
 		Storage:    &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m"},
 	}
@@ -261,6 +281,14 @@ func (c *Config) finish() hcl.Diagnostics {
 	}
 
 	c.Nomad.PurgeAfterD = dur(c.Nomad.PurgeAfter, c.Nomad.PurgeRange, "purge_after")
+
+	wh := c.Webhooks
+	wh.BaseD = dur(wh.BackoffBase, wh.BaseRange, "backoff_base")
+	wh.CapD = dur(wh.BackoffCap, wh.CapRange, "backoff_cap")
+	wh.TimeoutD = dur(wh.AttemptTimeout, wh.TimeoutRange, "attempt_timeout")
+	if wh.Concurrency <= 0 {
+		wh.Concurrency = 16
+	}
 
 	dd := c.Dispatcher
 	dd.ReconcileD = dur(dd.ReconcileEvery, dd.ReconcileRange, "reconcile_every")

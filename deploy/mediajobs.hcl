@@ -86,6 +86,18 @@ storage {
   sweep_every      = "10m"
 }
 
+webhooks {
+  # When a job with a webhook_url finishes: 1 attempt + 5 retries. The waits grow
+  # exponentially from backoff_base (1s, 2s, 4s, 8s, 16s; each between half and all of
+  # that, at most backoff_cap); a Retry-After on 429 or 503 is honoured.
+  backoff_base    = "1s"
+  backoff_cap     = "30s"
+  # One attempt's deadline (connect to last byte).
+  attempt_timeout = "10s"
+  # Deliveries in flight at once.
+  concurrency     = 16
+}
+
 dispatcher {
   # Unfinished jobs are re-read from Nomad this often even while the event stream is
   # healthy (it is a best-effort tail), and after every reconnect.

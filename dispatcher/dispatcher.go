@@ -82,6 +82,8 @@ type Dispatcher struct {
 	Blobs   Blobs
 	Signer  blob.Signer
 	Webhook *WebhookSender
+	// Accounts finds an account's webhook signing secret (nil: never sign).
+	Accounts AccountSecrets
 	// RunnerCommand is the mediajobs binary raw_exec pools run when they set none.
 	RunnerCommand string
 	Log           *slog.Logger

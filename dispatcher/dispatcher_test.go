@@ -1,11 +1,7 @@
 package dispatcher
 
 import (
-	"context"
-	"net/http"
-	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -102,55 +98,6 @@ func TestAllocStateFromEventAndStub(t *testing.T) {
 	s := fromStub(&api.AllocationListStub{ID: "a", JobID: "j", ClientStatus: "failed", TaskStates: ts})
 	if strings.Join(a.TaskEvents, "|") != "Started: Task started by client|Terminated: Exit Code: 1" || strings.Join(s.TaskEvents, "|") != strings.Join(a.TaskEvents, "|") || !a.StartedAt.Equal(time.Unix(100, 0)) {
 		t.Fatalf("event %+v stub %+v", a, s)
-	}
-}
-
-func TestWebhookRetriesThenDelivers(t *testing.T) {
-	var calls atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Content-Type") != "application/json" || r.Header.Get("X-Mediajobs-Delivery") == "" {
-			t.Errorf("headers %v", r.Header)
-		}
-		if calls.Add(1) <= 2 {
-			w.WriteHeader(500)
-			return
-		}
-		w.WriteHeader(200)
-	}))
-	defer srv.Close()
-	w := &WebhookSender{Retries: 5, MinWait: time.Millisecond, MaxWait: 5 * time.Millisecond, AllowLoopback: true}
-	d := w.Send(context.Background(), srv.URL, "job.succeeded", []byte(`{"id":"x"}`))
-	if d.Err != nil || d.Attempts != 3 || d.LastStatus != 200 || calls.Load() != 3 {
-		t.Fatalf("delivery %+v after %d calls, want delivered on the 3rd", d, calls.Load())
-	}
-}
-
-func TestWebhookGivesUpAfterFiveRetries(t *testing.T) {
-	var calls atomic.Int32
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		w.WriteHeader(503)
-	}))
-	defer srv.Close()
-	w := &WebhookSender{Retries: 5, MinWait: time.Millisecond, MaxWait: 5 * time.Millisecond, AllowLoopback: true}
-	d := w.Send(context.Background(), srv.URL, "job.failed", []byte(`{}`))
-	if d.Err == nil || d.Attempts != 6 || d.LastStatus != 503 || calls.Load() != 6 {
-		t.Fatalf("delivery %+v after %d calls, want 1 + 5 attempts then failure", d, calls.Load())
-	}
-}
-
-func TestWebhookRefusesInternalAddresses(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.Error("a refused address was reached")
-	}))
-	defer srv.Close()
-	w := &WebhookSender{Retries: 0, MinWait: time.Millisecond, MaxWait: time.Millisecond}
-	if d := w.Send(context.Background(), srv.URL, "job.failed", []byte(`{}`)); d.Err == nil || !strings.Contains(d.Err.Error(), "loopback") {
-		t.Fatalf("loopback webhook without allow_loopback: %+v", d)
-	}
-	// A link-local address is refused before any packet is sent.
-	if d := w.Send(context.Background(), "http://169.254.169.254/latest", "job.failed", []byte(`{}`)); d.Err == nil || !strings.Contains(d.Err.Error(), "169.254.0.0/16") {
-		t.Fatalf("link-local webhook: %+v", d)
 	}
 }
 

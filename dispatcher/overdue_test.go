@@ -57,9 +57,9 @@ func TestReconcileBackstops(t *testing.T) {
 	id := func(n int) string { return "00000000-0000-4000-8000-00000000000" + string(rune('0'+n)) }
 	child := func(n int) string { return "mediajobs-cpu/dispatch-" + childPrefix(id(n), 1) + "-1-abc" }
 	nomad := &fakeJobs{children: map[string][]*api.AllocationListStub{
-		child(1): nil, // dispatched 2 minutes ago, never placed
+		child(1): nil,                                                    // dispatched 2 minutes ago, never placed
 		child(2): {{ID: "a2", JobID: child(2), ClientStatus: "running"}}, // running far past its timeout
-		child(4): nil, // dispatched just now, not placed yet
+		child(4): nil,                                                    // dispatched just now, not placed yet
 		// child(3) vanished
 	}}
 	d := &Dispatcher{Config: cfg, Store: s, Jobs: nomad, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
@@ -108,7 +108,10 @@ func TestReconcileBackstops(t *testing.T) {
 	if len(ids) != 1 || ids[0] != id(3) {
 		t.Fatalf("queue %v", ids)
 	}
-	s.UpdateJob(ctx, id(3), func(j *mj.Job) error { j.NomadJobID = "mediajobs-cpu/dispatch-" + childPrefix(id(3), 2) + "-1-x"; return nil })
+	s.UpdateJob(ctx, id(3), func(j *mj.Job) error {
+		j.NomadJobID = "mediajobs-cpu/dispatch-" + childPrefix(id(3), 2) + "-1-x"
+		return nil
+	})
 	d.reconcile(ctx)
 	if j := get(3); j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "attempt 2 of 2 failed") {
 		t.Errorf("last attempt: %s %q", j.Status, j.ErrorMessage)

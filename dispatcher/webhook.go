@@ -3,12 +3,17 @@ package dispatcher
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hashicorp/go-retryablehttp"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/metrics"
@@ -16,95 +21,230 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// WebhookSender POSTs job objects to webhook URLs: 1 attempt + Retries retries with
-// exponential backoff (Retry-After honoured), through a dialer that refuses
-// private and link-local addresses.
+// WebhookAttempts is the contract: 1 attempt + 5 retries.
+const WebhookAttempts = 6
+
+// Version goes into the webhook User-Agent.
+var Version = "dev"
+
+// WebhookSender POSTs job objects to webhook URLs with go-retryablehttp: exponential
+// backoff with jitter, Retry-After honoured, a deadline per attempt, redirects never
+// followed, and every connection through a dialer that refuses private and
+// link-local addresses (and loopback unless allowed).
 type WebhookSender struct {
-	Retries          int
-	MinWait, MaxWait time.Duration
-	AllowLoopback    bool
+	Base, Cap      time.Duration
+	AttemptTimeout time.Duration
+	AllowLoopback  bool
 }
 
-// Delivery is the outcome of one webhook delivery.
+// Delivery is the outcome of Send.
 type Delivery struct {
-	Attempts   int
+	Attempts   int // in all, including earlier ones
 	LastStatus int
 	Err        error
 }
 
-// Send delivers body to url once (with retries).
-func (w *WebhookSender) Send(ctx context.Context, url, event string, body []byte) Delivery {
-	var attempts atomic.Int32
-	var last atomic.Int32
+// Message is one webhook delivery.
+type Message struct {
+	URL, Event, DeliveryID string
+	Body                   []byte
+	// Secret, when set, signs each attempt: X-Mediajobs-Signature.
+	Secret string
+	// Done is how many attempts earlier runs already made (after a restart).
+	Done int
+	// OnAttempt is called before each attempt with its number (1-based, in all).
+	OnAttempt func(n int)
+}
+
+// Backoff is the wait before retry n (1-based): Base·2^(n-1), capped at Cap, of which
+// a random half to all is taken, so gaps grow while receivers are not hit in step.
+func (w *WebhookSender) Backoff(n int, r *rand.Rand) time.Duration {
+	d := w.Base << (n - 1)
+	if d > w.Cap || d <= 0 {
+		d = w.Cap
+	}
+	return d/2 + time.Duration(r.Int64N(int64(d/2)+1))
+}
+
+// Send delivers m with the attempts it has left.
+func (w *WebhookSender) Send(ctx context.Context, m Message) Delivery {
+	left := WebhookAttempts - m.Done
+	if left <= 0 {
+		return Delivery{Attempts: m.Done, Err: fmt.Errorf("no attempts left")}
+	}
+	var attempts, last atomic.Int32
+	attempts.Store(int32(m.Done))
+	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	var rmu sync.Mutex
 	c := retryablehttp.NewClient()
-	c.RetryMax = w.Retries
-	c.RetryWaitMin, c.RetryWaitMax = w.MinWait, w.MaxWait
+	c.RetryMax = left - 1
 	c.Logger = nil
-	c.HTTPClient = &http.Client{Transport: netguard.Transport(w.AllowLoopback), Timeout: 30 * time.Second}
-	c.RequestLogHook = func(_ retryablehttp.Logger, _ *http.Request, n int) { attempts.Store(int32(n + 1)) }
+	c.HTTPClient = &http.Client{
+		Transport: netguard.Transport(w.AllowLoopback),
+		Timeout:   w.AttemptTimeout,
+		// A redirect could point anywhere, the SSRF guard's checks included: never follow.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	c.Backoff = func(min, max time.Duration, n int, resp *http.Response) time.Duration {
+		if resp != nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
+			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
+				return min64(time.Duration(s)*time.Second, w.Cap)
+			}
+		}
+		rmu.Lock()
+		defer rmu.Unlock()
+		return w.Backoff(n+1, rnd)
+	}
+	c.RequestLogHook = func(_ retryablehttp.Logger, req *http.Request, _ int) {
+		n := int(attempts.Add(1))
+		if m.Secret != "" {
+			ts := strconv.FormatInt(time.Now().Unix(), 10)
+			req.Header.Set("X-Mediajobs-Timestamp", ts)
+			req.Header.Set("X-Mediajobs-Signature", "v1="+Sign(m.Secret, ts, m.Body))
+		}
+		if m.OnAttempt != nil {
+			m.OnAttempt(n)
+		}
+	}
 	c.ResponseLogHook = func(_ retryablehttp.Logger, r *http.Response) { last.Store(int32(r.StatusCode)) }
 	c.ErrorHandler = retryablehttp.PassthroughErrorHandler
-	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, m.URL, bytes.NewReader(m.Body))
 	if err != nil {
-		return Delivery{Err: err}
+		return Delivery{Attempts: m.Done, Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "mediajobs-webhook/1")
-	req.Header.Set("X-Mediajobs-Event", event)
-	req.Header.Set("X-Mediajobs-Delivery", uuid.NewString())
+	req.Header.Set("User-Agent", "mediajobs/"+Version)
+	req.Header.Set("X-Mediajobs-Event", m.Event)
+	req.Header.Set("X-Mediajobs-Delivery", m.DeliveryID)
 	resp, err := c.Do(req)
 	d := Delivery{Attempts: int(attempts.Load()), LastStatus: int(last.Load()), Err: err}
 	if resp != nil {
 		resp.Body.Close()
 		d.LastStatus = resp.StatusCode
-		if resp.StatusCode/100 != 2 {
+		switch {
+		case resp.StatusCode/100 == 3:
+			d.Err = fmt.Errorf("receiver answered HTTP %d; redirects are not followed", resp.StatusCode)
+		case resp.StatusCode/100 != 2:
 			d.Err = fmt.Errorf("receiver answered HTTP %d", resp.StatusCode)
 		}
 	}
 	return d
 }
 
-// webhookLoop delivers every entry of the etcd outbox. The entry was written in the
-// same transaction that made the job terminal, and is removed only after the
-// outcome is recorded on the job, so a crash re-delivers instead of dropping.
+func min64(a, b time.Duration) time.Duration {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+// Sign is the webhook signature: hex HMAC-SHA256 of "<timestamp>.<body>" with the
+// account's secret. Receivers recompute it and compare in constant time.
+func Sign(secret, timestamp string, body []byte) string {
+	h := hmac.New(sha256.New, []byte(secret))
+	h.Write([]byte(timestamp + "."))
+	h.Write(body)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// AccountSecrets is how the webhook loop finds an account's signing secret.
+type AccountSecrets interface {
+	Account(ctx context.Context, id string) (*mj.Account, error)
+}
+
+// webhookLoop delivers every entry of the etcd outbox, up to Concurrency at once.
+// The entry was written in the same transaction that made the job terminal; each
+// attempt is counted on the job before it is made, and the entry is removed only
+// after the outcome is recorded, so a crash or failover resumes the delivery with
+// the attempts it has left, under the same delivery id.
 func (d *Dispatcher) webhookLoop(ctx context.Context) {
+	sem := make(chan struct{}, d.Config.Webhooks.Concurrency)
+	var inflight sync.Map
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	d.watchPrefix(ctx, d.Store.OutboxPrefix(), time.Minute, func(ctx context.Context, id string, del *clientv3.Event) {
 		if del != nil {
 			return
 		}
-		j, err := d.Store.Job(ctx, id)
-		if err != nil {
-			if mj.ErrorCode(err) == mj.ENotFound {
-				d.Store.DeleteOutbox(ctx, id)
-			}
+		if _, busy := inflight.LoadOrStore(id, true); busy {
 			return
 		}
-		if j.Webhook != nil && j.Webhook.Status != "pending" {
-			d.Store.DeleteOutbox(ctx, id) // settled before a crash
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			inflight.Delete(id)
 			return
 		}
-		exp := time.Now().Add(d.Config.Storage.TTL)
-		view := mj.View(j, func(key string) string { return d.Signer.URL("GET", key, key, exp) })
-		res := d.Webhook.Send(ctx, j.WebhookURL, "job."+string(j.Status), mustJSON(view))
-		if ctx.Err() != nil {
-			return // shutting down: the outbox entry stays for the next leader
-		}
-		state := &mj.WebhookState{Status: "delivered", Attempts: res.Attempts, LastHTTPStatus: res.LastStatus}
-		if res.Err != nil {
-			state.Status, state.LastError = "failed", res.Err.Error()
-			d.Log.Warn("webhook not delivered", "job", id, "url", j.WebhookURL, "attempts", res.Attempts, "err", res.Err)
-		}
-		metrics.Webhooks.WithLabelValues(state.Status).Inc()
-		if _, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Webhook = state; return nil }); err != nil {
-			d.Log.Warn("record webhook outcome", "job", id, "err", err)
-			return
-		}
-		d.Store.DeleteOutbox(ctx, id)
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; inflight.Delete(id); wg.Done() }()
+			d.deliver(ctx, id)
+		}()
 	})
 }
 
-// Default backoff bounds of webhook retries: 1s, 2s, 4s, 8s, 16s.
-const (
-	DefaultWebhookMinWait = time.Second
-	DefaultWebhookMaxWait = 30 * time.Second
-)
+func (d *Dispatcher) deliver(ctx context.Context, id string) {
+	j, err := d.Store.Job(ctx, id)
+	if err != nil {
+		if mj.ErrorCode(err) == mj.ENotFound {
+			d.Store.DeleteOutbox(ctx, id)
+		}
+		return
+	}
+	w := j.Webhook
+	if w == nil || w.Status != "pending" || j.WebhookURL == "" {
+		d.Store.DeleteOutbox(ctx, id) // settled before a crash
+		return
+	}
+	var secret string
+	if d.Accounts != nil {
+		if a, err := d.Accounts.Account(ctx, j.AccountID); err == nil {
+			secret = a.WebhookSecret
+		}
+	}
+	exp := time.Now().Add(d.Config.Storage.TTL)
+	view := mj.View(j, func(key string) string { return d.Signer.URL("GET", key, key, exp) })
+	res := d.Webhook.Send(ctx, Message{
+		URL: j.WebhookURL, Event: "job." + string(j.Status), DeliveryID: w.DeliveryID,
+		Body: mustJSON(view), Secret: secret, Done: w.Attempts,
+		OnAttempt: func(n int) {
+			// Counted before it is made: a crash right after never gives an extra attempt.
+			d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+				if j.Webhook == nil || j.Webhook.Status != "pending" {
+					return errSkip
+				}
+				j.Webhook.Attempts = max(j.Webhook.Attempts, n)
+				return nil
+			})
+		},
+	})
+	if ctx.Err() != nil {
+		return // shutting down or deposed: the outbox entry stays for the next leader
+	}
+	_, err = d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+		if j.Webhook == nil || j.Webhook.Status != "pending" {
+			return errSkip
+		}
+		ws := *j.Webhook
+		ws.Attempts, ws.LastHTTPStatus, ws.LastError = max(ws.Attempts, res.Attempts), res.LastStatus, ""
+		if res.Err == nil {
+			now := time.Now().UTC()
+			ws.Status, ws.DeliveredAt = "delivered", &now
+		} else {
+			ws.Status, ws.LastError = "failed", res.Err.Error()
+		}
+		j.Webhook = &ws
+		return nil
+	})
+	if err != nil && err != errSkip {
+		d.Log.Warn("record webhook outcome", "job", id, "err", err)
+		return
+	}
+	if res.Err != nil {
+		metrics.Webhooks.WithLabelValues("failed").Inc()
+		d.Log.Warn("webhook not delivered", "job", id, "url", j.WebhookURL, "attempts", res.Attempts, "err", res.Err)
+	} else {
+		metrics.Webhooks.WithLabelValues("delivered").Inc()
+	}
+	d.Store.DeleteOutbox(ctx, id)
+}

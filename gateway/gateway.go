@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/mediajobs/mediajobs/store"
 )
 
@@ -32,6 +34,7 @@ type Store interface {
 	RevokeAPIKey(ctx context.Context, accountID, keyID string) error
 	TouchAPIKey(ctx context.Context, hash string, t time.Time) error
 	WatchRevokedKeys(ctx context.Context, fn func(hash string))
+	SetWebhookSecret(ctx context.Context, accountID, secret string) error
 	Ping(ctx context.Context) error
 }
 
@@ -49,6 +52,8 @@ type Gateway struct {
 	Signer blob.Signer
 	Log    *slog.Logger
 	Now    func() time.Time
+	// Resolver checks where input and webhook hosts point (default: the system's).
+	Resolver netguard.Resolver
 
 	keys     keyCache
 	limiters sync.Map // account id -> *rate.Limiter
@@ -61,6 +66,9 @@ func (g *Gateway) App() *fiber.App {
 	}
 	if g.Log == nil {
 		g.Log = slog.Default()
+	}
+	if g.Resolver == nil {
+		g.Resolver = net.DefaultResolver
 	}
 	app := fiber.New(fiber.Config{
 		AppName:               "mediajobs",

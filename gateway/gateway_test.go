@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -41,7 +42,8 @@ func newHarness(t *testing.T) *harness {
 		t.Fatal(err)
 	}
 	blobs, _ := blob.NewLocal(t.TempDir())
-	g := &Gateway{Config: cfg, Store: s, Blobs: blobs, Signer: blob.Signer{Secret: []byte("0123456789abcdef"), Base: "http://gw.test"}}
+	g := &Gateway{Config: cfg, Store: s, Blobs: blobs, Signer: blob.Signer{Secret: []byte("0123456789abcdef"), Base: "http://gw.test"},
+		Resolver: fakeDNS{}}
 	h := &harness{t: t, app: g.App(), gw: g, store: s, keys: map[string]string{}}
 	cfg.Server.RateLimit = 0 // TestRateLimit turns it on
 	for _, acct := range []string{"alice", "bob"} {
@@ -147,6 +149,12 @@ func TestCreateValidation(t *testing.T) {
 		{"timeout too big", with("timeout_seconds", 999999), "timeout_seconds"},
 		{"timeout zero", with("timeout_seconds", 0), "timeout_seconds"},
 		{"webhook scheme", with("webhook_url", "file:///etc/passwd"), "webhook_url"},
+		// Named only to prove they are refused: nothing is sent to them.
+		{"webhook link-local", with("webhook_url", "http://169.254.169.254/latest"), "webhook_url"},
+		{"webhook private via dns", with("webhook_url", "https://internal.example/hook"), "webhook_url"},
+		{"webhook loopback", with("webhook_url", "http://127.0.0.1:9/hook"), "webhook_url"},
+		{"webhook localhost", with("webhook_url", "http://localhost:9/hook"), "webhook_url"},
+		{"input private", with("input_files", map[string]string{"video": "http://192.168.1.10/a.mp4"}), "input_files.video"},
 		{"metadata too big", with("metadata", map[string]string{"k": strings.Repeat("x", 5000)}), ""},
 		{"wrong type", with("output_files", "out.mp4"), "output_files"},
 		{"wrong type int", with("timeout_seconds", "10"), "timeout_seconds"},
@@ -334,4 +342,17 @@ func TestRoutingAndErrors(t *testing.T) {
 	if status, _, _ := h.do("GET", "/readyz", "", nil); status != 200 {
 		t.Fatalf("readyz: %d", status)
 	}
+}
+
+// fakeDNS answers for the test hosts without sending a DNS query.
+type fakeDNS struct{}
+
+func (fakeDNS) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	switch host {
+	case "internal.example":
+		return []netip.Addr{netip.MustParseAddr("10.1.2.3")}, nil
+	case "media.example", "hooks.example":
+		return []netip.Addr{netip.MustParseAddr("93.184.215.14")}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host", Name: host, IsNotFound: true}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/metrics"
+	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/mediajobs/mediajobs/store"
 )
 
@@ -30,6 +31,9 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 	}
 	j, err := newJob(req, g.Config, account(c), g.Now())
 	if err != nil {
+		return err
+	}
+	if err := g.checkHosts(c.UserContext(), j); err != nil {
 		return err
 	}
 	var idem *store.Idempotency
@@ -58,6 +62,27 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		}
 	}
 	return c.JSON(fiber.Map{"data": g.view(j)})
+}
+
+// checkHosts refuses input and webhook URLs whose hosts are, or resolve to, private,
+// link-local or other internal addresses (loopback only where allow_loopback is set).
+func (g *Gateway) checkHosts(ctx context.Context, j *mj.Job) error {
+	problems := map[string]string{}
+	allow := g.Config.Server.AllowLoopback
+	for name, u := range j.InputFiles {
+		if err := netguard.CheckURL(ctx, g.Resolver, u, allow); err != nil {
+			problems["input_files."+name] = "refused: " + err.Error()
+		}
+	}
+	if j.WebhookURL != "" {
+		if err := netguard.CheckURL(ctx, g.Resolver, j.WebhookURL, allow); err != nil {
+			problems["webhook_url"] = "refused: " + err.Error()
+		}
+	}
+	if len(problems) > 0 {
+		return validationError(problems)
+	}
+	return nil
 }
 
 // jsonBody reads a JSON request body of at most max_body_bytes. Bodies are

@@ -87,3 +87,21 @@ func (g *Gateway) revokeKey(c *fiber.Ctx) error {
 	g.keys.drop(hash)
 	return c.JSON(fiber.Map{"data": fiber.Map{"id": id, "revoked": true}})
 }
+
+// setWebhookSecret creates (or rotates) the account's webhook signing secret and
+// shows it once; from then on every webhook carries X-Mediajobs-Signature.
+func (g *Gateway) setWebhookSecret(c *fiber.Ctx) error {
+	secret := "whsec_" + strings.TrimPrefix(mj.NewAPIKeySecret(), "mj_")
+	if err := g.Store.SetWebhookSecret(c.UserContext(), account(c), secret); err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"data": fiber.Map{"secret": secret}})
+}
+
+// deleteWebhookSecret stops signing the account's webhooks.
+func (g *Gateway) deleteWebhookSecret(c *fiber.Ctx) error {
+	if err := g.Store.SetWebhookSecret(c.UserContext(), account(c), ""); err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"data": fiber.Map{"secret": nil}})
+}

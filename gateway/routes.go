@@ -36,6 +36,8 @@ func (g *Gateway) routes(app *fiber.App) {
 	api.Get("/keys", g.listKeys)
 	api.Post("/keys", g.createKey)
 	api.Delete("/keys/:id", g.revokeKey)
+	api.Post("/webhook-secret", g.setWebhookSecret)
+	api.Delete("/webhook-secret", g.deleteWebhookSecret)
 }
 
 // cleanPath collapses repeated slashes ("/api//ffmpeg" from a base URL with a
@@ -79,7 +81,9 @@ func measure(c *fiber.Ctx) error {
 		// The error handler has not run yet; classify by the error's HTTP status.
 		status = statusOf(err)
 	}
-	metrics.HTTPRequests.WithLabelValues(c.Method(), route, strconv.Itoa(status)).Inc()
-	metrics.HTTPDuration.WithLabelValues(c.Method(), route).Observe(time.Since(start).Seconds())
+	// fiber's strings alias fasthttp's reused buffers: copy what outlives the request.
+	method := strings.Clone(c.Method())
+	metrics.HTTPRequests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
+	metrics.HTTPDuration.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
 	return err
 }

@@ -5,10 +5,13 @@
 package netguard
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -69,4 +72,38 @@ func Transport(allowLoopback bool) *http.Transport {
 	t.Proxy = nil
 	t.DialContext = Dialer(allowLoopback).DialContext
 	return t
+}
+
+// Resolver looks up a host's addresses; *net.Resolver has it.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// CheckURL refuses an http(s) URL whose host is, or resolves to, an address Check
+// refuses. A host that does not resolve passes: it cannot be reached either, and the
+// send- or fetch-time dialer checks again whatever it resolves to then.
+func CheckURL(ctx context.Context, r Resolver, raw string, allowLoopback bool) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return err
+	}
+	host := u.Hostname()
+	if addr, err := netip.ParseAddr(host); err == nil {
+		return Check(addr, allowLoopback)
+	}
+	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
+		return Check(netip.MustParseAddr("127.0.0.1"), allowLoopback)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	addrs, err := r.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil
+	}
+	for _, a := range addrs {
+		if err := Check(a, allowLoopback); err != nil {
+			return fmt.Errorf("%s resolves to a refused address: %w", host, err)
+		}
+	}
+	return nil
 }

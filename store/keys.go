@@ -203,3 +203,27 @@ func (s *Store) WatchRevokedKeys(ctx context.Context, fn func(hash string)) {
 		}
 	}
 }
+
+// SetWebhookSecret sets (or, with "", removes) the account's webhook signing secret.
+func (s *Store) SetWebhookSecret(ctx context.Context, accountID, secret string) error {
+	for {
+		resp, err := s.cli.Get(ctx, s.accountKey(accountID))
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 0 {
+			return mj.ErrNotFound
+		}
+		var a mj.Account
+		if err := json.Unmarshal(resp.Kvs[0].Value, &a); err != nil {
+			return err
+		}
+		a.WebhookSecret = secret
+		b, _ := json.Marshal(&a)
+		tx, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.accountKey(accountID)), "=", resp.Kvs[0].ModRevision)).
+			Then(clientv3.OpPut(s.accountKey(accountID), string(b))).Commit()
+		if err != nil || tx.Succeeded {
+			return err
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -252,7 +253,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error
 		}
 		j.UpdatedAt = time.Now().UTC()
 		if j.Status.Terminal() && !old.Status.Terminal() && j.WebhookURL != "" && j.Webhook == nil {
-			j.Webhook = &mj.WebhookState{Status: "pending"}
+			j.Webhook = &mj.WebhookState{Status: "pending", DeliveryID: uuid.NewString()}
 		}
 		b, err := json.Marshal(&j)
 		if err != nil {

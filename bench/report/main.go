@@ -1,8 +1,11 @@
 // Command report reads `go test -bench` output of ./bench on stdin, echoes it, and
 // prints a markdown table of each subject beside its baseline from the same run,
-// with the ratio against its target. Values are medians over -count runs.
+// with the ratio against its target. Throughputs are medians over the rounds; the
+// ratio is the median of the per-round ratios (the i-th subject result over the
+// i-th baseline result), so a round disturbed by other load on the machine counts
+// once. Rounds pair best when each round runs all benchmarks back to back:
 //
-//	go test -run '^$' -bench . -count=3 ./bench/ | go run ./bench/report
+//	for i in 1 2 3; do go test -run '^$' -bench . -count=1 ./bench/; done | go run ./bench/report
 //
 // It exits 1 when the benchmark output says FAIL or a benchmark is missing, and,
 // with -strict, when a ratio misses its target.
@@ -104,14 +107,31 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 			fmt.Fprintf(w, "| %s | %s | %s | %s | – | ≥ %.2f | missing |\n", p.Subject, fmtOps(s), p.Baseline, fmtOps(b), p.Target)
 			continue
 		}
-		ratio := Median(s) / Median(b)
+		ratio, spread := Ratio(s, b)
 		verdict := "met"
 		if ratio < p.Target {
 			verdict, met = "**missed**", false
 		}
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f | ≥ %.2f | %s |\n", p.Subject, fmtOps(s), p.Baseline, fmtOps(b), ratio, p.Target, verdict)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f%s | ≥ %.2f | %s |\n", p.Subject, fmtOps(s), p.Baseline, fmtOps(b), ratio, spread, p.Target, verdict)
 	}
 	return complete, met
+}
+
+// Ratio is the median of the per-round ratios s[i]/b[i], with their range when
+// there are several; the ratio of the medians when the counts differ.
+func Ratio(s, b []float64) (float64, string) {
+	if len(s) != len(b) {
+		return Median(s) / Median(b), ""
+	}
+	rs := make([]float64, len(s))
+	for i := range s {
+		rs[i] = s[i] / b[i]
+	}
+	if len(rs) == 1 {
+		return rs[0], ""
+	}
+	sort.Float64s(rs)
+	return Median(rs), fmt.Sprintf(" (%.2f–%.2f)", rs[0], rs[len(rs)-1])
 }
 
 // fmtOps is the median and, over several runs, the range.

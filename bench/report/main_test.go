@@ -51,3 +51,14 @@ func TestFailAndMissing(t *testing.T) {
 		t.Fatal("empty result reported complete")
 	}
 }
+
+func TestRatioPairsRounds(t *testing.T) {
+	// Round 2 ran under load: both halves of the pair are low, the ratio is not.
+	r, spread := Ratio([]float64{50, 20, 52}, []float64{100, 45, 100})
+	if r != 0.5 || spread != " (0.44–0.52)" {
+		t.Fatalf("Ratio = %v%q", r, spread)
+	}
+	if r, _ := Ratio([]float64{1, 2, 3}, []float64{4}); r != 0.5 {
+		t.Fatalf("unpaired Ratio = %v", r)
+	}
+}

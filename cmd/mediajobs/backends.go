@@ -122,7 +122,9 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 		Config: b.cfg, Store: b.store, Jobs: client.Jobs(), Events: client.EventStream(),
 		Blobs: b.blobs, Signer: b.signer, RunnerCommand: self, Log: log,
 		ReconcileEvery: b.cfg.Dispatcher.ReconcileD, LeaderTTL: b.cfg.Dispatcher.LeaderTTLD, TimeoutGrace: b.cfg.Dispatcher.TimeoutGraceD,
-		Webhook: &dispatcher.WebhookSender{Retries: 5, MinWait: dispatcher.DefaultWebhookMinWait, MaxWait: dispatcher.DefaultWebhookMaxWait, AllowLoopback: b.cfg.Server.AllowLoopback},
+		Accounts: b.store,
+		Webhook: &dispatcher.WebhookSender{Base: b.cfg.Webhooks.BaseD, Cap: b.cfg.Webhooks.CapD,
+			AttemptTimeout: b.cfg.Webhooks.TimeoutD, AllowLoopback: b.cfg.Server.AllowLoopback},
 	}, nil
 }
 

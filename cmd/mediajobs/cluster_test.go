@@ -96,6 +96,10 @@ nomad {
 storage {
   path = %q
 }
+webhooks {
+  backoff_base = "300ms"
+  backoff_cap  = "2s"
+}
 dispatcher {
   reconcile_every = "1s"
   leader_ttl      = "2s"

@@ -1,0 +1,211 @@
+package dispatcher
+
+import (
+	"context"
+	"crypto/hmac"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/testenv"
+)
+
+// receiver is a loopback webhook receiver answering a scripted list of statuses
+// (the last one repeats), recording every request.
+type receiver struct {
+	mu      sync.Mutex
+	answers []int
+	got     []*http.Request
+	bodies  [][]byte
+	at      []time.Time
+	srv     *httptest.Server
+}
+
+func newReceiver(t *testing.T, answers ...int) *receiver {
+	r := &receiver{answers: answers}
+	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		b, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		n := len(r.got)
+		r.got, r.bodies, r.at = append(r.got, req), append(r.bodies, b), append(r.at, time.Now())
+		status := r.answers[min(n, len(r.answers)-1)]
+		r.mu.Unlock()
+		if status == 429 {
+			w.Header().Set("Retry-After", "1")
+		}
+		w.WriteHeader(status)
+	}))
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+func (r *receiver) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.got) }
+
+func sender() *WebhookSender {
+	return &WebhookSender{Base: 40 * time.Millisecond, Cap: time.Second, AttemptTimeout: 5 * time.Second, AllowLoopback: true}
+}
+
+func TestWebhookBackoffGrows(t *testing.T) {
+	w := &WebhookSender{Base: time.Second, Cap: 30 * time.Second}
+	r := rand.New(rand.NewPCG(1, 2))
+	for n := 1; n <= 5; n++ {
+		full := time.Second << (n - 1)
+		for i := 0; i < 200; i++ {
+			if d := w.Backoff(n, r); d < full/2 || d > full {
+				t.Fatalf("retry %d waits %s, want within [%s, %s]", n, d, full/2, full)
+			}
+		}
+	}
+	if d := w.Backoff(10, r); d > 30*time.Second || d < 15*time.Second {
+		t.Fatalf("capped wait %s", d)
+	}
+}
+
+func TestWebhook500503ThenOK(t *testing.T) {
+	rc := newReceiver(t, 500, 503, 200)
+	var seen []int
+	d := sender().Send(context.Background(), Message{URL: rc.srv.URL, Event: "job.succeeded", DeliveryID: "d-1", Body: []byte(`{"id":"x"}`),
+		OnAttempt: func(n int) { seen = append(seen, n) }})
+	if d.Err != nil || d.Attempts != 3 || d.LastStatus != 200 || rc.count() != 3 {
+		t.Fatalf("delivery %+v after %d requests, want delivered on the 3rd", d, rc.count())
+	}
+	if len(seen) != 3 || seen[2] != 3 {
+		t.Fatalf("attempts reported %v", seen)
+	}
+	for i, req := range rc.got {
+		if req.Header.Get("X-Mediajobs-Delivery") != "d-1" || req.Header.Get("Content-Type") != "application/json" ||
+			!strings.HasPrefix(req.Header.Get("User-Agent"), "mediajobs/") || req.Header.Get("X-Mediajobs-Event") != "job.succeeded" {
+			t.Fatalf("attempt %d headers %v", i+1, req.Header)
+		}
+	}
+	// The waits are at least half of 40 ms and 80 ms (a busy machine only adds to them).
+	if g1, g2 := rc.at[1].Sub(rc.at[0]), rc.at[2].Sub(rc.at[1]); g1 < 20*time.Millisecond || g2 < 40*time.Millisecond {
+		t.Fatalf("gaps %s, %s are shorter than the schedule", g1, g2)
+	}
+}
+
+func TestWebhookAlways500GetsExactlySixAttempts(t *testing.T) {
+	rc := newReceiver(t, 500)
+	d := sender().Send(context.Background(), Message{URL: rc.srv.URL, Event: "job.failed", DeliveryID: "d", Body: []byte(`{}`)})
+	if d.Err == nil || d.Attempts != 6 || d.LastStatus != 500 || rc.count() != 6 {
+		t.Fatalf("delivery %+v after %d requests, want 1 + 5 attempts then failure", d, rc.count())
+	}
+	// Resumed after a restart with 4 attempts made: 2 left.
+	rc2 := newReceiver(t, 500)
+	d = sender().Send(context.Background(), Message{URL: rc2.srv.URL, Event: "job.failed", DeliveryID: "d", Body: []byte(`{}`), Done: 4})
+	if d.Attempts != 6 || rc2.count() != 2 {
+		t.Fatalf("resumed delivery %+v after %d requests, want 2 more", d, rc2.count())
+	}
+}
+
+func TestWebhookHonoursRetryAfter(t *testing.T) {
+	rc := newReceiver(t, 429, 200)
+	d := sender().Send(context.Background(), Message{URL: rc.srv.URL, Event: "job.failed", DeliveryID: "d", Body: []byte(`{}`)})
+	if d.Err != nil || rc.count() != 2 || rc.at[1].Sub(rc.at[0]) < time.Second {
+		t.Fatalf("delivery %+v, gap %s: Retry-After: 1 not honoured", d, rc.at[1].Sub(rc.at[0]))
+	}
+}
+
+func TestWebhookDoesNotFollowRedirects(t *testing.T) {
+	target := newReceiver(t, 200)
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target.srv.URL, http.StatusFound)
+	}))
+	defer redirect.Close()
+	d := sender().Send(context.Background(), Message{URL: redirect.URL, Event: "job.failed", DeliveryID: "d", Body: []byte(`{}`)})
+	if d.Err == nil || !strings.Contains(d.Err.Error(), "redirects are not followed") || target.count() != 0 {
+		t.Fatalf("delivery %+v, redirect target got %d requests", d, target.count())
+	}
+}
+
+func TestWebhookRefusesInternalAddresses(t *testing.T) {
+	rc := newReceiver(t, 200)
+	w := sender()
+	w.AllowLoopback = false
+	if d := w.Send(context.Background(), Message{URL: rc.srv.URL, Event: "e", DeliveryID: "d", Body: []byte(`{}`), Done: 5}); d.Err == nil || !strings.Contains(d.Err.Error(), "loopback") || rc.count() != 0 {
+		t.Fatalf("loopback webhook without allow_loopback: %+v", d)
+	}
+	// Named only to prove it is refused: the dialer stops before any packet is sent.
+	if d := w.Send(context.Background(), Message{URL: "http://169.254.169.254/latest", Event: "e", DeliveryID: "d", Body: []byte(`{}`), Done: 5}); d.Err == nil || !strings.Contains(d.Err.Error(), "169.254.0.0/16") {
+		t.Fatalf("link-local webhook: %+v", d)
+	}
+}
+
+func TestWebhookSignatureVerifies(t *testing.T) {
+	rc := newReceiver(t, 200)
+	body := []byte(`{"id":"x","status":"succeeded"}`)
+	sender().Send(context.Background(), Message{URL: rc.srv.URL, Event: "job.succeeded", DeliveryID: "d", Body: body, Secret: "whsec_test"})
+	req := rc.got[0]
+	ts, sig := req.Header.Get("X-Mediajobs-Timestamp"), strings.TrimPrefix(req.Header.Get("X-Mediajobs-Signature"), "v1=")
+	if ts == "" || !hmac.Equal([]byte(sig), []byte(Sign("whsec_test", ts, rc.bodies[0]))) {
+		t.Fatalf("signature %q over %q does not verify", sig, ts)
+	}
+	if hmac.Equal([]byte(sig), []byte(Sign("other", ts, rc.bodies[0]))) || hmac.Equal([]byte(sig), []byte(Sign("whsec_test", ts, []byte(`{}`)))) {
+		t.Fatal("signature verifies with the wrong secret or body")
+	}
+	unsigned := newReceiver(t, 200)
+	sender().Send(context.Background(), Message{URL: unsigned.srv.URL, Event: "e", DeliveryID: "d", Body: body})
+	if unsigned.got[0].Header.Get("X-Mediajobs-Signature") != "" {
+		t.Fatal("signed without a secret")
+	}
+}
+
+// TestOutboxDelivery runs the dispatcher's outbox worker on a real etcd: a job that
+// finishes with a webhook gets one delivery id, its attempts recorded as they
+// happen, and the final state on the job.
+func TestOutboxDelivery(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	cfg := config.Default()
+	cfg.Finish()
+	blobs, _ := blob.NewLocal(t.TempDir())
+	d := &Dispatcher{Config: cfg, Store: s, Blobs: blobs, Accounts: s, Webhook: sender(),
+		Signer: blob.Signer{Secret: []byte("0123456789abcdef"), Base: "http://x"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d.defaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	acct, _ := s.CreateAccount(ctx, "a")
+	s.SetWebhookSecret(ctx, acct.ID, "whsec_1")
+	ok, bad := newReceiver(t, 503, 200), newReceiver(t, 500)
+	mk := func(id, url string) {
+		now := time.Now()
+		s.CreateJob(ctx, &mj.Job{ID: id, AccountID: acct.ID, Status: mj.StatusQueued, Machine: "cpu", WebhookURL: url, CreatedAt: now, QueuedAt: now})
+		s.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status = mj.StatusFailed; j.ErrorMessage = "x"; return nil })
+	}
+	mk("job-ok", ok.srv.URL)
+	mk("job-bad", bad.srv.URL)
+	go d.webhookLoop(ctx)
+	var jOK, jBad *mj.Job
+	testenv.Eventually(t, 30*time.Second, "both deliveries to settle", func() bool {
+		jOK, _ = s.Job(ctx, "job-ok")
+		jBad, _ = s.Job(ctx, "job-bad")
+		return jOK.Webhook.Status != "pending" && jBad.Webhook.Status != "pending"
+	})
+	if w := jOK.Webhook; w.Status != "delivered" || w.Attempts != 2 || w.DeliveredAt == nil || w.LastHTTPStatus != 200 || w.DeliveryID == "" {
+		t.Fatalf("delivered webhook state %+v", w)
+	}
+	if ok.got[0].Header.Get("X-Mediajobs-Delivery") != jOK.Webhook.DeliveryID || ok.got[1].Header.Get("X-Mediajobs-Delivery") != jOK.Webhook.DeliveryID {
+		t.Fatal("the delivery id changed between attempts or differs from the job's")
+	}
+	if w := jBad.Webhook; w.Status != "failed" || w.Attempts != 6 || w.LastHTTPStatus != 500 || !strings.Contains(w.LastError, "500") || bad.count() != 6 {
+		t.Fatalf("failed webhook state %+v after %d requests", w, bad.count())
+	}
+	var got map[string]any
+	json.Unmarshal(ok.bodies[1], &got)
+	if got["id"] != "job-ok" || got["status"] != "failed" || ok.got[1].Header.Get("X-Mediajobs-Signature") == "" {
+		t.Fatalf("body %v / unsigned", got)
+	}
+	ids, _, _ := s.JobIDs(ctx, s.OutboxPrefix(), 0)
+	if len(ids) != 0 {
+		t.Fatalf("outbox not emptied: %v", ids)
+	}
+}
