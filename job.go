@@ -44,7 +44,8 @@ type Job struct {
 	Metadata       map[string]string `json:"metadata,omitempty"`
 
 	// Outputs are the files the runner uploaded, in the order it found them.
-	Outputs      []Output `json:"outputs,omitempty"`
+	Outputs      []Output  `json:"outputs,omitempty"`
+	Progress     *Progress `json:"progress,omitempty"`
 	ErrorMessage string   `json:"error_message,omitempty"`
 	StatusDetail string   `json:"status_detail,omitempty"`
 
@@ -69,9 +70,40 @@ type Job struct {
 
 // Output is one file a job produced.
 type Output struct {
-	Name string `json:"name"` // the file name as the runner found it under outputs/
-	Key  string `json:"key"`  // blob store key
-	Size int64  `json:"size"`
+	Name  string `json:"name"` // the file name as the runner found it under outputs/
+	Key   string `json:"key"`  // blob store key
+	Size  int64  `json:"size"`
+	Probe *Probe `json:"probe,omitempty"`
+}
+
+// Probe is what ffprobe says of a file.
+type Probe struct {
+	DurationSeconds *float64 `json:"duration_seconds"`
+	Format          string   `json:"format"`
+	Streams         []Stream `json:"streams"`
+}
+
+// Stream is one stream of a probed file.
+type Stream struct {
+	Type       string `json:"type"`
+	Codec      string `json:"codec"`
+	Width      int    `json:"width,omitempty"`
+	Height     int    `json:"height,omitempty"`
+	SampleRate int    `json:"sample_rate,omitempty"`
+	Channels   int    `json:"channels,omitempty"`
+}
+
+// Progress is how far a running job has got, as its runner last reported.
+type Progress struct {
+	// Percent of the current command, when its duration is known.
+	Percent        *float64  `json:"percent"`
+	CommandIndex   int       `json:"command_index"` // 1-based
+	CommandCount   int       `json:"command_count"`
+	FPS            float64   `json:"fps"`
+	Speed          float64   `json:"speed"`
+	OutTimeSeconds float64   `json:"out_time_seconds"`
+	ETASeconds     *float64  `json:"eta_seconds"`
+	UpdatedAt      time.Time `json:"updated_at"`
 }
 
 // WebhookState is the delivery state of a job's webhook, visible on the job.
@@ -92,7 +124,8 @@ type Result struct {
 	Attempt      int      `json:"attempt"`
 	Succeeded    bool     `json:"succeeded"`
 	ErrorMessage string   `json:"error_message,omitempty"`
-	Outputs      []Output `json:"outputs,omitempty"`
+	Outputs      []Output  `json:"outputs,omitempty"`
+	Progress     *Progress `json:"progress,omitempty"`
 	InputBytes   int64    `json:"input_bytes"`
 }
 
@@ -107,6 +140,10 @@ type Manifest struct {
 	// UploadURL is a signed URL template for this attempt's files: the runner replaces
 	// "{path}" with "outputs/<name>" or "result.json" and PUTs the bytes.
 	UploadURL string `json:"upload_url"`
+	// ProgressURL is where the runner POSTs Progress (signed, this attempt only).
+	ProgressURL string `json:"progress_url,omitempty"`
+	// MaxOutputFiles caps the files one job may produce (sequences).
+	MaxOutputFiles int `json:"max_output_files,omitempty"`
 	// AllowLoopback lets inputs come from loopback addresses (development only).
 	AllowLoopback bool `json:"allow_loopback,omitempty"`
 	// AllowGPU: the pool has GPUs, so GPU codecs and filters are allowed.

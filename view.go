@@ -25,7 +25,7 @@ type JobView struct {
 	WebhookURL       *string               `json:"webhook_url"`
 	TimeoutSeconds   int                   `json:"timeout_seconds"`
 	Metadata         map[string]string     `json:"metadata"`
-	Progress         any                   `json:"progress"`
+	Progress         *Progress             `json:"progress"`
 	Outputs          map[string]OutputView `json:"outputs"`
 	StatusDetail     string                `json:"status_detail"`
 	Webhook          *WebhookState         `json:"webhook"`
@@ -33,9 +33,12 @@ type JobView struct {
 	TotalOutputBytes *int64                `json:"total_output_bytes"`
 }
 
-// OutputView describes one produced file.
+// OutputView describes one produced file: its size and what ffprobe says of it.
 type OutputView struct {
-	Size int64 `json:"size"`
+	SizeBytes       int64    `json:"size_bytes"`
+	DurationSeconds *float64 `json:"duration_seconds"`
+	Format          string   `json:"format"`
+	Streams         []Stream `json:"streams"`
 }
 
 // View renders j for clients. sign turns a blob key into a signed download URL; it
@@ -56,6 +59,9 @@ func View(j *Job, sign func(key string) string) JobView {
 	if j.WebhookURL != "" {
 		v.WebhookURL = &j.WebhookURL
 	}
+	if j.Status == StatusRunning && j.Progress != nil {
+		v.Progress = j.Progress
+	}
 	if j.TotalInputBytes > 0 || j.Status == StatusSucceeded {
 		n := j.TotalInputBytes
 		v.TotalInputBytes = &n
@@ -67,7 +73,14 @@ func View(j *Job, sign func(key string) string) JobView {
 		sort.Slice(outs, func(a, b int) bool { return outs[a].Name < outs[b].Name })
 		for _, o := range outs {
 			v.OutputFiles[o.Name] = sign(o.Key)
-			v.Outputs[o.Name] = OutputView{Size: o.Size}
+			ov := OutputView{SizeBytes: o.Size, Streams: []Stream{}}
+			if p := o.Probe; p != nil {
+				ov.DurationSeconds, ov.Format = p.DurationSeconds, p.Format
+				if p.Streams != nil {
+					ov.Streams = p.Streams
+				}
+			}
+			v.Outputs[o.Name] = ov
 		}
 	}
 	return v

@@ -23,6 +23,11 @@ type Signer struct {
 // URL signs access with method (GET or PUT) to scope until exp and returns the URL
 // of key, which must lie in scope.
 func (s Signer) URL(method, scope, key string, exp time.Time) string {
+	return s.URLFor("/files/", method, scope, key, exp)
+}
+
+// URLFor is URL for another route of the gateway (e.g. "/progress/").
+func (s Signer) URLFor(route, method, scope, key string, exp time.Time) string {
 	q := url.Values{}
 	q.Set("m", method)
 	if scope != key {
@@ -30,7 +35,7 @@ func (s Signer) URL(method, scope, key string, exp time.Time) string {
 	}
 	q.Set("e", strconv.FormatInt(exp.Unix(), 10))
 	q.Set("sig", s.mac(method, scope, exp.Unix()))
-	return s.Base + "/files/" + escapePath(key) + "?" + q.Encode()
+	return s.Base + route + escapePath(key) + "?" + q.Encode()
 }
 
 // Errors of Verify. The gateway maps both to 403 forbidden.

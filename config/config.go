@@ -70,10 +70,12 @@ type Dispatcher struct {
 type Server struct {
 	Listen string `hcl:"listen,optional"`
 	// PublicURL is the base of every signed link: what clients and runners dial.
-	PublicURL      string `hcl:"public_url,optional"`
-	SigningSecret  string `hcl:"signing_secret,optional"`
-	WaitLimit      string `hcl:"wait_limit,optional"`
-	MaxCommands    int    `hcl:"max_commands,optional"`
+	PublicURL     string `hcl:"public_url,optional"`
+	SigningSecret string `hcl:"signing_secret,optional"`
+	WaitLimit     string `hcl:"wait_limit,optional"`
+	MaxCommands   int    `hcl:"max_commands,optional"`
+	// MaxOutputFiles caps the files one job may produce (sequence outputs).
+	MaxOutputFiles int    `hcl:"max_output_files,optional"`
 	MaxBodyBytes   int    `hcl:"max_body_bytes,optional"`
 	MaxUploadBytes int64  `hcl:"max_upload_bytes,optional"`
 	TmpFileTTL     string `hcl:"tmp_file_ttl,optional"`
@@ -269,6 +271,9 @@ func (c *Config) finish() hcl.Diagnostics {
 	}
 	if s.MaxCommands <= 0 {
 		s.MaxCommands = 20
+	}
+	if s.MaxOutputFiles <= 0 {
+		s.MaxOutputFiles = 1000
 	}
 
 	e := c.Etcd

@@ -21,6 +21,9 @@ server {
   # Most commands in one job.
   max_commands = 20
 
+  # Most files one job may produce (sequence outputs such as seg_%03d.ts).
+  max_output_files = 1000
+
   # Largest JSON request body, in bytes (413 payloadTooLarge above it).
   max_body_bytes = 1048576
 

@@ -170,9 +170,11 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 	m := mj.Manifest{
 		JobID: j.ID, Attempt: attempt, InputFiles: j.InputFiles, OutputNames: j.OutputNames,
 		FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
-		UploadURL:     d.Signer.URL("PUT", scope, scope+"{path}", exp),
-		AllowLoopback: d.Config.Server.AllowLoopback,
-		AllowGPU:      pool != nil && pool.GPUs > 0,
+		UploadURL:      d.Signer.URL("PUT", scope, scope+"{path}", exp),
+		ProgressURL:    d.Signer.URLFor("/progress/", "PROGRESS", scope+"progress", scope+"progress", exp),
+		MaxOutputFiles: d.Config.Server.MaxOutputFiles,
+		AllowLoopback:  d.Config.Server.AllowLoopback,
+		AllowGPU:       pool != nil && pool.GPUs > 0,
 	}
 	b := mustJSON(m)
 	if len(b) <= maxPayload {

@@ -55,8 +55,9 @@ type Gateway struct {
 	// Resolver checks where input and webhook hosts point (default: the system's).
 	Resolver netguard.Resolver
 
-	keys     keyCache
-	limiters sync.Map // account id -> *rate.Limiter
+	keys       keyCache
+	limiters   sync.Map // account id -> *rate.Limiter
+	progressAt sync.Map // job id -> time.Time of the last stored progress
 }
 
 // App returns the fiber app serving the whole API.

@@ -73,7 +73,7 @@ func openapiPath(p string) string {
 		switch {
 		case strings.HasPrefix(s, ":"):
 			segs[i] = "{" + strings.TrimSuffix(strings.TrimPrefix(s, ":"), "?") + "}"
-		case s == "*" && i > 0 && segs[i-1] == "files":
+		case s == "*": // /files/* and /progress/*: the signed key
 			segs[i] = "{key}"
 		}
 	}

@@ -28,6 +28,7 @@ import (
 // Runner runs one manifest.
 type Runner struct {
 	FFmpeg   string       // ffmpeg binary; "ffmpeg" from PATH when empty
+	FFprobe  string       // ffprobe binary; "ffprobe" from PATH when empty
 	WorkDir  string       // the job's working directory; created
 	HTTP     *http.Client // for inputs and uploads; a retrying client when nil
 	Log      io.Writer    // progress lines for the Nomad task log
@@ -148,7 +149,9 @@ func (r *Runner) run(ctx context.Context, m *mj.Manifest, client, inputs *http.C
 
 	for i, argv := range argvs {
 		fmt.Fprintf(r.Log, "running command %d of %d: ffmpeg %s\n", i+1, len(argvs), strings.Join(argv, " "))
-		if err := r.ffmpeg(ctx, argv); err != nil {
+		rep := &reporter{url: m.ProgressURL, client: client, index: i + 1, count: len(argvs), now: time.Now,
+			duration: expectedDuration(ctx, r.FFprobe, r.WorkDir, argv)}
+		if err := r.ffmpeg(ctx, argv, rep); err != nil {
 			if ctx.Err() != nil {
 				return timeoutError(m, fmt.Sprintf("while running command %d of %d", i+1, len(argvs)))
 			}
@@ -159,6 +162,9 @@ func (r *Runner) run(ctx context.Context, m *mj.Manifest, client, inputs *http.C
 	files, err := collectOutputs(filepath.Join(r.WorkDir, "outputs"), m.OutputNames)
 	if err != nil {
 		return err
+	}
+	if max := m.MaxOutputFiles; max > 0 && len(files) > max {
+		return fmt.Errorf("the commands produced %d output files, more than the limit of %d", len(files), max)
 	}
 	for _, f := range files {
 		p := filepath.Join(r.WorkDir, "outputs", f)
@@ -175,7 +181,11 @@ func (r *Runner) run(ctx context.Context, m *mj.Manifest, client, inputs *http.C
 			}
 			return fmt.Errorf("upload output %s: %w", f, err)
 		}
-		res.Outputs = append(res.Outputs, mj.Output{Name: f, Size: st.Size()})
+		pr, err := probe(ctx, r.FFprobe, p)
+		if err != nil {
+			fmt.Fprintf(r.Log, "ffprobe %s: %v (reported without metadata)\n", f, err)
+		}
+		res.Outputs = append(res.Outputs, mj.Output{Name: f, Size: st.Size(), Probe: pr})
 		fmt.Fprintf(r.Log, "uploaded output %s: %d bytes\n", f, st.Size())
 	}
 	return nil
@@ -187,12 +197,14 @@ func timeoutError(m *mj.Manifest, where string) error {
 
 // ffmpeg runs one command in the working directory; on failure the error carries
 // the exit code and the tail of ffmpeg's stderr.
-func (r *Runner) ffmpeg(ctx context.Context, argv []string) error {
+// ffmpeg's -progress goes to file descriptor 3, a pipe of our own, so it can never
+// mix with an output a command writes to stdout.
+func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter) error {
 	bin := r.FFmpeg
 	if bin == "" {
 		bin = "ffmpeg"
 	}
-	args := append([]string{"-hide_banner", "-nostdin", "-y", "-loglevel", "error"}, argv...)
+	args := append([]string{"-hide_banner", "-nostdin", "-y", "-loglevel", "error", "-nostats", "-progress", "pipe:3"}, argv...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = r.WorkDir
 	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + r.WorkDir}
@@ -200,7 +212,20 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string) error {
 	cmd.Stdout = io.Discard
 	cmd.Stderr = io.MultiWriter(tail, r.Log)
 	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.ExtraFiles = []*os.File{pw}
+	done := make(chan struct{})
+	go func() { defer close(done); rep.read(ctx, pr) }()
+	err = cmd.Start()
+	pw.Close() // ffmpeg holds the write end now
+	if err == nil {
+		err = cmd.Wait()
+	}
+	<-done
+	pr.Close()
 	if err == nil {
 		return nil
 	}

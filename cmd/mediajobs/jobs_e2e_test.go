@@ -40,9 +40,26 @@ func TestJobInputsOutputsStyleSucceeds(t *testing.T) {
 	if v["codec_name"] != "h264" || v["width"].(float64) != 160 {
 		t.Fatalf("output video stream = %v", v)
 	}
-	size := job["outputs"].(map[string]any)["small.mp4"].(map[string]any)["size"].(float64)
+	meta := job["outputs"].(map[string]any)["small.mp4"].(map[string]any)
+	size := meta["size_bytes"].(float64)
 	if fi := info["format"].(map[string]any)["size"].(string); fi != strconv.FormatInt(int64(size), 10) {
 		t.Fatalf("reported size %v, file size %v", size, fi)
+	}
+	// The job's metadata is what ffprobe says of the downloaded file.
+	format := info["format"].(map[string]any)
+	dur, _ := strconv.ParseFloat(format["duration"].(string), 64)
+	ms := meta["streams"].([]any)
+	if meta["format"] != format["format_name"] || meta["duration_seconds"].(float64) != dur || len(ms) != len(streams) {
+		t.Fatalf("metadata %v, ffprobe format %v with %d streams", meta, format, len(streams))
+	}
+	for i, st := range ms {
+		got, want := st.(map[string]any), streams[i].(map[string]any)
+		if got["type"] != want["codec_type"] || got["codec"] != want["codec_name"] {
+			t.Fatalf("stream %d: %v, ffprobe %v", i, got, want)
+		}
+	}
+	if ms[0].(map[string]any)["width"].(float64) != 160 || ms[1].(map[string]any)["sample_rate"].(float64) <= 0 {
+		t.Fatalf("streams %v", ms)
 	}
 	if job["total_input_bytes"].(float64) <= 0 || job["total_output_bytes"].(float64) != size {
 		t.Fatalf("byte totals: in %v out %v", job["total_input_bytes"], job["total_output_bytes"])

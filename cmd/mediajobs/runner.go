@@ -24,6 +24,7 @@ func runRunner(ctx context.Context, args []string, stdout io.Writer) error {
 	manifest := fs.String("manifest", "local/manifest.json", "the dispatch payload")
 	work := fs.String("workdir", "work", "the job's working directory")
 	ffmpeg := fs.String("ffmpeg", envOr("MEDIAJOBS_FFMPEG", "ffmpeg"), "ffmpeg binary")
+	ffprobe := fs.String("ffprobe", envOr("MEDIAJOBS_FFPROBE", "ffprobe"), "ffprobe binary")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -31,7 +32,7 @@ func runRunner(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return exit2{err}
 	}
-	r := &runner.Runner{FFmpeg: *ffmpeg, WorkDir: *work, Log: stdout}
+	r := &runner.Runner{FFmpeg: *ffmpeg, FFprobe: *ffprobe, WorkDir: *work, Log: stdout}
 	res, err := r.Run(ctx, m)
 	if err != nil {
 		return exit2{err}

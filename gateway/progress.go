@@ -1,0 +1,70 @@
+package gateway
+
+import (
+	"encoding/json"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	mj "github.com/mediajobs/mediajobs"
+)
+
+// progressMinGap bounds the etcd writes of one job's progress (runners send every 2 s).
+const progressMinGap = time.Second
+
+// progress stores a runner's progress report on its job. The link is signed for one
+// attempt ("jobs/<id>/<attempt>/progress"); reports for another attempt or a
+// finished job, or closer together than progressMinGap, are dropped.
+func (g *Gateway) progress(c *fiber.Ctx) error {
+	key, err := url.PathUnescape(strings.TrimPrefix(c.Path(), "/progress/"))
+	if err != nil {
+		return mj.Errorf(mj.ENotFound, "no such job")
+	}
+	q := url.Values{}
+	c.Context().QueryArgs().VisitAll(func(k, v []byte) { q.Add(string(k), string(v)) })
+	if err := g.Signer.Verify("PROGRESS", key, q, g.Now()); err != nil {
+		return mj.Errorf(mj.EForbidden, "%v", err)
+	}
+	parts := strings.Split(key, "/") // jobs, id, attempt, progress
+	if len(parts) != 4 || parts[0] != "jobs" || parts[3] != "progress" {
+		return mj.Errorf(mj.ENotFound, "no such job")
+	}
+	id := parts[1]
+	attempt, err := strconv.Atoi(parts[2])
+	if err != nil {
+		return mj.Errorf(mj.ENotFound, "no such job")
+	}
+	body, err := g.jsonBody(c)
+	if err != nil {
+		return err
+	}
+	var p mj.Progress
+	if err := json.Unmarshal(body, &p); err != nil {
+		return mj.Errorf(mj.EValidation, "progress must be a JSON object: %v", err)
+	}
+	now := g.Now()
+	if last, ok := g.progressAt.Load(id); ok && now.Sub(last.(time.Time)) < progressMinGap {
+		return c.JSON(fiber.Map{"data": fiber.Map{"stored": false}})
+	}
+	g.progressAt.Store(id, now)
+	p.UpdatedAt = now.UTC()
+	_, err = g.Store.UpdateJob(c.UserContext(), id, func(j *mj.Job) error {
+		if j.Status.Terminal() || max(j.Attempt, 1) != attempt {
+			return errStale
+		}
+		j.Progress = &p
+		return nil
+	})
+	if err == errStale {
+		g.progressAt.Delete(id)
+		return c.JSON(fiber.Map{"data": fiber.Map{"stored": false}})
+	}
+	if err != nil {
+		return err
+	}
+	return c.JSON(fiber.Map{"data": fiber.Map{"stored": true}})
+}
+
+var errStale = mj.Errorf(mj.EConflict, "stale progress")

@@ -1,0 +1,183 @@
+package runner
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	mj "github.com/mediajobs/mediajobs"
+)
+
+// progressEvery is how often a runner reports progress, at most.
+const progressEvery = 2 * time.Second
+
+// reporter turns ffmpeg's -progress stream into Progress reports, posted at most
+// every progressEvery to the job's signed progress URL.
+type reporter struct {
+	url      string
+	client   *http.Client
+	index    int // 1-based command index
+	count    int
+	duration float64 // seconds of output expected; 0 when unknown
+	last     time.Time
+	now      func() time.Time
+}
+
+// read consumes ffmpeg's key=value progress blocks until r ends.
+func (p *reporter) read(ctx context.Context, r io.Reader) {
+	block := map[string]string{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(strings.TrimSpace(sc.Text()), "=")
+		if !ok {
+			continue
+		}
+		block[k] = v
+		if k != "progress" { // "progress=continue|end" closes a block
+			continue
+		}
+		if pr := p.progress(block); pr != nil && (v == "end" || p.now().Sub(p.last) >= progressEvery) {
+			p.last = p.now()
+			p.post(ctx, pr)
+		}
+		block = map[string]string{}
+	}
+}
+
+// progress computes a report from one block: pure but for the clock.
+func (p *reporter) progress(block map[string]string) *mj.Progress {
+	pr := &mj.Progress{CommandIndex: p.index, CommandCount: p.count, UpdatedAt: p.now().UTC()}
+	pr.FPS, _ = strconv.ParseFloat(block["fps"], 64)
+	pr.Speed, _ = strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(block["speed"]), "x"), 64)
+	if us, err := strconv.ParseInt(block["out_time_us"], 10, 64); err == nil && us > 0 {
+		pr.OutTimeSeconds = float64(us) / 1e6
+	}
+	if p.duration > 0 {
+		pct := min(100, 100*pr.OutTimeSeconds/p.duration)
+		if block["progress"] == "end" {
+			pct = 100
+		}
+		pct = float64(int(pct*10)) / 10
+		pr.Percent = &pct
+		if pr.Speed > 0 {
+			eta := max(0, (p.duration-pr.OutTimeSeconds)/pr.Speed)
+			eta = float64(int(eta*10)) / 10
+			pr.ETASeconds = &eta
+		}
+	}
+	return pr
+}
+
+func (p *reporter) post(ctx context.Context, pr *mj.Progress) {
+	if p.url == "" {
+		return
+	}
+	b, _ := json.Marshal(pr)
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(b))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if resp, err := p.client.Do(req); err == nil {
+		resp.Body.Close()
+	}
+}
+
+// expectedDuration is how many seconds of output a command should produce: its -t
+// or -to, else the duration of its first input as ffprobe reports it; 0 if unknown.
+func expectedDuration(ctx context.Context, ffprobe, dir string, argv []string) float64 {
+	var firstInput string
+	var t, to float64
+	for i := 0; i+1 < len(argv); i++ {
+		switch argv[i] {
+		case "-i":
+			if firstInput == "" {
+				firstInput = argv[i+1]
+			}
+		case "-t":
+			if firstInput != "" { // after -i: an output option, the length produced
+				t = parseDuration(argv[i+1])
+			}
+		case "-to":
+			if firstInput != "" {
+				to = parseDuration(argv[i+1])
+			}
+		}
+	}
+	if t > 0 {
+		return t
+	}
+	if to > 0 {
+		return to
+	}
+	if firstInput == "" || strings.Contains(firstInput, ":") {
+		return 0
+	}
+	if p, err := probe(ctx, ffprobe, filepath.Join(dir, firstInput)); err == nil && p.DurationSeconds != nil {
+		return *p.DurationSeconds
+	}
+	return 0
+}
+
+// parseDuration reads ffmpeg's time syntax: seconds ("12.5") or [HH:]MM:SS[.m].
+func parseDuration(s string) float64 {
+	parts := strings.Split(s, ":")
+	total := 0.0
+	for _, p := range parts {
+		v, err := strconv.ParseFloat(p, 64)
+		if err != nil || v < 0 {
+			return 0
+		}
+		total = total*60 + v
+	}
+	return total
+}
+
+// probe runs ffprobe on a file.
+func probe(ctx context.Context, ffprobe, path string) (*mj.Probe, error) {
+	if ffprobe == "" {
+		ffprobe = "ffprobe"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, ffprobe, "-v", "error", "-show_format", "-show_streams", "-of", "json", path).Output()
+	if err != nil {
+		return nil, err
+	}
+	var raw struct {
+		Format struct {
+			FormatName string `json:"format_name"`
+			Duration   string `json:"duration"`
+		} `json:"format"`
+		Streams []struct {
+			CodecType  string `json:"codec_type"`
+			CodecName  string `json:"codec_name"`
+			Width      int    `json:"width"`
+			Height     int    `json:"height"`
+			SampleRate string `json:"sample_rate"`
+			Channels   int    `json:"channels"`
+		} `json:"streams"`
+	}
+	if err := json.Unmarshal(out, &raw); err != nil {
+		return nil, err
+	}
+	p := &mj.Probe{Format: raw.Format.FormatName, Streams: []mj.Stream{}}
+	if d, err := strconv.ParseFloat(raw.Format.Duration, 64); err == nil {
+		p.DurationSeconds = &d
+	}
+	for _, s := range raw.Streams {
+		sr, _ := strconv.Atoi(s.SampleRate)
+		p.Streams = append(p.Streams, mj.Stream{Type: s.CodecType, Codec: s.CodecName, Width: s.Width, Height: s.Height, SampleRate: sr, Channels: s.Channels})
+	}
+	return p, nil
+}
