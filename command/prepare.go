@@ -28,6 +28,14 @@ var (
 	gpuRe = regexp.MustCompile(`(?i)(_nvenc|_cuvid|_npp|_cuda|nvdec|^cuda$|(^|[^A-Za-z0-9])cuda([^A-Za-z0-9]|$)|scale_npp|hwupload_cuda|(^|[^A-Za-z0-9_])npp)`)
 )
 
+// refusedOptions widen what ffmpeg may open beyond the job's files: with
+// -protocol_whitelist file,http,tcp an HLS playlist's segments could be fetched from
+// anywhere, bypassing the input checks.
+var refusedOptions = map[string]bool{
+	"-protocol_whitelist": true,
+	"-protocol_blacklist": true,
+}
+
 // ValidName reports whether name is a valid input or plain output file name.
 func ValidName(name string) bool { return nameRe.MatchString(name) }
 
@@ -64,6 +72,9 @@ func Prepare(cmd string, spec Spec) ([]string, error) {
 	}
 	out := make([]string, len(words))
 	for i, w := range words {
+		if refusedOptions[strings.SplitN(w, ":", 2)[0]] {
+			return nil, fmt.Errorf("%q is not allowed: ffmpeg may only open the job's own files", w)
+		}
 		w, err = rewrite(w, spec)
 		if err != nil {
 			return nil, err

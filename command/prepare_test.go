@@ -73,6 +73,8 @@ func TestPrepare(t *testing.T) {
 		{in: "-i inputs/video -vf scale_npp=1280:720 outputs/out.mp4", errPart: "GPU"},
 		{in: "-i inputs/video -c:v h264_nvenc outputs/out.mp4", gpu: true, want: "-i|inputs/video|-c:v|h264_nvenc|outputs/out.mp4"},
 		{in: "-i 'unbalanced outputs/out.mp4", errPart: "unbalanced"},
+		{in: "-protocol_whitelist file,http,tcp -i inputs/video outputs/out.mp4", errPart: "not allowed"},
+		{in: "-i inputs/video -protocol_blacklist:0 x outputs/out.mp4", errPart: "not allowed"},
 		{in: "ffmpeg", errPart: "empty"},
 		{in: "rm -rf outputs/out.mp4", errPart: "must start with an option"},
 	}
