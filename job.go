@@ -61,6 +61,9 @@ type Job struct {
 
 	Webhook *WebhookState `json:"webhook,omitempty"`
 
+	// Revision is the etcd revision this copy was read or written at (not stored).
+	Revision int64 `json:"-"`
+
 	CreatedAt  time.Time  `json:"created_at"`
 	QueuedAt   time.Time  `json:"queued_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`

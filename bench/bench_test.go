@@ -165,6 +165,8 @@ func startEnv() (_ *env, err error) {
 		// No DNS from benchmarks: the input host "resolves" to a public documentation address.
 		Resolver: staticResolver{}}
 	e.gwApp = g.App()
+	// As `mediajobs gateway` does: keeps the key and job caches current.
+	go g.Watch(context.Background())
 	go e.gwApp.Listener(ln)
 
 	if _, err := e.st.EnsureAccount(ctx, account, account); err != nil {
@@ -288,20 +290,21 @@ func (e *env) get(base, id string) ([]byte, error) {
 }
 
 // rawCreate is the gateway's create transaction (store.CreateJobOnce without an
-// Idempotency-Key) written directly: the job JSON, the account index, the queue
-// key, the delete of the active key, the status index, if the job key is new.
+// Idempotency-Key) written directly, in the store's order: the job JSON, the account
+// index, the pool's queue key, the status index (4 puts: a new job has no active
+// key to delete, and the store writes only keys that change), if the job key is new.
 func (e *env) rawCreate(ctx context.Context) error {
 	id := uuid.NewString()
 	job := strings.ReplaceAll(e.jobJSON, e.jobID, id)
-	inv := math.MaxInt64 - time.Now().UnixNano()
+	now := time.Now().UnixNano()
+	inv := math.MaxInt64 - now
 	jobKey := rawPrefix + "jobs/" + id
 	resp, err := e.emb.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(jobKey), "=", 0)).
 		Then(
 			clientv3.OpPut(jobKey, job),
 			clientv3.OpPut(fmt.Sprintf("%sidx/%s/%019d-%s", rawPrefix, account, inv, id), id),
-			clientv3.OpPut(rawPrefix+"queue/"+id, "cpu"),
-			clientv3.OpDelete(rawPrefix+"active/"+id),
+			clientv3.OpPut(fmt.Sprintf("%squeue/cpu/%019d_%s", rawPrefix, now, id), id),
 			clientv3.OpPut(fmt.Sprintf("%ssidx/%s/queued/%019d-%s", rawPrefix, account, inv, id), id),
 		).Commit()
 	if err == nil && !resp.Succeeded {

@@ -88,6 +88,9 @@ func Prepare(cmd string, spec Spec) ([]string, error) {
 }
 
 func rewrite(w string, spec Spec) (string, error) {
+	if !strings.Contains(w, "{{") && !strings.Contains(w, "<<") {
+		return w, nil // the common case, without the regexp
+	}
 	var bad error
 	w = placeholderRe.ReplaceAllStringFunc(w, func(m string) string {
 		sub := placeholderRe.FindStringSubmatch(m)
@@ -106,17 +109,24 @@ func rewrite(w string, spec Spec) (string, error) {
 	return w, bad
 }
 
+// check runs each regexp only when the literal it needs is in the word: validation
+// is on the create path, and most words are plain options and numbers.
 func check(w string, spec Spec) error {
-	if m := protoRe.FindString(w); m != "" {
+	if strings.Contains(w, ":") && protoRe.MatchString(w) {
 		return fmt.Errorf("%q: URLs and protocol prefixes are not allowed in commands; pass inputs through input_files", w)
 	}
-	for _, part := range strings.FieldsFunc(w, isPathSep) {
-		if part == ".." {
-			return fmt.Errorf("%q: \"..\" is not allowed in paths", w)
+	if strings.Contains(w, "..") {
+		for _, part := range strings.FieldsFunc(w, isPathSep) {
+			if part == ".." {
+				return fmt.Errorf("%q: \"..\" is not allowed in paths", w)
+			}
 		}
 	}
-	if strings.HasPrefix(w, "/") || strings.HasPrefix(w, "~") || absRe.MatchString(w) {
+	if strings.HasPrefix(w, "/") || strings.HasPrefix(w, "~") || (strings.Contains(w, "/") && absRe.MatchString(w)) {
 		return fmt.Errorf("%q: absolute paths are not allowed; use inputs/<name>, outputs/<name> or a relative path", w)
+	}
+	if !strings.Contains(w, "inputs/") && !strings.Contains(w, "outputs/") {
+		return checkGPU(w, spec)
 	}
 	for _, m := range refRe.FindAllStringSubmatch(w, -1) {
 		dir, name := m[2], m[3]
@@ -127,7 +137,16 @@ func check(w string, spec Spec) error {
 			return fmt.Errorf("%q: outputs/%s is not an entry of output_files", w, name)
 		}
 	}
-	if !spec.AllowGPU && gpuRe.MatchString(w) {
+	return checkGPU(w, spec)
+}
+
+func checkGPU(w string, spec Spec) error {
+	if spec.AllowGPU {
+		return nil
+	}
+	// Every GPU name contains "nv", "cu" or "np".
+	l := strings.ToLower(w)
+	if (strings.Contains(l, "nv") || strings.Contains(l, "cu") || strings.Contains(l, "np")) && gpuRe.MatchString(w) {
 		return fmt.Errorf("%q: GPU codecs and filters need a GPU machine (e.g. \"machine\": \"nvidia\")", w)
 	}
 	return nil

@@ -128,8 +128,10 @@ func (g *Gateway) rateLimit(c *fiber.Ctx, accountID string) error {
 	return c.Next()
 }
 
-// Watch drops revoked keys from this gateway's cache as soon as any gateway revokes
-// them. Run it for the gateway's lifetime.
+// Watch keeps this gateway's caches current: it drops revoked keys as soon as any
+// gateway revokes them, and follows job changes for the job cache (which is used only
+// while this runs). Run it for the gateway's lifetime.
 func (g *Gateway) Watch(ctx context.Context) {
+	go g.watchJobs(ctx)
 	g.Store.WatchRevokedKeys(ctx, g.keys.drop)
 }

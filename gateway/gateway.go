@@ -35,6 +35,8 @@ type Store interface {
 	TouchAPIKey(ctx context.Context, hash string, t time.Time) error
 	WatchRevokedKeys(ctx context.Context, fn func(hash string))
 	SetWebhookSecret(ctx context.Context, accountID, secret string) error
+	WatchJobs(ctx context.Context, from int64, fn func(id string, j *mj.Job)) error
+	Revision(ctx context.Context) (int64, error)
 	Ping(ctx context.Context) error
 }
 
@@ -58,6 +60,7 @@ type Gateway struct {
 	keys       keyCache
 	limiters   sync.Map // account id -> *rate.Limiter
 	progressAt sync.Map // job id -> time.Time of the last stored progress
+	jobs       jobCache
 }
 
 // App returns the fiber app serving the whole API.

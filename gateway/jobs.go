@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/gofiber/fiber/v2"
 	mj "github.com/mediajobs/mediajobs"
@@ -50,6 +51,7 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 	if j, err = g.Store.CreateJobOnce(c.UserContext(), j, idem); err != nil {
 		return err
 	}
+	g.jobs.put(j, false)
 	if j.ID == id {
 		metrics.JobsCreated.WithLabelValues(j.Machine).Inc()
 	}
@@ -59,6 +61,7 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		defer cancel()
 		if latest, err := g.Store.WaitJob(ctx, j.ID, func(j *mj.Job) bool { return j.Status.Terminal() }); err == nil {
 			j = latest
+			g.jobs.put(j, false)
 		}
 	}
 	return c.JSON(fiber.Map{"data": g.view(j)})
@@ -111,7 +114,8 @@ func (g *Gateway) jsonBody(c *fiber.Ctx) ([]byte, error) {
 
 // ownJob returns the caller's job; another account's job is "not found".
 func (g *Gateway) ownJob(c *fiber.Ctx) (*mj.Job, error) {
-	j, err := g.Store.Job(c.UserContext(), c.Params("id"))
+	// fiber's Params aliases a reused buffer; the cache keeps the id.
+	j, err := g.job(c.UserContext(), strings.Clone(c.Params("id")))
 	if err != nil {
 		return nil, err
 	}
@@ -151,6 +155,7 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	g.jobs.put(j, false)
 	metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
 	return c.JSON(fiber.Map{"data": g.view(j)})
 }

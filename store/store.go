@@ -178,6 +178,7 @@ func (s *Store) CreateJobOnce(ctx context.Context, j *mj.Job, idem *Idempotency)
 		return nil, fmt.Errorf("store job: %w", err)
 	}
 	if resp.Succeeded {
+		j.Revision = resp.Header.Revision
 		return j, nil
 	}
 	if idem == nil || len(resp.Responses) == 0 || len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
@@ -231,6 +232,7 @@ func (s *Store) job(ctx context.Context, id string) (*mj.Job, int64, error) {
 	if err := json.Unmarshal(resp.Kvs[0].Value, &j); err != nil {
 		return nil, 0, fmt.Errorf("decode job %s: %w", id, err)
 	}
+	j.Revision = resp.Kvs[0].ModRevision
 	return &j, resp.Kvs[0].ModRevision, nil
 }
 
@@ -267,6 +269,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error
 			return nil, fmt.Errorf("update job: %w", err)
 		}
 		if resp.Succeeded {
+			j.Revision = resp.Header.Revision
 			return &j, nil
 		}
 		if attempt >= 50 {
@@ -426,4 +429,44 @@ func (s *Store) WaitJob(ctx context.Context, id string, done func(*mj.Job) bool)
 		return latest, nil
 	}
 	return j, nil
+}
+
+// WatchJobs calls fn with every job written (or, with j nil, deleted) after
+// revision from, until ctx ends or the watch fails (compaction, lost connection);
+// it returns why. Callers that cache jobs must drop their cache when it returns.
+func (s *Store) WatchJobs(ctx context.Context, from int64, fn func(id string, j *mj.Job)) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	prefix := s.p + "jobs/"
+	for resp := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1)) {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		for _, ev := range resp.Events {
+			id := strings.TrimPrefix(string(ev.Kv.Key), prefix)
+			if ev.Type == clientv3.EventTypeDelete {
+				fn(id, nil)
+				continue
+			}
+			var j mj.Job
+			if err := json.Unmarshal(ev.Kv.Value, &j); err != nil {
+				return fmt.Errorf("decode job %s: %w", id, err)
+			}
+			j.Revision = ev.Kv.ModRevision
+			fn(id, &j)
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("job watch closed")
+}
+
+// Revision is etcd's current revision (where a new watch starts).
+func (s *Store) Revision(ctx context.Context) (int64, error) {
+	resp, err := s.cli.Get(ctx, s.p+"jobs/", clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
 }
