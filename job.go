@@ -46,8 +46,8 @@ type Job struct {
 	// Outputs are the files the runner uploaded, in the order it found them.
 	Outputs      []Output  `json:"outputs,omitempty"`
 	Progress     *Progress `json:"progress,omitempty"`
-	ErrorMessage string   `json:"error_message,omitempty"`
-	StatusDetail string   `json:"status_detail,omitempty"`
+	ErrorMessage string    `json:"error_message,omitempty"`
+	StatusDetail string    `json:"status_detail,omitempty"`
 
 	TotalInputBytes  int64 `json:"total_input_bytes,omitempty"`
 	TotalOutputBytes int64 `json:"total_output_bytes,omitempty"`
@@ -123,13 +123,13 @@ type WebhookState struct {
 
 // Result is what a runner reports at the end of an attempt.
 type Result struct {
-	JobID        string   `json:"job_id"`
-	Attempt      int      `json:"attempt"`
-	Succeeded    bool     `json:"succeeded"`
-	ErrorMessage string   `json:"error_message,omitempty"`
+	JobID        string    `json:"job_id"`
+	Attempt      int       `json:"attempt"`
+	Succeeded    bool      `json:"succeeded"`
+	ErrorMessage string    `json:"error_message,omitempty"`
 	Outputs      []Output  `json:"outputs,omitempty"`
 	Progress     *Progress `json:"progress,omitempty"`
-	InputBytes   int64    `json:"input_bytes"`
+	InputBytes   int64     `json:"input_bytes"`
 }
 
 // Manifest is what the dispatcher hands a runner in the Nomad dispatch payload.

@@ -150,16 +150,22 @@ type Storage struct {
 
 // Pool is one kind of hardware jobs can ask for with "machine".
 type Pool struct {
-	Name           string   `hcl:"name,label"`
-	Driver         string   `hcl:"driver,optional"`
-	RunnerCommand  string   `hcl:"runner_command,optional"`
-	Datacenters    []string `hcl:"datacenters,optional"`
-	NodePool       string   `hcl:"node_pool,optional"`
-	CPU            int      `hcl:"cpu,optional"`
-	Memory         int      `hcl:"memory,optional"`
-	GPUs           int      `hcl:"gpus,optional"`
-	DefaultTimeout string   `hcl:"default_timeout,optional"`
-	MaxTimeout     string   `hcl:"max_timeout,optional"`
+	Name          string   `hcl:"name,label"`
+	Driver        string   `hcl:"driver,optional"`
+	RunnerCommand string   `hcl:"runner_command,optional"`
+	Datacenters   []string `hcl:"datacenters,optional"`
+	NodePool      string   `hcl:"node_pool,optional"`
+	// Image is the worker image of docker pools (ffmpeg and the mediajobs runner).
+	Image  string `hcl:"image,optional"`
+	CPU    int    `hcl:"cpu,optional"`
+	Memory int    `hcl:"memory,optional"`
+	// Disk is the ephemeral disk of one job in MB: inputs, intermediates, outputs.
+	Disk        int           `hcl:"disk,optional"`
+	Constraints []*Constraint `hcl:"constraint,block"`
+	// GPU requests NVIDIA GPUs (device "nvidia/gpu"); absent for a CPU pool.
+	GPU            *GPU   `hcl:"gpu,block"`
+	DefaultTimeout string `hcl:"default_timeout,optional"`
+	MaxTimeout     string `hcl:"max_timeout,optional"`
 	// MaxInFlight caps this pool's Nomad children at once; the rest wait, first in
 	// first out. 0: no cap.
 	MaxInFlight int `hcl:"max_in_flight,optional"`
@@ -172,6 +178,8 @@ type Pool struct {
 
 	DefRange       hcl.Range `hcl:",def_range"`
 	DriverRange    hcl.Range `hcl:"driver,attr_range"`
+	ImageRange     hcl.Range `hcl:"image,attr_range"`
+	DiskRange      hcl.Range `hcl:"disk,attr_range"`
 	DefaultTORange hcl.Range `hcl:"default_timeout,attr_range"`
 	MaxTORange     hcl.Range `hcl:"max_timeout,attr_range"`
 	CPURange       hcl.Range `hcl:"cpu,attr_range"`
@@ -181,6 +189,38 @@ type Pool struct {
 	DefaultTimeoutD time.Duration
 	MaxTimeoutD     time.Duration
 	QueueLimitD     time.Duration
+}
+
+// Constraint is a Nomad placement constraint on the pool's nodes.
+type Constraint struct {
+	Attribute string `hcl:"attribute"`
+	Operator  string `hcl:"operator,optional"`
+	Value     string `hcl:"value,optional"`
+
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+// GPU is a pool's GPU request.
+type GPU struct {
+	Count int `hcl:"count,optional"`
+	// Vendor is the device vendor; only "nvidia" is supported (device "nvidia/gpu").
+	Vendor string `hcl:"vendor,optional"`
+	// MinMemoryMB, when set, places jobs only on GPUs with at least that much memory.
+	MinMemoryMB int `hcl:"min_memory_mb,optional"`
+	// Model, when set, is a regular expression the GPU model must match.
+	Model string `hcl:"model,optional"`
+
+	DefRange    hcl.Range `hcl:",def_range"`
+	VendorRange hcl.Range `hcl:"vendor,attr_range"`
+	CountRange  hcl.Range `hcl:"count,attr_range"`
+}
+
+// GPUs is how many GPUs one job of the pool gets (0 for a CPU pool).
+func (p *Pool) GPUs() int {
+	if p.GPU == nil {
+		return 0
+	}
+	return p.GPU.Count
 }
 
 // Pool returns the pool named name, or nil.
@@ -322,7 +362,28 @@ func (c *Config) finish() hcl.Diagnostics {
 		seen[p.Name] = true
 		p.applyDefaults()
 		if !supportedDrivers[p.Driver] {
-			bad(p.DriverRange, "Unsupported driver", fmt.Sprintf("pool %q: driver %q has no jobspec; supported: raw_exec.", p.Name, p.Driver))
+			bad(p.DriverRange, "Unsupported driver", fmt.Sprintf("pool %q: driver %q has no jobspec; supported: docker, raw_exec.", p.Name, p.Driver))
+		}
+		if p.Driver == "docker" && p.Image == "" {
+			bad(p.DefRange, "Missing image", fmt.Sprintf("pool %q uses the docker driver and needs an image (the worker image, e.g. \"mediajobs-worker:local\").", p.Name))
+		}
+		if p.Disk < 50 {
+			bad(p.DiskRange, "Invalid disk", fmt.Sprintf("pool %q: disk = %d MB is too small; jobs keep inputs and outputs there (at least 50).", p.Name, p.Disk))
+		}
+		for _, c := range p.Constraints {
+			switch c.Operator {
+			case "=", "!=", ">", ">=", "<", "<=", "regexp", "set_contains", "set_contains_any", "version", "semver", "is_set", "is_not_set", "distinct_hosts", "distinct_property":
+			default:
+				bad(c.DefRange, "Invalid constraint", fmt.Sprintf("pool %q: constraint operator %q is not one of Nomad's (=, !=, <, <=, >, >=, regexp, set_contains, version, is_set, ...).", p.Name, c.Operator))
+			}
+		}
+		if g := p.GPU; g != nil {
+			if g.Vendor != "nvidia" {
+				bad(g.VendorRange, "Unsupported GPU vendor", fmt.Sprintf("pool %q: gpu vendor %q is not supported; use \"nvidia\".", p.Name, g.Vendor))
+			}
+			if g.Count < 1 || g.Count > 16 {
+				bad(g.CountRange, "Invalid GPU count", fmt.Sprintf("pool %q: gpu count = %d must be between 1 and 16.", p.Name, g.Count))
+			}
 		}
 		if p.CPU < 100 {
 			bad(p.CPURange, "Invalid cpu", fmt.Sprintf("pool %q: cpu = %d MHz is below Nomad's minimum of 100.", p.Name, p.CPU))
@@ -341,7 +402,7 @@ func (c *Config) finish() hcl.Diagnostics {
 }
 
 // supportedDrivers are the drivers with a jobspec in jobspecs/.
-var supportedDrivers = map[string]bool{"raw_exec": true}
+var supportedDrivers = map[string]bool{"raw_exec": true, "docker": true}
 
 func (p *Pool) applyDefaults() {
 	if p.Driver == "" {
@@ -358,6 +419,22 @@ func (p *Pool) applyDefaults() {
 	}
 	if p.Memory == 0 {
 		p.Memory = 1024
+	}
+	if p.Disk == 0 {
+		p.Disk = 2048
+	}
+	for _, c := range p.Constraints {
+		if c.Operator == "" {
+			c.Operator = "="
+		}
+	}
+	if g := p.GPU; g != nil {
+		if g.Count == 0 {
+			g.Count = 1
+		}
+		if g.Vendor == "" {
+			g.Vendor = "nvidia"
+		}
 	}
 	if p.DefaultTimeout == "" {
 		p.DefaultTimeout = "1h"

@@ -13,10 +13,10 @@ func TestParseExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	cpu := c.Pool("cpu")
-	if cpu == nil || cpu.Driver != "raw_exec" || cpu.MaxTimeoutD != 6*time.Hour {
+	if cpu == nil || cpu.Driver != "docker" || cpu.Image != "mediajobs-worker:local" || cpu.MaxTimeoutD != 6*time.Hour {
 		t.Fatalf("cpu pool = %+v", cpu)
 	}
-	if c.Pool("nvidia") == nil || c.Pool("nvidia").GPUs != 1 {
+	if c.Pool("nvidia") == nil || c.Pool("nvidia").GPUs() != 1 {
 		t.Fatalf("nvidia pool = %+v", c.Pool("nvidia"))
 	}
 	if c.Server.WaitLimitD != 25*time.Second || c.Storage.TTL != 24*time.Hour {
@@ -58,6 +58,13 @@ func TestErrorsPointAtFileAndLine(t *testing.T) {
 		{"storage {\n  type = \"s4\"\n}\n", `bad.hcl:2,3: Unsupported storage type`},
 		{"server {\n", `bad.hcl:1,8: Unclosed configuration block`},
 		{"pool \"cpu\" {\n default_timeout = \"2h\"\n max_timeout = \"1h\"\n}\n", `bad.hcl:2,2: Invalid default_timeout`},
+		{"pool \"cpu\" {\n  driver = \"docker\"\n}\n", `bad.hcl:1,1: Missing image`},
+		{"pool \"gpu\" {\n  gpu {\n    vendor = \"amd\"\n  }\n}\n", `bad.hcl:3,5: Unsupported GPU vendor`},
+		{"pool \"gpu\" {\n  gpu {\n    count = 40\n  }\n}\n", `bad.hcl:3,5: Invalid GPU count`},
+		{"pool \"cpu\" {\n  constraint {\n    attribute = \"$${node.class}\"\n    operator = \"~\"\n  }\n}\n", `bad.hcl:2,3: Invalid constraint`},
+		// Nomad's ${...} must be escaped as $${...} in this file.
+		{"pool \"cpu\" {\n  constraint {\n    attribute = \"${node.class}\"\n  }\n}\n", `bad.hcl:3,20: Variables not allowed`},
+		{"pool \"cpu\" {\n  disk = 10\n}\n", `bad.hcl:2,3: Invalid disk`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.src), "bad.hcl")

@@ -114,21 +114,35 @@ dispatcher {
 
 # One pool per kind of hardware; a job picks one with "machine" (default "cpu").
 pool "cpu" {
-  # Nomad task driver. raw_exec runs the runner on the node as a process.
-  driver = "raw_exec"
-  # raw_exec: path of the mediajobs binary on the nodes. Default: this binary's path.
+  # Nomad task driver. docker (production): each job runs in the worker image, with
+  # ffmpeg in a container without network. raw_exec (development): the runner and
+  # ffmpeg run on the node as processes.
+  driver = "docker"
+  # docker: the worker image (deploy/worker/). Required for docker pools.
+  image = "mediajobs-worker:local"
+  # raw_exec: path of the mediajobs binary on the nodes (default: this binary's
+  # path); docker: its path in the image (default /usr/local/bin/mediajobs).
   # runner_command = "/usr/local/bin/mediajobs"
 
   datacenters = ["*"]
   node_pool   = "default"
 
-  # Nomad resources of one job: CPU in MHz, memory in MiB.
+  # Nomad resources of one job: CPU in MHz, memory in MiB, ephemeral disk in MB (the
+  # inputs, intermediate files and outputs live there).
   cpu    = 1000
   memory = 1024
+  disk   = 2048
 
-  # NVIDIA GPUs requested per job (device "nvidia/gpu"); 0 for a CPU pool. GPU codecs
-  # and filters (*_nvenc, cuda, scale_npp, ...) are refused on pools without GPUs.
-  gpus = 0
+  # Extra Nomad placement constraints on the pool's nodes (any number of blocks).
+  # constraint {
+  #   attribute = "$${meta.media}"
+  #   operator  = "="
+  #   value     = "yes"
+  # }
+
+  # GPU pools add a gpu block (see pool "nvidia" below); GPU codecs and filters
+  # (*_nvenc, cuda, scale_npp, ...) are refused on pools without one.
+
 
   # timeout_seconds: the default when a job sets none, and the most a job may ask for.
   default_timeout = "1h"
@@ -147,10 +161,30 @@ pool "cpu" {
   max_attempts = 3
 }
 
+# A GPU pool in production: docker with the NVIDIA runtime on nodes in the "gpu" node
+# pool that run Nomad's nvidia device plugin.
 pool "nvidia" {
-  driver    = "raw_exec"
+  driver    = "docker"
+  image     = "registry.example.com/mediajobs-worker-nvidia:1"
   node_pool = "gpu"
   cpu       = 2000
   memory    = 4096
-  gpus      = 1
+  disk      = 20480
+
+  gpu {
+    count         = 1
+    vendor        = "nvidia"
+    min_memory_mb = 8000        # only GPUs with at least this much memory
+    model         = "RTX|A[0-9]+" # regular expression on the GPU model
+  }
+
+  constraint {
+    attribute = "$${attr.kernel.name}"
+    operator  = "="
+    value     = "linux"
+  }
+
+  default_timeout = "1h"
+  max_timeout     = "6h"
+  queue_limit     = "10m"
 }

@@ -174,7 +174,7 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 		ProgressURL:    d.Signer.URLFor("/progress/", "PROGRESS", scope+"progress", scope+"progress", exp),
 		MaxOutputFiles: d.Config.Server.MaxOutputFiles,
 		AllowLoopback:  d.Config.Server.AllowLoopback,
-		AllowGPU:       pool != nil && pool.GPUs > 0,
+		AllowGPU:       pool != nil && pool.GPUs() > 0,
 	}
 	b := mustJSON(m)
 	if len(b) <= maxPayload {

@@ -14,7 +14,7 @@ import (
 // Seed corpus: testdata/fuzz/FuzzCreateRequest.
 func FuzzCreateRequest(f *testing.F) {
 	cfg := config.Default()
-	cfg.Pools = []*config.Pool{{Name: "cpu"}, {Name: "nvidia", GPUs: 1}}
+	cfg.Pools = []*config.Pool{{Name: "cpu"}, {Name: "nvidia", GPU: &config.GPU{}}}
 	if err := cfg.Finish(); err != nil {
 		f.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func FuzzCreateRequest(f *testing.F) {
 		if len(j.OutputNames) == 0 || len(j.FFmpegCommands) == 0 || len(j.FFmpegCommands) > cfg.Server.MaxCommands {
 			t.Fatalf("accepted %d outputs, %d commands", len(j.OutputNames), len(j.FFmpegCommands))
 		}
-		spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool.GPUs > 0}
+		spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool.GPUs() > 0}
 		for name, u := range j.InputFiles {
 			if !command.ValidName(name) || !(strings.HasPrefix(u, "http://") || strings.HasPrefix(u, "https://")) {
 				t.Fatalf("accepted input %q -> %q", name, u)

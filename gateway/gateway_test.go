@@ -37,7 +37,7 @@ func newHarness(t *testing.T) *harness {
 	cfg.Server.MaxBodyBytes = 4096
 	cfg.Server.MaxUploadBytes = 1000
 	cfg.Server.WaitLimit = "2s"
-	cfg.Pools = []*config.Pool{{Name: "cpu"}, {Name: "nvidia", GPUs: 1}}
+	cfg.Pools = []*config.Pool{{Name: "cpu"}, {Name: "nvidia", GPU: &config.GPU{}}}
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}

@@ -84,7 +84,7 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 		bad("machine", "unknown machine %q; this server offers: %s", machine, poolNames(cfg))
 	}
 
-	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool != nil && pool.GPUs > 0}
+	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool != nil && pool.GPUs() > 0}
 	if len(req.InputFiles) > maxInputs {
 		bad("input_files", "at most %d inputs", maxInputs)
 	}

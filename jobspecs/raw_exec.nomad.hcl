@@ -36,10 +36,39 @@ variable "memory" {
   description = "MiB per job"
 }
 
-variable "gpus" {
+variable "disk" {
+  type        = number
+  default     = 2048
+  description = "MB of ephemeral disk per job"
+}
+
+variable "image" {
+  type        = string
+  default     = ""
+  description = "unused by raw_exec (the docker jobspec runs it)"
+}
+
+variable "constraints" {
+  type        = list(object({ attribute = string, operator = string, value = string }))
+  default     = []
+  description = "extra placement constraints on the pool's nodes"
+}
+
+variable "gpu_count" {
   type        = number
   default     = 0
   description = "NVIDIA GPUs per job (device nvidia/gpu); 0 for none"
+}
+
+variable "gpu_min_memory_mb" {
+  type    = number
+  default = 0
+}
+
+variable "gpu_model" {
+  type        = string
+  default     = ""
+  description = "regular expression the GPU model must match; empty for any"
 }
 
 # A block label cannot hold a template, so the ID comes from the pool here.
@@ -52,6 +81,15 @@ job "mediajobs" {
 
   meta {
     mediajobs_pool = var.pool
+  }
+
+  dynamic "constraint" {
+    for_each = var.constraints
+    content {
+      attribute = constraint.value.attribute
+      operator  = constraint.value.operator
+      value     = constraint.value.value
+    }
   }
 
   parameterized {
@@ -72,6 +110,10 @@ job "mediajobs" {
       unlimited = false
     }
 
+    ephemeral_disk {
+      size = var.disk
+    }
+
     task "runner" {
       driver = "raw_exec"
 
@@ -89,10 +131,29 @@ job "mediajobs" {
         memory = var.memory
 
         dynamic "device" {
-          for_each = var.gpus > 0 ? [var.gpus] : []
+          for_each = var.gpu_count > 0 ? [var.gpu_count] : []
+          iterator = gpu
           labels   = ["nvidia/gpu"]
           content {
-            count = device.value
+            count = gpu.value
+
+            dynamic "constraint" {
+              for_each = var.gpu_min_memory_mb > 0 ? [var.gpu_min_memory_mb] : []
+              content {
+                attribute = "$${device.attr.memory}"
+                operator  = ">="
+                value     = "${constraint.value} MiB"
+              }
+            }
+
+            dynamic "constraint" {
+              for_each = var.gpu_model != "" ? [var.gpu_model] : []
+              content {
+                attribute = "$${device.model}"
+                operator  = "regexp"
+                value     = constraint.value
+              }
+            }
           }
         }
       }

@@ -34,14 +34,26 @@ func Render(pool *config.Pool, runnerCommand string) (Rendered, error) {
 	if cmd == "" {
 		cmd = runnerCommand
 	}
+	if pool.Driver == "docker" && pool.RunnerCommand == "" {
+		cmd = "/usr/local/bin/mediajobs" // where the worker image has it
+	}
+	gpu := config.GPU{}
+	if pool.GPU != nil {
+		gpu = *pool.GPU
+	}
 	vars := map[string]string{
-		"pool":           quote(pool.Name),
-		"runner_command": quote(cmd),
-		"datacenters":    list(pool.Datacenters),
-		"node_pool":      quote(pool.NodePool),
-		"cpu":            strconv.Itoa(pool.CPU),
-		"memory":         strconv.Itoa(pool.Memory),
-		"gpus":           strconv.Itoa(pool.GPUs),
+		"pool":              quote(pool.Name),
+		"runner_command":    quote(cmd),
+		"image":             quote(pool.Image),
+		"datacenters":       list(pool.Datacenters),
+		"node_pool":         quote(pool.NodePool),
+		"cpu":               strconv.Itoa(pool.CPU),
+		"memory":            strconv.Itoa(pool.Memory),
+		"disk":              strconv.Itoa(pool.Disk),
+		"constraints":       constraints(pool.Constraints),
+		"gpu_count":         strconv.Itoa(gpu.Count),
+		"gpu_min_memory_mb": strconv.Itoa(gpu.MinMemoryMB),
+		"gpu_model":         quote(gpu.Model),
 	}
 	return Rendered{JobID: JobID(pool.Name), HCL: string(src), Variables: varFile(vars)}, nil
 }
@@ -68,6 +80,14 @@ func quote(s string) string {
 	q := strconv.Quote(s)
 	q = strings.ReplaceAll(q, "${", "$${")
 	return strings.ReplaceAll(q, "%{", "%%{")
+}
+
+func constraints(cs []*config.Constraint) string {
+	items := make([]string, len(cs))
+	for i, c := range cs {
+		items[i] = fmt.Sprintf("{ attribute = %s, operator = %s, value = %s }", quote(c.Attribute), quote(c.Operator), quote(c.Value))
+	}
+	return "[" + strings.Join(items, ", ") + "]"
 }
 
 func list(items []string) string {

@@ -11,13 +11,22 @@ import (
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
 
-func TestRenderGolden(t *testing.T) {
-	cases := map[string]*config.Pool{
-		"cpu": {Name: "cpu", Driver: "raw_exec", Datacenters: []string{"*"}, NodePool: "default", CPU: 1000, Memory: 1024},
-		"nvidia": {Name: "nvidia", Driver: "raw_exec", Datacenters: []string{"dc1", "dc2"}, NodePool: "gpu",
-			CPU: 2000, Memory: 4096, GPUs: 2, RunnerCommand: `/opt/media "jobs"/${x}`},
+// testPools are the pools the golden files and the Nomad tests render.
+func testPools() map[string]*config.Pool {
+	return map[string]*config.Pool{
+		"cpu": {Name: "cpu", Driver: "raw_exec", Datacenters: []string{"*"}, NodePool: "default", CPU: 500, Memory: 256, Disk: 300},
+		"nvidia": {Name: "nvidia", Driver: "raw_exec", Datacenters: []string{"dc1", "dc2"}, NodePool: "default",
+			CPU: 500, Memory: 256, Disk: 300, GPU: &config.GPU{Count: 2, Vendor: "nvidia", MinMemoryMB: 8000, Model: "RTX|A[0-9]+"},
+			RunnerCommand: `/opt/media "jobs"/${x}`,
+			Constraints:   []*config.Constraint{{Attribute: "${attr.kernel.name}", Operator: "=", Value: "linux"}}},
+		"docker": {Name: "docker", Driver: "docker", Image: "mediajobs-worker:local", Datacenters: []string{"*"}, NodePool: "default", CPU: 500, Memory: 256, Disk: 300},
+		"docker-gpu": {Name: "docker-gpu", Driver: "docker", Image: "mediajobs-worker:nvidia", Datacenters: []string{"*"}, NodePool: "default",
+			CPU: 500, Memory: 256, Disk: 300, GPU: &config.GPU{Count: 1, Vendor: "nvidia"}},
 	}
-	for name, pool := range cases {
+}
+
+func TestRenderGolden(t *testing.T) {
+	for name, pool := range testPools() {
 		r, err := Render(pool, "/usr/local/bin/mediajobs")
 		if err != nil {
 			t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -23,6 +24,7 @@ const progressEvery = 2 * time.Second
 // every progressEvery to the job's signed progress URL.
 type reporter struct {
 	url      string
+	file     string // when set, reports are written here instead of posted
 	client   *http.Client
 	index    int // 1-based command index
 	count    int
@@ -77,19 +79,51 @@ func (p *reporter) progress(block map[string]string) *mj.Progress {
 }
 
 func (p *reporter) post(ctx context.Context, pr *mj.Progress) {
+	b, _ := json.Marshal(pr)
+	if p.file != "" {
+		tmp := p.file + ".tmp"
+		if os.WriteFile(tmp, b, 0o640) == nil {
+			os.Rename(tmp, p.file) // readers never see half a report
+		}
+		return
+	}
 	if p.url == "" {
 		return
 	}
-	b, _ := json.Marshal(pr)
+	postProgress(ctx, p.client, p.url, b)
+}
+
+func postProgress(ctx context.Context, client *http.Client, url string, b []byte) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.url, bytes.NewReader(b))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
 	if err != nil {
 		return
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if resp, err := p.client.Do(req); err == nil {
+	if resp, err := client.Do(req); err == nil {
 		resp.Body.Close()
+	}
+}
+
+// ForwardProgress posts the progress file whenever it changes, every
+// progressEvery, until ctx ends: the sidecar of docker pools, whose ffmpeg task has
+// no network.
+func ForwardProgress(ctx context.Context, file, url string) {
+	client := &http.Client{Timeout: 5 * time.Second}
+	var last []byte
+	t := time.NewTicker(progressEvery)
+	defer t.Stop()
+	for {
+		if b, err := os.ReadFile(file); err == nil && !bytes.Equal(b, last) {
+			last = b
+			postProgress(ctx, client, url, b)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 

@@ -33,6 +33,9 @@ type Runner struct {
 	HTTP     *http.Client // for inputs and uploads; a retrying client when nil
 	Log      io.Writer    // progress lines for the Nomad task log
 	AllowGPU bool         // set from the manifest
+	// ProgressFile, when set, receives progress reports instead of the progress URL
+	// (docker pools: ffmpeg has no network; a sidecar posts the file).
+	ProgressFile string
 }
 
 // LoadManifest reads the dispatch payload at path; when the manifest was too big for
@@ -65,71 +68,94 @@ func LoadManifest(ctx context.Context, path string) (*mj.Manifest, error) {
 	return &m, json.NewDecoder(resp.Body).Decode(&m)
 }
 
-// Run executes m and uploads its result. It returns the result it reported, and an
-// error only when the result itself could not be uploaded.
+// Run executes all of m in this process and uploads its result: the raw_exec path.
+// It returns the result it reported, and an error only when the result itself could
+// not be uploaded.
 func (r *Runner) Run(ctx context.Context, m *mj.Manifest) (*mj.Result, error) {
+	st := r.Fetch(ctx, m)
+	r.Exec(ctx, m, st)
+	return r.Upload(ctx, m, st)
+}
+
+// State is what the phases of a job hand each other through the working directory
+// (docker pools run them as separate tasks sharing the allocation directory).
+type State struct {
+	Deadline   time.Time   `json:"deadline"` // zero: no timeout
+	Failed     bool        `json:"failed"`
+	Error      string      `json:"error,omitempty"`
+	InputBytes int64       `json:"input_bytes"`
+	Outputs    []mj.Output `json:"outputs,omitempty"`
+	Done       bool        `json:"done"` // the commands ran (or the job failed before)
+}
+
+const stateFile = ".mediajobs-state.json"
+
+func (st *State) fail(err error) {
+	if !st.Failed {
+		st.Failed, st.Error, st.Outputs = true, err.Error(), nil
+	}
+}
+
+// SaveState writes st for the next phase.
+func (r *Runner) SaveState(st *State) error {
+	return os.WriteFile(filepath.Join(r.WorkDir, stateFile), []byte(mustJSON(st)), 0o640)
+}
+
+// LoadState reads what the previous phase left; a missing state is a failure.
+func (r *Runner) LoadState() *State {
+	b, err := os.ReadFile(filepath.Join(r.WorkDir, stateFile))
+	var st State
+	if err == nil {
+		err = json.Unmarshal(b, &st)
+	}
+	if err != nil {
+		st.fail(fmt.Errorf("the worker lost its state between phases: %v", err))
+	}
+	return &st
+}
+
+func (r *Runner) deadline(ctx context.Context, st *State) (context.Context, context.CancelFunc) {
+	if st.Deadline.IsZero() {
+		return context.WithCancel(ctx)
+	}
+	return context.WithDeadline(ctx, st.Deadline)
+}
+
+func (r *Runner) defaults(m *mj.Manifest) {
 	if r.Log == nil {
 		r.Log = io.Discard
 	}
-	client := r.client(nil)
-	// Inputs are user URLs: they may not reach private or link-local addresses.
-	inputs := r.client(netguard.Transport(m.AllowLoopback))
 	r.AllowGPU = m.AllowGPU
-	res := &mj.Result{JobID: m.JobID, Attempt: m.Attempt}
-	if err := r.run(ctx, m, client, inputs, res); err != nil {
-		res.Succeeded, res.ErrorMessage, res.Outputs = false, err.Error(), nil
-		fmt.Fprintf(r.Log, "job failed: %s\n", err)
-	} else {
-		res.Succeeded = true
-		fmt.Fprintf(r.Log, "job succeeded: %d output file(s)\n", len(res.Outputs))
-	}
-	if err := put(ctx, client, uploadURL(m, "result.json"), strings.NewReader(mustJSON(res)), -1); err != nil {
-		return res, fmt.Errorf("report result: %w", err)
-	}
-	return res, nil
 }
 
-func (r *Runner) client(t *http.Transport) *http.Client {
-	if r.HTTP != nil && t == nil {
-		return r.HTTP
-	}
-	rc := retryablehttp.NewClient()
-	if t != nil {
-		rc.HTTPClient = &http.Client{Transport: t}
-	}
-	rc.RetryMax = 3
-	rc.RetryWaitMin, rc.RetryWaitMax = 500*time.Millisecond, 5*time.Second
-	rc.Logger = nil
-	return rc.StandardClient()
-}
-
-func (r *Runner) run(ctx context.Context, m *mj.Manifest, client, inputs *http.Client, res *mj.Result) error {
+// Fetch checks the commands and downloads the inputs into inputs/. It needs the
+// network; a failure is recorded in the state, not returned.
+func (r *Runner) Fetch(ctx context.Context, m *mj.Manifest) *State {
+	r.defaults(m)
+	st := &State{}
 	if m.TimeoutSeconds > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(m.TimeoutSeconds)*time.Second)
-		defer cancel()
+		st.Deadline = time.Now().Add(time.Duration(m.TimeoutSeconds) * time.Second)
 	}
+	ctx, cancel := r.deadline(ctx, st)
+	defer cancel()
+	if err := r.fetch(ctx, m, st); err != nil {
+		st.fail(err)
+		fmt.Fprintf(r.Log, "job failed: %s\n", err)
+	}
+	return st
+}
+
+func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 	for _, d := range []string{"inputs", "outputs"} {
 		if err := os.MkdirAll(filepath.Join(r.WorkDir, d), 0o750); err != nil {
 			return fmt.Errorf("prepare working directory: %w", err)
 		}
 	}
-	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: r.AllowGPU}
-	for name := range m.InputFiles {
-		spec.Inputs[name] = true
+	if _, err := r.commands(m); err != nil {
+		return err
 	}
-	for _, name := range m.OutputNames {
-		spec.Outputs[name] = true
-	}
-	argvs := make([][]string, len(m.FFmpegCommands))
-	for i, c := range m.FFmpegCommands {
-		argv, err := command.Prepare(c, spec)
-		if err != nil {
-			return fmt.Errorf("command %d: %v", i+1, err)
-		}
-		argvs[i] = argv
-	}
-
+	// Inputs are user URLs: they may not reach private or link-local addresses.
+	inputs := r.client(netguard.Transport(m.AllowLoopback))
 	names := make([]string, 0, len(m.InputFiles))
 	for name := range m.InputFiles {
 		names = append(names, name)
@@ -143,13 +169,58 @@ func (r *Runner) run(ctx context.Context, m *mj.Manifest, client, inputs *http.C
 			}
 			return fmt.Errorf("input %q could not be fetched from %s: %v", name, redact(m.InputFiles[name]), err)
 		}
-		res.InputBytes += n
+		st.InputBytes += n
 		fmt.Fprintf(r.Log, "fetched input %q: %d bytes\n", name, n)
 	}
+	return nil
+}
 
+// commands splits and checks every command again (the gateway did already):
+// nothing the runner executes escapes these rules.
+func (r *Runner) commands(m *mj.Manifest) ([][]string, error) {
+	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: r.AllowGPU}
+	for name := range m.InputFiles {
+		spec.Inputs[name] = true
+	}
+	for _, name := range m.OutputNames {
+		spec.Outputs[name] = true
+	}
+	argvs := make([][]string, len(m.FFmpegCommands))
+	for i, c := range m.FFmpegCommands {
+		argv, err := command.Prepare(c, spec)
+		if err != nil {
+			return nil, fmt.Errorf("command %d: %v", i+1, err)
+		}
+		argvs[i] = argv
+	}
+	return argvs, nil
+}
+
+// Exec runs the commands, collects and probes the outputs. It needs no network:
+// on docker pools it runs without any. Progress goes to ProgressFile when set
+// (a sidecar posts it), else straight to the manifest's progress URL.
+func (r *Runner) Exec(ctx context.Context, m *mj.Manifest, st *State) {
+	r.defaults(m)
+	defer func() { st.Done = true }()
+	if st.Failed {
+		return
+	}
+	ctx, cancel := r.deadline(ctx, st)
+	defer cancel()
+	if err := r.exec(ctx, m, st); err != nil {
+		st.fail(err)
+		fmt.Fprintf(r.Log, "job failed: %s\n", err)
+	}
+}
+
+func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
+	argvs, err := r.commands(m)
+	if err != nil {
+		return err
+	}
 	for i, argv := range argvs {
 		fmt.Fprintf(r.Log, "running command %d of %d: ffmpeg %s\n", i+1, len(argvs), strings.Join(argv, " "))
-		rep := &reporter{url: m.ProgressURL, client: client, index: i + 1, count: len(argvs), now: time.Now,
+		rep := &reporter{url: m.ProgressURL, file: r.ProgressFile, client: r.client(nil), index: i + 1, count: len(argvs), now: time.Now,
 			duration: expectedDuration(ctx, r.FFprobe, r.WorkDir, argv)}
 		if err := r.ffmpeg(ctx, argv, rep); err != nil {
 			if ctx.Err() != nil {
@@ -158,7 +229,6 @@ func (r *Runner) run(ctx context.Context, m *mj.Manifest, client, inputs *http.C
 			return fmt.Errorf("command %d of %d failed: %v", i+1, len(argvs), err)
 		}
 	}
-
 	files, err := collectOutputs(filepath.Join(r.WorkDir, "outputs"), m.OutputNames)
 	if err != nil {
 		return err
@@ -168,27 +238,58 @@ func (r *Runner) run(ctx context.Context, m *mj.Manifest, client, inputs *http.C
 	}
 	for _, f := range files {
 		p := filepath.Join(r.WorkDir, "outputs", f)
-		fh, err := os.Open(p)
+		info, err := os.Stat(p)
 		if err != nil {
 			return fmt.Errorf("read output %s: %w", f, err)
 		}
-		st, _ := fh.Stat()
-		err = put(ctx, client, uploadURL(m, "outputs/"+f), fh, st.Size())
-		fh.Close()
-		if err != nil {
-			if ctx.Err() != nil {
-				return timeoutError(m, "while uploading outputs")
-			}
-			return fmt.Errorf("upload output %s: %w", f, err)
-		}
+		// Probed here, without network: a playlist output may name URLs.
 		pr, err := probe(ctx, r.FFprobe, p)
 		if err != nil {
 			fmt.Fprintf(r.Log, "ffprobe %s: %v (reported without metadata)\n", f, err)
 		}
-		res.Outputs = append(res.Outputs, mj.Output{Name: f, Size: st.Size(), Probe: pr})
-		fmt.Fprintf(r.Log, "uploaded output %s: %d bytes\n", f, st.Size())
+		st.Outputs = append(st.Outputs, mj.Output{Name: f, Size: info.Size(), Probe: pr})
 	}
 	return nil
+}
+
+// Upload sends the outputs and the result. It needs the network (to the gateway).
+func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Result, error) {
+	r.defaults(m)
+	client := r.client(nil)
+	uctx, cancel := r.deadline(ctx, st)
+	defer cancel()
+	if !st.Failed && !st.Done {
+		st.fail(fmt.Errorf("the commands did not run to the end (the worker stopped early)"))
+	}
+	if !st.Failed {
+		for _, o := range st.Outputs {
+			fh, err := os.Open(filepath.Join(r.WorkDir, "outputs", o.Name))
+			if err == nil {
+				err = put(uctx, client, uploadURL(m, "outputs/"+o.Name), fh, o.Size)
+				fh.Close()
+			}
+			if err != nil {
+				if uctx.Err() != nil {
+					err = timeoutError(m, "while uploading outputs")
+				} else {
+					err = fmt.Errorf("upload output %s: %w", o.Name, err)
+				}
+				st.fail(err)
+				break
+			}
+			fmt.Fprintf(r.Log, "uploaded output %s: %d bytes\n", o.Name, o.Size)
+		}
+	}
+	res := &mj.Result{JobID: m.JobID, Attempt: m.Attempt, Succeeded: !st.Failed, ErrorMessage: st.Error, InputBytes: st.InputBytes}
+	if !st.Failed {
+		res.Outputs = st.Outputs
+		fmt.Fprintf(r.Log, "job succeeded: %d output file(s)\n", len(res.Outputs))
+	}
+	// The result goes up even past the deadline: it says the job timed out.
+	if err := put(ctx, client, uploadURL(m, "result.json"), strings.NewReader(mustJSON(res)), -1); err != nil {
+		return res, fmt.Errorf("report result: %w", err)
+	}
+	return res, nil
 }
 
 func timeoutError(m *mj.Manifest, where string) error {
@@ -369,3 +470,17 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(t.b) }
+
+func (r *Runner) client(t *http.Transport) *http.Client {
+	if r.HTTP != nil && t == nil {
+		return r.HTTP
+	}
+	rc := retryablehttp.NewClient()
+	if t != nil {
+		rc.HTTPClient = &http.Client{Transport: t}
+	}
+	rc.RetryMax = 3
+	rc.RetryWaitMin, rc.RetryWaitMax = 500*time.Millisecond, 5*time.Second
+	rc.Logger = nil
+	return rc.StandardClient()
+}

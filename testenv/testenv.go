@@ -163,7 +163,7 @@ func (n *Nomad) start() error {
 	for {
 		nodes, _, err := n.Client.Nodes().List(nil)
 		if err == nil && len(nodes) > 0 && nodes[0].Status == "ready" {
-			if d, ok := nodes[0].Drivers["raw_exec"]; ok && d.Healthy {
+			if d, ok := nodes[0].Drivers["raw_exec"]; ok && d.Healthy && (!dockerRunning() || n.DockerHealthy()) {
 				return nil
 			}
 		}
@@ -236,4 +236,20 @@ func tail(s string, n int) string {
 		return "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// dockerRunning reports whether a Docker daemon answers on the default socket.
+func dockerRunning() bool {
+	_, err := os.Stat("/var/run/docker.sock")
+	return err == nil && exec.Command("docker", "info").Run() == nil
+}
+
+// DockerHealthy reports whether the agent's docker driver is up.
+func (n *Nomad) DockerHealthy() bool {
+	nodes, _, err := n.Client.Nodes().List(nil)
+	if err != nil || len(nodes) == 0 {
+		return false
+	}
+	d, ok := nodes[0].Drivers["docker"]
+	return ok && d.Detected && d.Healthy
 }

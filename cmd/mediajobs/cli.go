@@ -21,6 +21,7 @@ Commands:
   dispatcher  moves jobs between etcd and Nomad, sends webhooks
   runner      runs one job inside a Nomad task (started by Nomad, not by hand)
   keys        create an account and API key: mediajobs keys create -account NAME
+  config      check a configuration file: mediajobs config check FILE
 
 Run "mediajobs <command> -h" for its flags.
 `
@@ -43,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runRunner(ctx, args[1:], stdout)
 	case "keys":
 		err = runKeys(ctx, args[1:], stdout)
+	case "config":
+		err = runConfigCheck(args[1:], stdout)
 	case "-h", "--help", "help":
 		fmt.Fprint(stdout, usage)
 		return 0
@@ -76,4 +79,30 @@ func loadConfig(path string) (*config.Config, error) {
 
 func configFlag(fs *flag.FlagSet) *string {
 	return fs.String("config", os.Getenv("MEDIAJOBS_CONFIG"), "HCL configuration file (default: built-in defaults; see deploy/mediajobs.hcl)")
+}
+
+// runConfigCheck: `mediajobs config check FILE` prints every problem with file:line,
+// or a summary of the pools.
+func runConfigCheck(args []string, stdout io.Writer) error {
+	if len(args) != 2 || args[0] != "check" {
+		return fmt.Errorf("usage: mediajobs config check FILE")
+	}
+	cfg, err := config.Load(args[1])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s: ok\n", args[1])
+	for _, p := range cfg.Pools {
+		gpu := "no GPU"
+		if p.GPUs() > 0 {
+			gpu = fmt.Sprintf("%d nvidia/gpu", p.GPUs())
+		}
+		image := ""
+		if p.Driver == "docker" {
+			image = " image " + p.Image
+		}
+		fmt.Fprintf(stdout, "  pool %-10s %s%s, node pool %s, %d MHz, %d MiB, %d MB disk, %s, timeout %s (max %s), queue limit %s\n",
+			p.Name, p.Driver, image, p.NodePool, p.CPU, p.Memory, p.Disk, gpu, p.DefaultTimeoutD, p.MaxTimeoutD, p.QueueLimitD)
+	}
+	return nil
 }

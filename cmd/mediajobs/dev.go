@@ -84,7 +84,7 @@ func devConfig(path, dataDir string) (*config.Config, error) {
 		cfg.Server.AllowLoopback = true
 		// Both pools, so a newcomer without a GPU sees an nvidia job wait with its
 		// reason, then fail after the queue limit.
-		cfg.Pools = []*config.Pool{{Name: "cpu"}, {Name: "nvidia", GPUs: 1, QueueLimit: "2m"}}
+		cfg.Pools = []*config.Pool{{Name: "cpu"}, {Name: "nvidia", GPU: &config.GPU{}, QueueLimit: "2m"}}
 		cfg.Etcd.DataDir = filepath.Join(dataDir, "etcd")
 		cfg.Storage.Path = filepath.Join(dataDir, "blobs")
 		err = cfg.Finish()

@@ -142,7 +142,7 @@ func TestNomadRestartLosesNoJob(t *testing.T) {
 func TestGPUJobWithoutGPUWaitsWithReasonThenFails(t *testing.T) {
 	c := newCluster(t, agent, fmt.Sprintf(`pool "nvidia" {
   runner_command = %q
-  gpus           = 1
+  gpu {}
   cpu            = 100
   memory         = 128
   queue_limit    = "5s"
@@ -174,7 +174,7 @@ func TestGPUJobWithoutGPUWaitsWithReasonThenFails(t *testing.T) {
 func TestCancelInEveryState(t *testing.T) {
 	c := newCluster(t, agent, fmt.Sprintf(`pool "nvidia" {
   runner_command = %q
-  gpus           = 1
+  gpu {}
   cpu            = 100
   memory         = 128
 }`, runnerBin))

@@ -1,7 +1,12 @@
-cpu = 1000
+constraints = []
+cpu = 500
 datacenters = ["*"]
-gpus = 0
-memory = 1024
+disk = 300
+gpu_count = 0
+gpu_min_memory_mb = 0
+gpu_model = ""
+image = ""
+memory = 256
 node_pool = "default"
 pool = "cpu"
 runner_command = "/usr/local/bin/mediajobs"

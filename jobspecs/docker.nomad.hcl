@@ -1,0 +1,260 @@
+# mediajobs worker pool, docker driver: one parameterized batch job per pool. The
+# dispatcher fills the variables from the pool's config block and registers it; each
+# mediajobs job is one dispatched child (meta mediajobs_job_id, payload = manifest).
+#
+# One allocation, four tasks sharing the allocation directory (/alloc/work):
+#   fetch     prestart   network: host  downloads the inputs
+#   runner    main       network: none  runs ffmpeg (read-only root, only /alloc writable)
+#   progress  sidecar    network: host  posts the progress file the runner writes
+#   upload    poststop   network: host  uploads the outputs and the result
+# ffmpeg itself can reach nothing: not the network, not the host's loopback.
+#
+# By hand:  nomad job run -var pool=cpu -var image=mediajobs-worker:local docker.nomad.hcl
+
+variable "pool" {
+  type        = string
+  description = "mediajobs pool name; the Nomad job is called mediajobs-<pool>"
+}
+
+variable "runner_command" {
+  type        = string
+  default     = "/usr/local/bin/mediajobs"
+  description = "path of the mediajobs binary in the image"
+}
+
+variable "datacenters" {
+  type    = list(string)
+  default = ["*"]
+}
+
+variable "node_pool" {
+  type    = string
+  default = "default"
+}
+
+variable "cpu" {
+  type        = number
+  default     = 1000
+  description = "MHz per job"
+}
+
+variable "memory" {
+  type        = number
+  default     = 1024
+  description = "MiB per job"
+}
+
+variable "disk" {
+  type        = number
+  default     = 2048
+  description = "MB of ephemeral disk per job"
+}
+
+variable "image" {
+  type        = string
+  description = "the worker image: ffmpeg, ffprobe and /usr/local/bin/mediajobs"
+}
+
+variable "constraints" {
+  type        = list(object({ attribute = string, operator = string, value = string }))
+  default     = []
+  description = "extra placement constraints on the pool's nodes"
+}
+
+variable "gpu_count" {
+  type        = number
+  default     = 0
+  description = "NVIDIA GPUs per job (device nvidia/gpu); 0 for none"
+}
+
+variable "gpu_min_memory_mb" {
+  type    = number
+  default = 0
+}
+
+variable "gpu_model" {
+  type        = string
+  default     = ""
+  description = "regular expression the GPU model must match; empty for any"
+}
+
+# A block label cannot hold a template, so the ID comes from the pool here.
+job "mediajobs" {
+  id          = "mediajobs-${var.pool}"
+  name        = "mediajobs-${var.pool}"
+  type        = "batch"
+  datacenters = var.datacenters
+  node_pool   = var.node_pool
+
+  meta {
+    mediajobs_pool = var.pool
+  }
+
+  dynamic "constraint" {
+    for_each = var.constraints
+    content {
+      attribute = constraint.value.attribute
+      operator  = constraint.value.operator
+      value     = constraint.value.value
+    }
+  }
+
+  parameterized {
+    payload       = "required"
+    meta_required = ["mediajobs_job_id", "mediajobs_attempt"]
+  }
+
+  group "ffmpeg" {
+    # Each allocation's end is final: the dispatcher alone decides retries, so a
+    # failing user command is never re-run by Nomad behind its back.
+    restart {
+      attempts = 0
+      mode     = "fail"
+    }
+
+    reschedule {
+      attempts  = 0
+      unlimited = false
+    }
+
+    ephemeral_disk {
+      size = var.disk
+    }
+
+    task "fetch" {
+      driver = "docker"
+
+      lifecycle {
+        hook    = "prestart"
+        sidecar = false
+      }
+
+      config {
+        image           = var.image
+        command         = var.runner_command
+        args            = ["runner", "-phase", "fetch", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
+        network_mode    = "host"
+        readonly_rootfs = true
+      }
+
+      dispatch_payload {
+        file = "manifest.json"
+      }
+
+      resources {
+        cpu    = 100
+        memory = 128
+      }
+    }
+
+    task "runner" {
+      driver = "docker"
+
+      config {
+        image           = var.image
+        command         = var.runner_command
+        args            = ["runner", "-phase", "exec", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
+        network_mode    = "none"
+        readonly_rootfs = true
+        runtime         = var.gpu_count > 0 ? "nvidia" : null
+      }
+
+      env {
+        HOME                       = "${NOMAD_ALLOC_DIR}/work"
+        NVIDIA_DRIVER_CAPABILITIES = "compute,video,utility"
+      }
+
+      dispatch_payload {
+        file = "manifest.json"
+      }
+
+      resources {
+        cpu    = var.cpu
+        memory = var.memory
+
+        dynamic "device" {
+          for_each = var.gpu_count > 0 ? [var.gpu_count] : []
+          iterator = gpu
+          labels   = ["nvidia/gpu"]
+          content {
+            count = gpu.value
+
+            dynamic "constraint" {
+              for_each = var.gpu_min_memory_mb > 0 ? [var.gpu_min_memory_mb] : []
+              content {
+                attribute = "$${device.attr.memory}"
+                operator  = ">="
+                value     = "${constraint.value} MiB"
+              }
+            }
+
+            dynamic "constraint" {
+              for_each = var.gpu_model != "" ? [var.gpu_model] : []
+              content {
+                attribute = "$${device.model}"
+                operator  = "regexp"
+                value     = constraint.value
+              }
+            }
+          }
+        }
+      }
+
+      logs {
+        max_files     = 2
+        max_file_size = 10
+      }
+    }
+
+    task "progress" {
+      driver = "docker"
+
+      lifecycle {
+        hook    = "poststart"
+        sidecar = true
+      }
+
+      config {
+        image           = var.image
+        command         = var.runner_command
+        args            = ["runner", "-phase", "progress", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
+        network_mode    = "host"
+        readonly_rootfs = true
+      }
+
+      dispatch_payload {
+        file = "manifest.json"
+      }
+
+      resources {
+        cpu    = 50
+        memory = 64
+      }
+    }
+
+    task "upload" {
+      driver = "docker"
+
+      lifecycle {
+        hook = "poststop"
+      }
+
+      config {
+        image           = var.image
+        command         = var.runner_command
+        args            = ["runner", "-phase", "upload", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
+        network_mode    = "host"
+        readonly_rootfs = true
+      }
+
+      dispatch_payload {
+        file = "manifest.json"
+      }
+
+      resources {
+        cpu    = 100
+        memory = 128
+      }
+    }
+  }
+}

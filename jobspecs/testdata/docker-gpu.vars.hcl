@@ -1,0 +1,12 @@
+constraints = []
+cpu = 500
+datacenters = ["*"]
+disk = 300
+gpu_count = 1
+gpu_min_memory_mb = 0
+gpu_model = ""
+image = "mediajobs-worker:nvidia"
+memory = 256
+node_pool = "default"
+pool = "docker-gpu"
+runner_command = "/usr/local/bin/mediajobs"
