@@ -20,12 +20,18 @@ deps: ## install ffmpeg, curl (apt-get) and build Nomad v1.11.3 into ~/.cache/me
 build: ## build bin/mediajobs
 	$(GO) build -o $(BIN) ./cmd/mediajobs
 
+.PHONY: docker
+docker: ## start dockerd if needed (--bridge=none --iptables=false --ip-masq=false) and build the worker image
+	@deploy/scripts/start-dockerd.sh
+	@deploy/worker/build-local.sh
+
 .PHONY: run
-run: deps build ## start Nomad (dev) and mediajobs dev; prints the API URL and a dev key
+run: deps build ## start Nomad (dev) and mediajobs dev; MEDIAJOBS_DRIVER=docker runs the cpu pool in containers
+	@if [ "$${MEDIAJOBS_DRIVER:-raw_exec}" = docker ]; then $(MAKE) --no-print-directory docker; fi
 	@deploy/scripts/run-dev.sh
 
 .PHONY: test
-test: deps ## the whole suite against real etcd, Nomad and ffmpeg, plus vet, gofmt and short fuzz runs
+test: deps docker ## the whole suite against real etcd, Nomad, Docker and ffmpeg, plus vet, gofmt and short fuzz runs
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) CI=$${CI:-true} $(GO) test -count=1 ./...

@@ -85,6 +85,10 @@ func devConfig(path, dataDir string) (*config.Config, error) {
 		// Both pools, so a newcomer without a GPU sees an nvidia job wait with its
 		// reason, then fail after the queue limit.
 		cfg.Pools = []*config.Pool{{Name: "cpu"}, {Name: "nvidia", GPU: &config.GPU{}, QueueLimit: "2m"}}
+		if os.Getenv("MEDIAJOBS_DRIVER") == "docker" {
+			// The worker image built by deploy/worker/build-local.sh (make docker).
+			cfg.Pools[0].Driver, cfg.Pools[0].Image = "docker", "mediajobs-worker:local"
+		}
 		cfg.Etcd.DataDir = filepath.Join(dataDir, "etcd")
 		cfg.Storage.Path = filepath.Join(dataDir, "blobs")
 		err = cfg.Finish()
