@@ -98,21 +98,10 @@ func bodyLimit(n int64) int {
 // errorHandler is the one place that maps errors to HTTP. Domain errors keep their
 // code and message; anything else is logged and reported as unknownError.
 func (g *Gateway) errorHandler(c *fiber.Ctx, err error) error {
-	var e *mj.Error
-	var fe *fiber.Error
-	switch {
-	case errors.As(err, &e):
-	case errors.As(err, &fe):
-		e = fiberError(fe)
-	case errors.Is(err, blob.ErrTooLarge):
-		e = mj.Errorf(mj.EPayloadTooLarge, "the upload exceeds max_upload_bytes")
-	case errors.Is(err, context.DeadlineExceeded):
-		e = mj.Errorf(mj.EUnavailable, "the request took too long; try again")
-	default:
+	e := clientError(err)
+	if e.Code == mj.EInternal {
 		g.Log.Error("request failed", "method", c.Method(), "path", c.Path(), "err", err)
-		e = mj.Errorf(mj.EInternal, "internal error; the server log has details")
 	}
-	status := httpStatus(e.Code)
 	if c.Request().IsBodyStream() {
 		// The body may be unread (a refused upload): close the connection, or the
 		// server would parse the rest of it as the next request on this connection.
@@ -125,23 +114,29 @@ func (g *Gateway) errorHandler(c *fiber.Ctx, err error) error {
 	if len(e.Details) > 0 {
 		body["details"] = e.Details
 	}
-	return c.Status(status).JSON(body)
+	return c.Status(httpStatus(e.Code)).JSON(body)
 }
 
-// statusOf is the HTTP status the error handler will give err.
-func statusOf(err error) int {
+// clientError is what a client is told of err: domain errors as they are, a few
+// known causes by name, anything else as unknownError (the detail goes to the log).
+func clientError(err error) *mj.Error {
 	var e *mj.Error
 	var fe *fiber.Error
 	switch {
-	case errors.As(err, &e):
-		return httpStatus(e.Code)
+	case errors.As(err, &e) && e.Code != mj.EInternal:
+		return e
 	case errors.As(err, &fe):
-		return httpStatus(fiberError(fe).Code)
+		return fiberError(fe)
 	case errors.Is(err, blob.ErrTooLarge):
-		return fiber.StatusRequestEntityTooLarge
+		return mj.Errorf(mj.EPayloadTooLarge, "the upload exceeds max_upload_bytes")
+	case errors.Is(err, context.DeadlineExceeded):
+		return mj.Errorf(mj.EUnavailable, "the request took too long; try again")
 	}
-	return fiber.StatusInternalServerError
+	return mj.Errorf(mj.EInternal, "internal error; the server log has details")
 }
+
+// statusOf is the HTTP status the error handler will give err.
+func statusOf(err error) int { return httpStatus(clientError(err).Code) }
 
 func httpStatus(code string) int {
 	switch code {
