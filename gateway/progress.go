@@ -31,7 +31,7 @@ func (g *Gateway) progress(c *fiber.Ctx) error {
 	if len(parts) != 4 || parts[0] != "jobs" || parts[3] != "progress" {
 		return mj.Errorf(mj.ENotFound, "no such job")
 	}
-	id := parts[1]
+	id := strings.Clone(parts[1]) // kept in progressAt: must not alias fiber's buffer
 	attempt, err := strconv.Atoi(parts[2])
 	if err != nil {
 		return mj.Errorf(mj.ENotFound, "no such job")
