@@ -2,8 +2,10 @@ package gateway
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -239,5 +241,41 @@ func TestMetrics(t *testing.T) {
 	}
 	if strings.Contains(text, id) {
 		t.Error("a job id leaked into a metric label")
+	}
+}
+
+func TestProgressEndpoint(t *testing.T) {
+	h := newHarness(t)
+	_, body, _ := h.do("POST", "/api/ffmpeg", "alice", valid())
+	id := body["data"].(map[string]any)["id"].(string)
+	h.store.UpdateJob(context.Background(), id, func(j *mj.Job) error { j.Status, j.Attempt = mj.StatusRunning, 1; return nil })
+	link := func(attempt int) string {
+		scope := fmt.Sprintf("jobs/%s/%d/progress", id, attempt)
+		u, _ := url.Parse(h.gw.Signer.URLFor("/progress/", "PROGRESS", scope, scope, time.Now().Add(time.Hour)))
+		return u.RequestURI()
+	}
+	report := `{"percent": 42.5, "command_index": 1, "command_count": 2, "fps": 25, "speed": 1.5, "out_time_seconds": 4.2}`
+	if status, body, _ := h.do("POST", link(1), "", report); status != 200 || body["data"].(map[string]any)["stored"] != true {
+		t.Fatalf("report: %d %v", status, body)
+	}
+	_, body, _ = h.do("GET", "/api/jobs/"+id, "alice", nil)
+	if p := body["data"].(map[string]any)["progress"].(map[string]any); p["percent"] != 42.5 || p["command_count"] != float64(2) {
+		t.Fatalf("progress on the job: %v", p)
+	}
+	if status, _, _ := h.do("POST", strings.Replace(link(1), "sig=", "sig=x", 1), "", report); status != 403 {
+		t.Fatalf("tampered link: %d", status)
+	}
+	h.gw.progressAt.Delete(id) // past the 1 s gap
+	if _, body, _ := h.do("POST", link(2), "", report); body["data"].(map[string]any)["stored"] != false {
+		t.Fatalf("report for another attempt stored: %v", body)
+	}
+	h.store.UpdateJob(context.Background(), id, func(j *mj.Job) error { j.Status = mj.StatusSucceeded; return nil })
+	h.gw.progressAt.Delete(id)
+	if _, body, _ := h.do("POST", link(1), "", report); body["data"].(map[string]any)["stored"] != false {
+		t.Fatalf("report for a finished job stored: %v", body)
+	}
+	_, body, _ = h.do("GET", "/api/jobs/"+id, "alice", nil)
+	if body["data"].(map[string]any)["progress"] != nil {
+		t.Fatal("a finished job shows progress")
 	}
 }
