@@ -11,7 +11,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -181,10 +183,31 @@ func (n *Nomad) Log() string {
 	return string(b)
 }
 
-// Close stops the agent and removes its files.
+// Close stops the agent, the task processes it leaves behind, and removes its files.
 func (n *Nomad) Close() {
 	n.stop(false)
+	KillUnder(n.dir)
 	os.RemoveAll(n.dir)
+}
+
+// KillUnder SIGKILLs every process whose command line names dir or whose working
+// directory is inside it. A Nomad client leaves its task executors (and their tasks)
+// running when it stops, so that a restarted client can take them back; a test
+// agent that is gone for good must not leave them behind.
+func KillUnder(dir string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	self := os.Getpid()
+	for _, p := range procs {
+		pid, err := strconv.Atoi(filepath.Base(p))
+		if err != nil || pid == self {
+			continue
+		}
+		cmdline, _ := os.ReadFile(filepath.Join(p, "cmdline"))
+		cwd, _ := os.Readlink(filepath.Join(p, "cwd"))
+		if strings.Contains(string(cmdline), dir) || strings.HasPrefix(cwd, dir) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
 
 func (n *Nomad) stop(kill bool) {
