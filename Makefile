@@ -48,8 +48,11 @@ clean: ## remove bin/ and the dev data in .data/
 
 BENCHTIME  ?= 2s
 BENCHCOUNT ?= 5
+E2ECOUNT   ?= 3
 
 .PHONY: bench
-bench: ## create/GET throughput at 64 clients beside raw etcd and bare fiber (docs/benchmarks.md)
+bench: ## gateway create/GET beside raw etcd and bare fiber; on Nomad: job latency and throughput beside raw Nomad, webhooks (docs/benchmarks.md)
 	$(GO) build -o bin/bench-report ./bench/report
-	for i in $$(seq $(BENCHCOUNT)); do $(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -count=1 ./bench/ 2>&1; done | bin/bench-report
+	{ for i in $$(seq $(BENCHCOUNT)); do $(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -count=1 ./bench/ 2>&1; done; \
+	  if [ $(E2ECOUNT) -gt 0 ]; then NOMAD_BIN=$$(deploy/scripts/install-nomad.sh); export NOMAD_BIN; fi; \
+	  for i in $$(seq $(E2ECOUNT)); do $(GO) test -run '^$$' -bench . -benchtime=1x -count=1 -timeout=30m ./bench/e2e/ 2>&1; done; } | bin/bench-report

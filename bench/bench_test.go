@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"net"
 	"net/http"
@@ -163,7 +164,8 @@ func startEnv() (_ *env, err error) {
 	g := &gateway.Gateway{Config: cfg, Store: e.st, Blobs: blobs,
 		Signer: blob.Signer{Secret: []byte("bench-signing-secret-0123456789"), Base: e.gwURL},
 		// No DNS from benchmarks: the input host "resolves" to a public documentation address.
-		Resolver: staticResolver{}}
+		Resolver: staticResolver{},
+		Log:      slog.New(slog.NewTextHandler(io.Discard, nil))}
 	e.gwApp = g.App()
 	// As `mediajobs gateway` does: keeps the key and job caches current.
 	go g.Watch(context.Background())

@@ -35,6 +35,22 @@ type WebhookSender struct {
 	Base, Cap      time.Duration
 	AttemptTimeout time.Duration
 	AllowLoopback  bool
+
+	once      sync.Once
+	transport *http.Transport // shared: keeps connections to receivers alive
+}
+
+func (w *WebhookSender) httpClient() *http.Client {
+	w.once.Do(func() {
+		w.transport = netguard.Transport(w.AllowLoopback)
+		w.transport.MaxIdleConnsPerHost = 16
+	})
+	return &http.Client{
+		Transport: w.transport,
+		Timeout:   w.AttemptTimeout,
+		// A redirect could point anywhere, the SSRF guard's checks included: never follow.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // Delivery is the outcome of Send.
@@ -79,12 +95,7 @@ func (w *WebhookSender) Send(ctx context.Context, m Message) Delivery {
 	c := retryablehttp.NewClient()
 	c.RetryMax = left - 1
 	c.Logger = nil
-	c.HTTPClient = &http.Client{
-		Transport: netguard.Transport(w.AllowLoopback),
-		Timeout:   w.AttemptTimeout,
-		// A redirect could point anywhere, the SSRF guard's checks included: never follow.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
+	c.HTTPClient = w.httpClient()
 	c.Backoff = func(min, max time.Duration, n int, resp *http.Response) time.Duration {
 		if resp != nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
 			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
@@ -240,11 +251,14 @@ func (d *Dispatcher) deliver(ctx context.Context, id string) {
 		d.Log.Warn("record webhook outcome", "job", id, "err", err)
 		return
 	}
+	// Recording the outcome removed the outbox entry (store: a derived key).
 	if res.Err != nil {
 		metrics.Webhooks.WithLabelValues("failed").Inc()
 		d.Log.Warn("webhook not delivered", "job", id, "url", j.WebhookURL, "attempts", res.Attempts, "err", res.Err)
 	} else {
 		metrics.Webhooks.WithLabelValues("delivered").Inc()
 	}
-	d.Store.DeleteOutbox(ctx, id)
+	if err == errSkip {
+		d.Store.DeleteOutbox(ctx, id) // settled by someone else: the entry is stale
+	}
 }

@@ -157,6 +157,11 @@ func expectedDuration(ctx context.Context, ffprobe, dir string, argv []string) f
 	if firstInput == "" || strings.Contains(firstInput, ":") {
 		return 0
 	}
+	// A lavfi source (-f lavfi -i sine=duration=1) or a device is no file: don't
+	// spend an ffprobe run on it.
+	if fi, err := os.Stat(filepath.Join(dir, firstInput)); err != nil || !fi.Mode().IsRegular() {
+		return 0
+	}
 	if p, err := probe(ctx, ffprobe, filepath.Join(dir, firstInput)); err == nil && p.DurationSeconds != nil {
 		return *p.DurationSeconds
 	}

@@ -119,6 +119,11 @@ func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 	if j.Status.Terminal() && j.WebhookURL != "" && (old == nil || !old.Status.Terminal()) {
 		ops = append(ops, clientv3.OpPut(s.outboxKey(j.ID), string(j.Status)))
 	}
+	// The outbox entry lives exactly as long as the delivery is pending: settling it
+	// (delivered or failed) removes the entry in the same write.
+	if old != nil && old.Webhook != nil && old.Webhook.Status == "pending" && j.Webhook != nil && j.Webhook.Status != "pending" {
+		ops = append(ops, clientv3.OpDelete(s.outboxKey(j.ID)))
+	}
 	return ops
 }
 

@@ -64,7 +64,19 @@ func TestDerivedKeysFollowTheJob(t *testing.T) {
 	if len(ids(s.ActivePrefix())) != 0 || len(ids(s.OutboxPrefix())) != 1 {
 		t.Fatalf("after success: active %v outbox %v", ids(s.ActivePrefix()), ids(s.OutboxPrefix()))
 	}
-	s.DeleteOutbox(ctx, j.ID)
+	// settling the delivery removes the outbox entry in the same write
+	if _, err := s.UpdateJob(ctx, j.ID, func(j *mj.Job) error {
+		if j.Webhook == nil || j.Webhook.Status != "pending" || j.Webhook.DeliveryID == "" {
+			t.Fatalf("webhook state on finishing: %+v", j.Webhook)
+		}
+		j.Webhook.Status = "delivered"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ids(s.OutboxPrefix())) != 0 {
+		t.Fatalf("settled delivery still in the outbox: %v", ids(s.OutboxPrefix()))
+	}
 	// a refused transition writes nothing
 	_, err := s.UpdateJob(ctx, j.ID, func(j *mj.Job) error { j.Status = mj.StatusFailed; j.ErrorMessage = "late"; return nil })
 	if mj.ErrorCode(err) != mj.EConflict {

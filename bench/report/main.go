@@ -1,14 +1,23 @@
-// Command report reads `go test -bench` output of ./bench on stdin, echoes it, and
-// prints a markdown table of each subject beside its baseline from the same run,
-// with the ratio against its target. Throughputs are medians over the rounds; the
-// ratio is the median of the per-round ratios (the i-th subject result over the
-// i-th baseline result), so a round disturbed by other load on the machine counts
-// once. Rounds pair best when each round runs all benchmarks back to back:
+// Command report reads `go test -bench` output of ./bench and ./bench/e2e on stdin,
+// echoes it, and prints a markdown table per suite found in it:
+//
+//   - gateway (./bench): each subject beside its baseline from the same run, with
+//     the ratio against its target. Throughputs are medians over the rounds; the
+//     ratio is the median of the per-round ratios (the i-th subject result over the
+//     i-th baseline result), so a round disturbed by other load on the machine
+//     counts once.
+//   - end to end (./bench/e2e): latency added over raw Nomad, throughput against
+//     raw Nomad, webhook delivery rate and latency; each figure is the median over
+//     the rounds (per-round ratios for the throughput), with its target.
+//
+// Rounds pair best when each round runs all benchmarks back to back:
 //
 //	for i in 1 2 3; do go test -run '^$' -bench . -count=1 ./bench/; done | go run ./bench/report
 //
-// It exits 1 when the benchmark output says FAIL or a benchmark is missing, and,
-// with -strict, when a ratio misses its target.
+// A suite with no result in the input is left out (so either can be reported
+// alone). It exits 1 when the benchmark output says FAIL, when nothing was found,
+// or when a suite lacks one of its benchmarks, and, with -strict, when a target is
+// missed.
 package main
 
 import (
@@ -94,9 +103,33 @@ func Median(vs []float64) float64 {
 	return (s[n/2-1] + s[n/2]) / 2
 }
 
-// Table writes the markdown table and reports whether every pair was found and
-// whether every target was met.
+// Table writes the table of each suite present in res and reports whether every
+// benchmark of those suites was found (and at least one suite was), and whether
+// every target was met.
 func Table(w io.Writer, res Result) (complete, met bool) {
+	gw, e2e := false, false
+	for _, p := range Pairs {
+		gw = gw || res[p.Subject] != nil || res[p.Baseline] != nil
+	}
+	for _, n := range E2EBenchmarks {
+		e2e = e2e || res[n] != nil
+	}
+	complete, met = true, true
+	if gw || !e2e {
+		complete, met = GatewayTable(w, res)
+	}
+	if e2e {
+		if gw {
+			fmt.Fprintln(w)
+		}
+		c, m := E2ETable(w, res)
+		complete, met = complete && c, met && m
+	}
+	return complete, met
+}
+
+// GatewayTable writes the gateway suite's table (subject beside baseline).
+func GatewayTable(w io.Writer, res Result) (complete, met bool) {
 	complete, met = true, true
 	fmt.Fprintln(w, "| benchmark | subject ops/s | baseline | baseline ops/s | ratio | target | result |")
 	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---|")
@@ -147,8 +180,104 @@ func fmtOps(vs []float64) string {
 	return fmt.Sprintf("%.0f (%.0f–%.0f, n=%d)", Median(s), s[0], s[len(s)-1], len(s))
 }
 
+// E2EBenchmarks are the benchmarks of ./bench/e2e.
+var E2EBenchmarks = []string{"Latency", "Throughput", "Webhooks"}
+
+// The end-to-end targets: mediajobs may add at most 0.3 s to raw Nomad's median
+// latency, complete at least 0.8 × raw Nomad's jobs per second, and deliver a
+// webhook within 200 ms (median) of the job's terminal transition.
+const (
+	TargetAddedS    = 0.3
+	TargetRatio     = 0.8
+	TargetWebhookMS = 200
+)
+
+// E2ETable writes the end-to-end table.
+func E2ETable(w io.Writer, res Result) (complete, met bool) {
+	complete, met = true, true
+	fmt.Fprintln(w, "| measure | mediajobs | baseline (same run) | figure | target | result |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---|")
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		met = false
+		return "**missed**"
+	}
+	missing := func(what, bench string) {
+		complete, met = false, false
+		fmt.Fprintf(w, "| %s | – | – | – | – | missing (Benchmark%s) |\n", what, bench)
+	}
+
+	if l := res["Latency"]; has(l, "mj-p50-s", "nomad-p50-s", "added-p50-s") {
+		added := Median(l["added-p50-s"])
+		fmt.Fprintf(w, "| latency, one job at a time (s) | median %s, p95 %s | raw Nomad: median %s, p95 %s; ffmpeg alone: median %s | added %+.3f s%s | ≤ %.2f s | %s |\n",
+			fmtVals(l["mj-p50-s"], 3), fmtVals(l["mj-p95-s"], 3), fmtVals(l["nomad-p50-s"], 3), fmtVals(l["nomad-p95-s"], 3),
+			fmtVals(l["exec-p50-s"], 3), added, spread(l["added-p50-s"], 3), TargetAddedS, verdict(added <= TargetAddedS))
+	} else {
+		missing("latency", "Latency")
+	}
+	if t := res["Throughput"]; has(t, "mj-jobs/s", "nomad-jobs/s") {
+		ratio, rs := Ratio(t["mj-jobs/s"], t["nomad-jobs/s"])
+		cpu := ""
+		if has(t, "mj-cpu-ms/job", "nomad-cpu-ms/job") {
+			cpu = fmt.Sprintf("; CPU %s vs %s ms/job", fmtVals(t["mj-cpu-ms/job"], 0), fmtVals(t["nomad-cpu-ms/job"], 0))
+		}
+		fmt.Fprintf(w, "| throughput, jobs created at once (jobs/s) | %s | raw Nomad: %s%s | %.2f ×%s | ≥ %.2f × | %s |\n",
+			fmtVals(t["mj-jobs/s"], 2), fmtVals(t["nomad-jobs/s"], 2), cpu, ratio, rs, TargetRatio, verdict(ratio >= TargetRatio))
+	} else {
+		missing("throughput", "Throughput")
+	}
+	if h := res["Webhooks"]; has(h, "deliveries/s", "p50-ms", "seq-p50-ms") {
+		base := "–"
+		if has(h, "send/s", "http/s") {
+			base = fmt.Sprintf("WebhookSender.Send alone: %s/s; plain net/http: %s/s", fmtVals(h["send/s"], 0), fmtVals(h["http/s"], 0))
+		}
+		p50 := Median(h["p50-ms"])
+		fmt.Fprintf(w, "| webhooks, burst (all terminal at once) | %s deliveries/s; transition → receipt p50 %s ms, p95 %s ms | %s | p50 %.0f ms | ≤ %d ms | %s |\n",
+			fmtVals(h["deliveries/s"], 0), fmtVals(h["p50-ms"], 0), fmtVals(h["p95-ms"], 0), base, p50, TargetWebhookMS, verdict(p50 <= TargetWebhookMS))
+		seq := Median(h["seq-p50-ms"])
+		fmt.Fprintf(w, "| webhooks, sequential (one transition after another) | transition → receipt p50 %s ms, p95 %s ms | – | p50 %.1f ms | ≤ %d ms | %s |\n",
+			fmtVals(h["seq-p50-ms"], 1), fmtVals(h["seq-p95-ms"], 1), seq, TargetWebhookMS, verdict(seq <= TargetWebhookMS))
+	} else {
+		missing("webhooks", "Webhooks")
+	}
+	return complete, met
+}
+
+func has(m map[string][]float64, units ...string) bool {
+	for _, u := range units {
+		if len(m[u]) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// fmtVals is the median with prec decimals and, over several rounds, the range.
+func fmtVals(vs []float64, prec int) string {
+	if len(vs) == 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(Median(vs), 'f', prec, 64) + spread(vs, prec)
+}
+
+// spread is " (min–max)" over several rounds, "" for one.
+func spread(vs []float64, prec int) string {
+	if len(vs) < 2 {
+		return ""
+	}
+	s := append([]float64(nil), vs...)
+	sort.Float64s(s)
+	sep := "–"
+	if s[0] < 0 {
+		sep = " to " // "-0.07–-0.06" reads badly
+	}
+	return " (" + strconv.FormatFloat(s[0], 'f', prec, 64) + sep + strconv.FormatFloat(s[len(s)-1], 'f', prec, 64) + ")"
+}
+
 func main() {
-	strict := flag.Bool("strict", false, "exit 1 when a ratio misses its target")
+	strict := flag.Bool("strict", false, "exit 1 when a target is missed")
 	quiet := flag.Bool("q", false, "do not echo the benchmark output")
 	flag.Parse()
 	var echo io.Writer = os.Stdout

@@ -62,3 +62,46 @@ func TestRatioPairsRounds(t *testing.T) {
 		t.Fatalf("unpaired Ratio = %v", r)
 	}
 }
+
+const e2eSample = `pkg: github.com/mediajobs/mediajobs/bench/e2e
+BenchmarkLatency-2      	       1	60000000000 ns/op	        0.0100 added-p50-s	 0.07 exec-p50-s	 0.1 exec-p95-s	 0.76 mj-p50-s	 0.9 mj-p95-s	 0.75 nomad-p50-s	 0.8 nomad-p95-s
+BenchmarkThroughput-2   	       1	75000000000 ns/op	 469 mj-cpu-ms/job	 4.0 mj-jobs/s	 22 mj-self-cpu-ms/job	 278 nomad-cpu-ms/job	 8.0 nomad-jobs/s
+BenchmarkWebhooks-2     	       1	 2900000000 ns/op	 900 deliveries/s	 36000 http/s	 60 outbox-p50-ms	 520 p50-ms	 850 p95-ms	 9000 send/s	 4.6 seq-p50-ms	 10 seq-p95-ms	 4000 transitions/s
+PASS
+`
+
+func TestE2ETable(t *testing.T) {
+	res, failed, err := Parse(strings.NewReader(e2eSample), nil)
+	if err != nil || failed {
+		t.Fatal(err, failed)
+	}
+	var out strings.Builder
+	complete, met := Table(&out, res)
+	if !complete || met {
+		t.Fatalf("complete=%v met=%v\n%s", complete, met, out.String())
+	}
+	if strings.Contains(out.String(), "CreateJob") {
+		t.Errorf("gateway table printed without gateway results:\n%s", out.String())
+	}
+	for _, want := range []string{
+		"| added +0.010 s | ≤ 0.30 s | met |",
+		"| 0.50 × | ≥ 0.80 × | **missed** |",
+		"| p50 520 ms | ≤ 200 ms | **missed** |",
+		"| p50 4.6 ms | ≤ 200 ms | met |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// Both suites in one input: both tables; one e2e benchmark missing: incomplete.
+	both := sample + strings.Replace(e2eSample, "BenchmarkWebhooks", "BenchmarkOther", 1)
+	res, _, _ = Parse(strings.NewReader(both), nil)
+	out.Reset()
+	if complete, _ := Table(&out, res); complete {
+		t.Fatalf("missing Webhooks reported complete:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "CreateJob") || !strings.Contains(out.String(), "missing (BenchmarkWebhooks)") {
+		t.Errorf("tables:\n%s", out.String())
+	}
+}
