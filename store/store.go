@@ -241,8 +241,9 @@ func (s *Store) job(ctx context.Context, id string) (*mj.Job, int64, error) {
 	return &j, resp.Kvs[0].ModRevision, nil
 }
 
-// UpdateJob applies fn to the current job and writes the result if the job did not
-// change in between (compare-and-swap on its revision), retrying on a race. A status
+// UpdateJob applies fn to a copy of the current job and writes the result if the job
+// did not change in between (compare-and-swap on its revision), retrying on a race.
+// Maps and slices in the copy are shared with the stored value: replace, don't edit. A status
 // change the state machine forbids is refused with a conflict error and nothing is
 // written. fn may return an error to abort.
 func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error) {
@@ -252,6 +253,15 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error
 			return nil, err
 		}
 		j := *old
+		// fn gets its own copy of the nested structs, so old stays what was read.
+		if old.Webhook != nil {
+			w := *old.Webhook
+			j.Webhook = &w
+		}
+		if old.Progress != nil {
+			p := *old.Progress
+			j.Progress = &p
+		}
 		if err := fn(&j); err != nil {
 			return nil, err
 		}
