@@ -185,9 +185,46 @@ func (n *Nomad) Log() string {
 
 // Close stops the agent, the task processes it leaves behind, and removes its files.
 func (n *Nomad) Close() {
+	var children []int
+	if n.cmd != nil && n.cmd.Process != nil {
+		children = descendants(n.cmd.Process.Pid) // logmon and executors
+	}
 	n.stop(false)
+	for _, pid := range children {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
 	KillUnder(n.dir)
 	os.RemoveAll(n.dir)
+}
+
+// descendants lists the processes below pid.
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so split after the ")".
+		rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+		fields := strings.Fields(rest)
+		p, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+		if len(fields) > 1 {
+			pp, _ := strconv.Atoi(fields[1])
+			parent[p] = pp
+		}
+	}
+	var out []int
+	for p := range parent {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // KillUnder SIGKILLs every process whose command line names dir or whose working
