@@ -68,6 +68,8 @@ if [ -z "$pid" ]; then
 		exit 1
 	fi
 	echo "starting dockerd (log: $LOG, pid file: $PIDFILE)" >&2
+	# A pid file left by an earlier dockerd would be read below as the new one's.
+	rm -f "$PIDFILE" 2>/dev/null || $SUDO rm -f "$PIDFILE"
 	: >"$LOG" 2>/dev/null || $SUDO sh -c ': >"$1"' sh "$LOG"
 	# The inner shell writes its own pid and execs dockerd, so the pid file holds
 	# dockerd's pid even through sudo; setsid/nohup keep it alive after we exit.
