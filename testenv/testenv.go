@@ -84,6 +84,8 @@ type Nomad struct {
 	dir    string
 	bin    string
 	cfg    string
+	// orphans are processes of agents that Restart killed.
+	orphans []int
 }
 
 // StartNomad starts a Nomad dev agent on free loopback ports, with the cloud
@@ -144,6 +146,10 @@ plugin "raw_exec" {
 // Restart kills the agent and starts it again on the same ports with its state
 // wiped, as a dev agent that crashed and came back would.
 func (n *Nomad) Restart() error {
+	// Like a crash, this leaves the old agent's tasks running; Close stops them.
+	if n.cmd != nil && n.cmd.Process != nil {
+		n.orphans = append(n.orphans, descendants(n.cmd.Process.Pid)...)
+	}
 	n.stop(true)
 	os.RemoveAll(filepath.Join(n.dir, "data"))
 	return n.start()
@@ -185,13 +191,16 @@ func (n *Nomad) Log() string {
 
 // Close stops the agent, the task processes it leaves behind, and removes its files.
 func (n *Nomad) Close() {
-	var children []int
+	children := n.orphans
 	if n.cmd != nil && n.cmd.Process != nil {
-		children = descendants(n.cmd.Process.Pid) // logmon and executors
+		children = append(children, descendants(n.cmd.Process.Pid)...) // logmon and executors
 	}
 	n.stop(false)
 	for _, pid := range children {
-		syscall.Kill(pid, syscall.SIGKILL)
+		// Only what still runs the nomad binary: a pid may have been reused since.
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.HasPrefix(string(cmd), n.bin) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 	KillUnder(n.dir)
 	os.RemoveAll(n.dir)
