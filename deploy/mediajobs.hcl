@@ -53,7 +53,7 @@ etcd {
   # Where the embedded server listens for clients (etcdctl, other processes) and peers.
   listen_client = "127.0.0.1:2479"
   listen_peer   = "127.0.0.1:2480"
-  # endpoints = ["http://10.0.0.1:2379", "http://10.0.0.2:2379", "http://10.0.0.3:2379"]
+  # endpoints = ["http://etcd-1.internal:2379", "http://etcd-2.internal:2379", "http://etcd-3.internal:2379"]
   # username = "mediajobs"
   # password = env("ETCD_PASSWORD")
 

@@ -260,7 +260,8 @@ func ParseChildID(nomadJobID string) (id string, attempt int, ok bool) {
 	return id, attempt, true
 }
 
-// isNotFound tells Nomad's 404 from other errors.
+// isNotFound tells Nomad's 404 from other errors. Only Nomad's own answer counts:
+// a connection error names the URL, and a job id in it may well contain "404".
 func isNotFound(err error) bool {
 	var ue api.UnexpectedResponseError
 	if errors.As(err, &ue) {
@@ -270,7 +271,7 @@ func isNotFound(err error) bool {
 	if errors.As(err, &uep) {
 		return uep.StatusCode() == 404
 	}
-	return err != nil && strings.Contains(err.Error(), "404")
+	return err != nil && strings.HasPrefix(err.Error(), "Unexpected response code: 404")
 }
 
 // watchPrefix calls fn for every event under prefix (nil first, for a full pass)

@@ -490,7 +490,6 @@ type tracker struct {
 	mu      sync.Mutex
 	done    map[string]string // Nomad job ID -> terminal client status
 	waiters map[string][]chan string
-	err     error
 }
 
 func startTracker(ctx context.Context, c *api.Client, jobPrefix string) (*tracker, error) {

@@ -34,7 +34,7 @@ type backends struct {
 
 func openBackends(cfg *config.Config, secretFile string) (*backends, error) {
 	var cli *clientv3.Client
-	closeFn := func() {}
+	var closeFn func()
 	if cfg.Etcd.Embedded {
 		e, err := store.StartEmbedded(cfg.Etcd.DataDir, cfg.Etcd.ListenClient, cfg.Etcd.ListenPeer)
 		if err != nil {

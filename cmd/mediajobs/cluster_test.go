@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -37,7 +36,6 @@ type cluster struct {
 	cfgFile string
 	apiURL  string
 	key     string
-	bin     string
 	nomad   *testenv.Nomad
 	// inputs counts GETs of /clip.mp4?job=<tag>: one per attempt that ran.
 	inputs *fetchCounter
@@ -66,9 +64,9 @@ func (f *fetchCounter) count(tag string) int {
 func newCluster(t *testing.T, nomad *testenv.Nomad, extraHCL string) *cluster {
 	needStack(t)
 	t.Helper()
-	s, e := testenv.Etcd(t)
+	_, e := testenv.Etcd(t)
 	prefix := fmt.Sprintf("/c%d/", time.Now().UnixNano())
-	s = store.New(e.Client, prefix)
+	s := store.New(e.Client, prefix)
 	dir := t.TempDir()
 	secret := "cluster-test-signing-secret-0123"
 
@@ -265,8 +263,6 @@ func killRunner(t *testing.T, nomadJobID string) bool {
 	}
 	return killed
 }
-
-func jsonString(v any) string { b, _ := json.Marshal(v); return string(b) }
 
 func readFile(t *testing.T, p string) string {
 	b, err := os.ReadFile(p)

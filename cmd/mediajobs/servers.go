@@ -8,21 +8,27 @@ import (
 	"net"
 )
 
-func runGateway(ctx context.Context, args []string, log *slog.Logger) error {
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
+// open parses a server command's flags (-config) and opens what the config names.
+func open(name string, args []string) (*backends, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	cfgPath := configFlag(fs)
 	if err := fs.Parse(args); err != nil {
-		return err
+		return nil, err
 	}
 	cfg, err := loadConfig(*cfgPath)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	b, err := openBackends(cfg, "")
+	return openBackends(cfg, "")
+}
+
+func runGateway(ctx context.Context, args []string, log *slog.Logger) error {
+	b, err := open("gateway", args)
 	if err != nil {
 		return err
 	}
 	defer b.close()
+	cfg := b.cfg
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		return err
@@ -32,16 +38,7 @@ func runGateway(ctx context.Context, args []string, log *slog.Logger) error {
 }
 
 func runDispatcher(ctx context.Context, args []string, log *slog.Logger) error {
-	fs := flag.NewFlagSet("dispatcher", flag.ContinueOnError)
-	cfgPath := configFlag(fs)
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	cfg, err := loadConfig(*cfgPath)
-	if err != nil {
-		return err
-	}
-	b, err := openBackends(cfg, "")
+	b, err := open("dispatcher", args)
 	if err != nil {
 		return err
 	}
