@@ -240,7 +240,7 @@ func Default() *Config {
 		Server:     &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
 		Etcd:       &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s"},
 		Nomad:      &Nomad{PurgeAfter: "1h"},
-		Webhooks:   &Webhooks{BackoffBase: "1s", BackoffCap: "30s", AttemptTimeout: "10s", Concurrency: 64},
+		Webhooks:   &Webhooks{BackoffBase: "1s", BackoffCap: "30s", AttemptTimeout: "10s", Concurrency: 128},
 		Dispatcher: &Dispatcher{ReconcileEvery: "15s", LeaderTTL: "10s", TimeoutGrace: "60s"},
 		Storage:    &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m"},
 	}
@@ -332,7 +332,7 @@ func (c *Config) finish() hcl.Diagnostics {
 	wh.CapD = dur(wh.BackoffCap, wh.CapRange, "backoff_cap")
 	wh.TimeoutD = dur(wh.AttemptTimeout, wh.TimeoutRange, "attempt_timeout")
 	if wh.Concurrency <= 0 {
-		wh.Concurrency = 64
+		wh.Concurrency = 128
 	}
 
 	dd := c.Dispatcher

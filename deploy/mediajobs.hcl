@@ -98,7 +98,7 @@ webhooks {
   # One attempt's deadline (connect to last byte).
   attempt_timeout = "10s"
   # Deliveries in flight at once.
-  concurrency     = 64
+  concurrency     = 128
 }
 
 dispatcher {

@@ -51,6 +51,8 @@ type NomadEvents interface {
 type Store interface {
 	Job(ctx context.Context, id string) (*mj.Job, error)
 	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
+	UpdateJobs(ctx context.Context, us []store.JobUpdate) ([]*mj.Job, []error)
+	Jobs(ctx context.Context, ids []string) ([]*mj.Job, []error)
 	JobIDs(ctx context.Context, prefix string, limit int) ([]string, int64, error)
 	Count(ctx context.Context, prefix string) (int, error)
 	DeleteOutbox(ctx context.Context, id string) error
@@ -101,8 +103,11 @@ type Dispatcher struct {
 
 	writeOpts *api.WriteOptions
 	queryOpts *api.QueryOptions
-	mu        sync.Mutex
-	leading   bool
+	// Webhook deliveries read and write their jobs in groups (see group).
+	hookReads  *group[string, *mj.Job]
+	hookWrites *group[store.JobUpdate, *mj.Job]
+	mu         sync.Mutex
+	leading    bool
 }
 
 // maxPayload stays under Nomad's 16 KiB dispatch payload limit; a larger manifest
@@ -112,6 +117,10 @@ const maxPayload = 15 * 1024
 func (d *Dispatcher) defaults() {
 	if d.Log == nil {
 		d.Log = slog.Default()
+	}
+	if d.hookReads == nil {
+		d.hookReads = &group[string, *mj.Job]{run: d.Store.Jobs, key: func(id string) string { return id }, max: 100}
+		d.hookWrites = &group[store.JobUpdate, *mj.Job]{run: d.Store.UpdateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64}
 	}
 	if d.ReconcileEvery == 0 {
 		d.ReconcileEvery = 15 * time.Second

@@ -18,6 +18,7 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/netguard"
+	"github.com/mediajobs/mediajobs/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -35,6 +36,9 @@ type WebhookSender struct {
 	Base, Cap      time.Duration
 	AttemptTimeout time.Duration
 	AllowLoopback  bool
+	// MaxIdlePerHost is how many kept-alive connections to one receiver are kept
+	// (default 16): set it to the deliveries in flight.
+	MaxIdlePerHost int
 
 	once      sync.Once
 	transport *http.Transport // shared: keeps connections to receivers alive
@@ -43,7 +47,7 @@ type WebhookSender struct {
 func (w *WebhookSender) httpClient() *http.Client {
 	w.once.Do(func() {
 		w.transport = netguard.Transport(w.AllowLoopback)
-		w.transport.MaxIdleConnsPerHost = 16
+		w.transport.MaxIdleConnsPerHost = max(w.MaxIdlePerHost, 16)
 	})
 	return &http.Client{
 		Transport: w.transport,
@@ -195,7 +199,7 @@ func (d *Dispatcher) webhookLoop(ctx context.Context) {
 }
 
 func (d *Dispatcher) deliver(ctx context.Context, id string) {
-	j, err := d.Store.Job(ctx, id)
+	j, err := d.hookReads.Do(ctx, id)
 	if err != nil {
 		if mj.ErrorCode(err) == mj.ENotFound {
 			d.Store.DeleteOutbox(ctx, id)
@@ -215,24 +219,31 @@ func (d *Dispatcher) deliver(ctx context.Context, id string) {
 	}
 	exp := time.Now().Add(d.Config.Storage.TTL)
 	view := mj.View(j, func(key string) string { return d.Signer.URL("GET", key, key, exp) })
+	// The webhook writes go through the group writer, each from the job as last
+	// written: in a burst, many deliveries share one etcd transaction and none
+	// reads the job again.
+	last := j
 	res := d.Webhook.Send(ctx, Message{
 		URL: j.WebhookURL, Event: "job." + string(j.Status), DeliveryID: w.DeliveryID,
 		Body: mustJSON(view), Secret: secret, Done: w.Attempts,
 		OnAttempt: func(n int) {
 			// Counted before it is made: a crash right after never gives an extra attempt.
-			d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+			nj, err := d.hookWrites.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
 				if j.Webhook == nil || j.Webhook.Status != "pending" {
 					return errSkip
 				}
 				j.Webhook.Attempts = max(j.Webhook.Attempts, n)
 				return nil
-			})
+			}})
+			if err == nil {
+				last = nj
+			}
 		},
 	})
 	if ctx.Err() != nil {
 		return // shutting down or deposed: the outbox entry stays for the next leader
 	}
-	_, err = d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+	_, err = d.hookWrites.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
 		if j.Webhook == nil || j.Webhook.Status != "pending" {
 			return errSkip
 		}
@@ -246,7 +257,7 @@ func (d *Dispatcher) deliver(ctx context.Context, id string) {
 		}
 		j.Webhook = &ws
 		return nil
-	})
+	}})
 	if err != nil && err != errSkip {
 		d.Log.Warn("record webhook outcome", "job", id, "err", err)
 		return

@@ -252,31 +252,10 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error
 		if err != nil {
 			return nil, err
 		}
-		j := *old
-		// fn gets its own copy of the nested structs, so old stays what was read.
-		if old.Webhook != nil {
-			w := *old.Webhook
-			j.Webhook = &w
-		}
-		if old.Progress != nil {
-			p := *old.Progress
-			j.Progress = &p
-		}
-		if err := fn(&j); err != nil {
-			return nil, err
-		}
-		if err := mj.ValidateTransition(old.Status, j.Status); err != nil {
-			return nil, err
-		}
-		j.UpdatedAt = time.Now().UTC()
-		if j.Status.Terminal() && !old.Status.Terminal() && j.WebhookURL != "" && j.Webhook == nil {
-			j.Webhook = &mj.WebhookState{Status: "pending", DeliveryID: uuid.NewString()}
-		}
-		b, err := json.Marshal(&j)
+		j, ops, err := s.next(old, fn)
 		if err != nil {
 			return nil, err
 		}
-		ops := append([]clientv3.Op{clientv3.OpPut(s.jobKey(id), string(b))}, s.derivedOps(old, &j)...)
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(s.jobKey(id)), "=", rev)).
 			Then(ops...).Commit()
@@ -285,12 +264,156 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error
 		}
 		if resp.Succeeded {
 			j.Revision = resp.Header.Revision
-			return &j, nil
+			return j, nil
 		}
 		if attempt >= 50 {
 			return nil, mj.Errorf(mj.EConflict, "job %s is being changed concurrently; try again", id)
 		}
 	}
+}
+
+// next applies fn to a copy of old and returns the new job and the writes that store
+// it: the job key and its derived keys.
+func (s *Store) next(old *mj.Job, fn func(*mj.Job) error) (*mj.Job, []clientv3.Op, error) {
+	j := *old
+	// fn gets its own copy of the nested structs, so old stays what was read.
+	if old.Webhook != nil {
+		w := *old.Webhook
+		j.Webhook = &w
+	}
+	if old.Progress != nil {
+		p := *old.Progress
+		j.Progress = &p
+	}
+	if err := fn(&j); err != nil {
+		return nil, nil, err
+	}
+	if err := mj.ValidateTransition(old.Status, j.Status); err != nil {
+		return nil, nil, err
+	}
+	j.UpdatedAt = time.Now().UTC()
+	if j.Status.Terminal() && !old.Status.Terminal() && j.WebhookURL != "" && j.Webhook == nil {
+		j.Webhook = &mj.WebhookState{Status: "pending", DeliveryID: uuid.NewString()}
+	}
+	b, err := json.Marshal(&j)
+	if err != nil {
+		return nil, nil, err
+	}
+	return &j, append([]clientv3.Op{clientv3.OpPut(s.jobKey(j.ID), string(b))}, s.derivedOps(old, &j)...), nil
+}
+
+// Jobs reads several jobs in as few round trips as etcd's limits allow: one job and
+// one error (mj.ErrNotFound for a missing job) per id.
+func (s *Store) Jobs(ctx context.Context, ids []string) ([]*mj.Job, []error) {
+	jobs, errs := make([]*mj.Job, len(ids)), make([]error, len(ids))
+	for from := 0; from < len(ids); {
+		n := min(len(ids)-from, 100) // etcd's --max-txn-ops is 128 by default
+		ops := make([]clientv3.Op, n)
+		for k := range ops {
+			ops[k] = clientv3.OpGet(s.jobKey(ids[from+k]))
+		}
+		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		for k := range ops {
+			i := from + k
+			if err != nil {
+				errs[i] = fmt.Errorf("get job: %w", err)
+				continue
+			}
+			kvs := resp.Responses[k].GetResponseRange().Kvs
+			if len(kvs) == 0 {
+				errs[i] = mj.ErrNotFound
+				continue
+			}
+			var j mj.Job
+			if err := json.Unmarshal(kvs[0].Value, &j); err != nil {
+				errs[i] = fmt.Errorf("decode job %s: %w", ids[i], err)
+				continue
+			}
+			j.Revision = kvs[0].ModRevision
+			jobs[i] = &j
+		}
+		from += n
+	}
+	return jobs, errs
+}
+
+// JobUpdate is one change of UpdateJobs.
+type JobUpdate struct {
+	ID string
+	Fn func(*mj.Job) error
+	// From, when set, is the job as the caller last saw it (with its Revision): the
+	// update is tried on it without reading the job first.
+	From *mj.Job
+}
+
+// UpdateJobs applies several updates, each exactly as UpdateJob would, in one etcd
+// transaction: one nested compare-and-swap per job, so each succeeds or fails on its
+// own, and one raft entry and one fsync for all. An update whose job changed since
+// From is retried alone with UpdateJob. It returns one job and one error per update.
+// The IDs must be distinct (etcd refuses two writes of one key in a transaction).
+// A large batch is split into transactions within etcd's default limits.
+func (s *Store) UpdateJobs(ctx context.Context, us []JobUpdate) ([]*mj.Job, []error) {
+	jobs, errs := make([]*mj.Job, len(us)), make([]error, len(us))
+	var ids []string
+	var idx []int
+	for i, u := range us {
+		if u.From == nil {
+			ids, idx = append(ids, u.ID), append(idx, i)
+		}
+	}
+	olds := make([]*mj.Job, len(us))
+	for i, u := range us {
+		olds[i] = u.From
+	}
+	read, rerrs := s.Jobs(ctx, ids)
+	for k, i := range idx {
+		olds[i], errs[i] = read[k], rerrs[k]
+	}
+	// Chunks stay well inside etcd's defaults: 128 operations and 1.5 MiB a request.
+	const maxTxns, maxBytes = 64, 1 << 20
+	var txns []clientv3.Op
+	var txnIdx []int
+	size := 0
+	commit := func() {
+		if len(txns) == 0 {
+			return
+		}
+		resp, err := s.cli.Txn(ctx).Then(txns...).Commit()
+		for k, i := range txnIdx {
+			switch {
+			case err != nil:
+				jobs[i], errs[i] = nil, fmt.Errorf("update job: %w", err)
+			case resp.Responses[k].GetResponseTxn().Succeeded:
+				jobs[i].Revision = resp.Header.Revision
+			default: // changed since it was read: the usual read-modify-write, alone
+				jobs[i], errs[i] = s.UpdateJob(ctx, us[i].ID, us[i].Fn)
+			}
+		}
+		txns, txnIdx, size = txns[:0], txnIdx[:0], 0
+	}
+	for i, u := range us {
+		if errs[i] != nil {
+			continue
+		}
+		j, ops, err := s.next(olds[i], u.Fn)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		jobs[i] = j
+		n := 0
+		for _, op := range ops {
+			n += len(op.KeyBytes()) + len(op.ValueBytes())
+		}
+		if len(txns) == maxTxns || (len(txns) > 0 && size+n > maxBytes) {
+			commit()
+		}
+		cmp := clientv3.Compare(clientv3.ModRevision(s.jobKey(u.ID)), "=", olds[i].Revision)
+		txns, txnIdx = append(txns, clientv3.OpTxn([]clientv3.Cmp{cmp}, ops, nil)), append(txnIdx, i)
+		size += n
+	}
+	commit()
+	return jobs, errs
 }
 
 // ListOptions select a page of an account's jobs, newest first.

@@ -132,6 +132,90 @@ func TestConcurrentUpdatesAreSerialised(t *testing.T) {
 	}
 }
 
+func TestUpdateJobsIsUpdateJobForMany(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	ctx := context.Background()
+	// More jobs than one transaction takes (64), each with a pending webhook.
+	const n = 150
+	var ids []string
+	t0 := time.Now()
+	for i := 0; i < n; i++ {
+		j := newJob("acct", t0.Add(time.Duration(i)))
+		j.WebhookURL = "http://127.0.0.1:1/hook"
+		if err := s.CreateJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.UpdateJob(ctx, j.ID, func(j *mj.Job) error { j.Status = mj.StatusFailed; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, j.ID)
+	}
+	outbox := func() int { c, _ := s.Count(ctx, s.OutboxPrefix()); return c }
+	if outbox() != n {
+		t.Fatalf("outbox = %d, want %d", outbox(), n)
+	}
+	read, errs := s.Jobs(ctx, append(ids, "nope"))
+	if mj.ErrorCode(errs[n]) != mj.ENotFound || read[n] != nil {
+		t.Fatalf("missing job: %v %v", read[n], errs[n])
+	}
+	// Job 0's From is stale (changed after it was read), job 1 has no From, job 2
+	// refuses its change, the last one does not exist.
+	if _, err := s.UpdateJob(ctx, ids[0], func(j *mj.Job) error { j.ErrorMessage = "changed meanwhile"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	settle := func(j *mj.Job) error {
+		if j.Webhook == nil || j.Webhook.Status != "pending" {
+			return fmt.Errorf("job %s: webhook %+v", j.ID, j.Webhook)
+		}
+		j.Webhook.Status, j.Webhook.Attempts = "delivered", 1
+		return nil
+	}
+	var us []store.JobUpdate
+	for i, id := range ids {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		u := store.JobUpdate{ID: id, From: read[i], Fn: settle}
+		switch i {
+		case 1:
+			u.From = nil
+		case 2:
+			u.Fn = func(j *mj.Job) error { j.Status = mj.StatusRunning; return nil }
+		}
+		us = append(us, u)
+	}
+	us = append(us, store.JobUpdate{ID: "nope", Fn: settle})
+	jobs, errs := s.UpdateJobs(ctx, us)
+	if mj.ErrorCode(errs[2]) != mj.EConflict || jobs[2] != nil {
+		t.Fatalf("failed -> running: %v, want conflict", errs[2])
+	}
+	if mj.ErrorCode(errs[n]) != mj.ENotFound {
+		t.Fatalf("missing job: %v", errs[n])
+	}
+	for i, id := range ids {
+		if i == 2 {
+			continue
+		}
+		if errs[i] != nil {
+			t.Fatalf("update %d: %v", i, errs[i])
+		}
+		got, _ := s.Job(ctx, id)
+		if got.Webhook.Status != "delivered" || jobs[i].Revision != got.Revision {
+			t.Fatalf("job %d = %+v (revision %d), returned revision %d", i, got.Webhook, got.Revision, jobs[i].Revision)
+		}
+	}
+	if got, _ := s.Job(ctx, ids[0]); got.ErrorMessage != "changed meanwhile" {
+		t.Fatalf("the stale From overwrote a newer change: %q", got.ErrorMessage)
+	}
+	if got, _ := s.Job(ctx, ids[2]); got.Status != mj.StatusFailed || got.Webhook.Status != "pending" {
+		t.Fatalf("a refused update wrote: %+v", got)
+	}
+	// Settling removed the outbox entries in the same writes; only job 2's is left.
+	if outbox() != 1 {
+		t.Fatalf("outbox = %d, want 1", outbox())
+	}
+}
+
 func TestListNewestFirstPerAccount(t *testing.T) {
 	s, _ := testenv.Etcd(t)
 	ctx := context.Background()

@@ -198,7 +198,8 @@ func startEnv(nomadBin, ffmpeg string) (_ *env, err error) {
 		ReconcileEvery: cfg.Dispatcher.ReconcileD, LeaderTTL: cfg.Dispatcher.LeaderTTLD, TimeoutGrace: cfg.Dispatcher.TimeoutGraceD,
 		Accounts: e.st,
 		Webhook: &dispatcher.WebhookSender{Base: cfg.Webhooks.BaseD, Cap: cfg.Webhooks.CapD,
-			AttemptTimeout: cfg.Webhooks.TimeoutD, AllowLoopback: cfg.Server.AllowLoopback},
+			AttemptTimeout: cfg.Webhooks.TimeoutD, AllowLoopback: cfg.Server.AllowLoopback,
+			MaxIdlePerHost: cfg.Webhooks.Concurrency},
 	}
 	if err := e.disp.RegisterPools(); err != nil {
 		return nil, err

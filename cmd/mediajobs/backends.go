@@ -124,7 +124,8 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 		ReconcileEvery: b.cfg.Dispatcher.ReconcileD, LeaderTTL: b.cfg.Dispatcher.LeaderTTLD, TimeoutGrace: b.cfg.Dispatcher.TimeoutGraceD,
 		Accounts: b.store,
 		Webhook: &dispatcher.WebhookSender{Base: b.cfg.Webhooks.BaseD, Cap: b.cfg.Webhooks.CapD,
-			AttemptTimeout: b.cfg.Webhooks.TimeoutD, AllowLoopback: b.cfg.Server.AllowLoopback},
+			AttemptTimeout: b.cfg.Webhooks.TimeoutD, AllowLoopback: b.cfg.Server.AllowLoopback,
+			MaxIdlePerHost: b.cfg.Webhooks.Concurrency},
 	}, nil
 }
 
