@@ -24,16 +24,27 @@ var (
 	// -protocols) plus the URL form of anything else.
 	protoRe = regexp.MustCompile(`(?i)(^|[^A-Za-z0-9_])(async|bluray|cache|concat|concatf|crypto|data|ffrtmpcrypt|ffrtmphttp|file|ftp|gopher|gophers|hls|http|httpproxy|https|icecast|ipfs|ipns|md5|mmsh|mmst|pipe|prompeg|rist|rtmp|rtmpe|rtmps|rtmpt|rtmpte|rtmpts|rtp|sctp|sftp|srt|srtp|subfile|tcp|tee|tls|udp|udplite|unix|zmq|amqp|fd|android_content|libssh|librist|libsrt|libzmq|smb|dav|rtsp):|[A-Za-z][A-Za-z0-9+.-]*://`)
 	// GPU-only codecs and filters: NVENC/NVDEC/CUVID/CUDA/NPP names.
-	absRe = regexp.MustCompile(`[=:'",;|]~?/`)
+	// A path after a filter or option separator, a tee muxer's "[opts]" or the blank
+	// ffmpeg skips before an option value.
+	absRe = regexp.MustCompile(`[=:'",;|\]\s]~?/`)
+	// Filters that load code (a shared library named by the user) or read their
+	// commands from a file the checks never see.
+	refusedFilterRe = regexp.MustCompile(`(?i)(^|[,;\]\s'"])(frei0r|frei0r_src|ladspa|lv2|a?sendcmd=.*\b(f|filename)=)`)
 	gpuRe = regexp.MustCompile(`(?i)(_nvenc|_cuvid|_npp|_cuda|nvdec|^cuda$|(^|[^A-Za-z0-9])cuda([^A-Za-z0-9]|$)|scale_npp|hwupload_cuda|(^|[^A-Za-z0-9_])npp)`)
 )
 
 // refusedOptions widen what ffmpeg may open beyond the job's files: with
 // -protocol_whitelist file,http,tcp an HLS playlist's segments could be fetched from
-// anywhere, bypassing the input checks.
+// anywhere; -safe 0 lets a concat list name absolute paths; -dump_attachment ""
+// writes to a name taken from the input file; the script options read a filter
+// graph from a file the checks never see.
 var refusedOptions = map[string]bool{
-	"-protocol_whitelist": true,
-	"-protocol_blacklist": true,
+	"-protocol_whitelist":    true,
+	"-protocol_blacklist":    true,
+	"-safe":                  true,
+	"-dump_attachment":       true,
+	"-filter_script":         true,
+	"-filter_complex_script": true,
 }
 
 // ValidName reports whether name is a valid input or plain output file name.
@@ -57,6 +68,14 @@ func ValidOutputName(name string) bool {
 // checked: no absolute paths, no "..", no URLs or protocol prefixes, no undeclared
 // inputs/ or outputs/ names, no GPU codec or filter unless the pool has GPUs.
 func Prepare(cmd string, spec Spec) ([]string, error) {
+	// "{{ name }}" would be split into three words: close up the blanks first.
+	cmd = placeholderRe.ReplaceAllStringFunc(cmd, func(m string) string {
+		sub := placeholderRe.FindStringSubmatch(m)
+		if sub[1] != "" {
+			return "{{" + sub[1] + "}}"
+		}
+		return "<<" + sub[2] + ">>"
+	})
 	words, err := Split(cmd)
 	if err != nil {
 		return nil, err
@@ -72,7 +91,8 @@ func Prepare(cmd string, spec Spec) ([]string, error) {
 	}
 	out := make([]string, len(words))
 	for i, w := range words {
-		if refusedOptions[strings.SplitN(w, ":", 2)[0]] {
+		// "-/vf FILE" (ffmpeg 7) reads an option's value from a file.
+		if refusedOptions[strings.SplitN(w, ":", 2)[0]] || strings.HasPrefix(w, "-/") {
 			return nil, fmt.Errorf("%q is not allowed: ffmpeg may only open the job's own files", w)
 		}
 		w, err = rewrite(w, spec)
@@ -88,7 +108,7 @@ func Prepare(cmd string, spec Spec) ([]string, error) {
 }
 
 func rewrite(w string, spec Spec) (string, error) {
-	if !strings.Contains(w, "{{") && !strings.Contains(w, "<<") {
+	if !strings.ContainsAny(w, "{}<>") {
 		return w, nil // the common case, without the regexp
 	}
 	var bad error
@@ -106,12 +126,37 @@ func rewrite(w string, spec Spec) (string, error) {
 		}
 		return m
 	})
+	if bad == nil {
+		for _, p := range []string{"{{", "}}", "<<", ">>"} {
+			if strings.Contains(w, p) {
+				return w, fmt.Errorf("%q: a placeholder is {{name}} or <<name>>, with a name from input_files or output_files", w)
+			}
+		}
+	}
 	return w, bad
 }
 
-// check runs each regexp only when the literal it needs is in the word: validation
-// is on the create path, and most words are plain options and numbers.
+// check checks a word as written and, when it holds quotes or backslashes, as
+// ffmpeg's filter parser reads it: that parser unescapes twice (the graph, then
+// each option value), so "textfile=\/etc/passwd" or "http\:\/\/" hide a path or
+// a URL from checks that look at the word as written. Dropping every backslash and
+// single quote shows what any depth of escaping leaves.
 func check(w string, spec Spec) error {
+	if err := checkWord(w, spec); err != nil {
+		return err
+	}
+	if strings.ContainsAny(w, `\'`) {
+		u := strings.NewReplacer(`\`, "", "'", "").Replace(w)
+		if err := checkWord(u, spec); err != nil {
+			return fmt.Errorf("%q is read by ffmpeg as %v", w, err)
+		}
+	}
+	return nil
+}
+
+// checkWord runs each regexp only when the literal it needs is in the word:
+// validation is on the create path, and most words are plain options and numbers.
+func checkWord(w string, spec Spec) error {
 	if strings.Contains(w, ":") && protoRe.MatchString(w) {
 		return fmt.Errorf("%q: URLs and protocol prefixes are not allowed in commands; pass inputs through input_files", w)
 	}
@@ -121,6 +166,9 @@ func check(w string, spec Spec) error {
 				return fmt.Errorf("%q: \"..\" is not allowed in paths", w)
 			}
 		}
+	}
+	if refusedFilterRe.MatchString(w) {
+		return fmt.Errorf("%q: filters that load plugins (frei0r, ladspa, lv2) or read commands from a file (sendcmd f=) are not allowed", w)
 	}
 	if strings.HasPrefix(w, "/") || strings.HasPrefix(w, "~") || (strings.Contains(w, "/") && absRe.MatchString(w)) {
 		return fmt.Errorf("%q: absolute paths are not allowed; use inputs/<name>, outputs/<name> or a relative path", w)

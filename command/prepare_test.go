@@ -75,6 +75,30 @@ func TestPrepare(t *testing.T) {
 		{in: "-i 'unbalanced outputs/out.mp4", errPart: "unbalanced"},
 		{in: "-protocol_whitelist file,http,tcp -i inputs/video outputs/out.mp4", errPart: "not allowed"},
 		{in: "-i inputs/video -protocol_blacklist:0 x outputs/out.mp4", errPart: "not allowed"},
+		{in: "-i {{ video }} '<< out.mp4 >>'", want: "-i|inputs/video|outputs/out.mp4"},
+		{in: "-i {{ nosuch }} outputs/out.mp4", errPart: "{{nosuch}} does not name"},
+		{in: "-i {{my video}} outputs/out.mp4", errPart: "a placeholder is"},
+		{in: "-i inputs/video video}} outputs/out.mp4", errPart: "a placeholder is"},
+		// ffmpeg's filter parser unescapes twice: what the escapes hide is checked too.
+		{in: `-i inputs/video -vf 'drawtext=textfile=\/etc/passwd' outputs/out.mp4`, errPart: "absolute paths"},
+		{in: `-i inputs/video -vf 'drawtext=textfile=\\/etc/passwd' outputs/out.mp4`, errPart: "read by ffmpeg as"},
+		{in: `-i inputs/video -vf 'movie=a/\.\./\.\./x' outputs/out.mp4`, errPart: `".."`},
+		{in: `-i inputs/video -vf 'movie=filename=http\\:\/\/169.254.169.254/' outputs/out.mp4`, errPart: "protocol prefixes"},
+		{in: `-i inputs/video -vf 'movie=filename=h	tp\:\/\/127.0.0.1/' outputs/out.mp4`, errPart: "protocol prefixes"},
+		{in: "-i inputs/video -vf 'movie= /etc/passwd' outputs/out.mp4", errPart: "absolute paths"},
+		{in: "-i inputs/video -map 0 -c copy -f tee [f=u8]/etc/cron.d/x", errPart: "absolute paths"},
+		{in: "-f concat -safe 0 -i inputs/video outputs/out.mp4", errPart: "not allowed"},
+		{in: `-dump_attachment:t "" -i inputs/video outputs/out.mp4`, errPart: "not allowed"},
+		{in: "-filter_complex_script inputs/video -i inputs/video outputs/out.mp4", errPart: "not allowed"},
+		{in: "-i inputs/video -/vf inputs/video outputs/out.mp4", errPart: "not allowed"},
+		{in: "-i inputs/video -af ladspa=file=./inputs/video outputs/out.mp4", errPart: "plugins"},
+		{in: "-i inputs/video -vf frei0r=filter_name=x outputs/out.mp4", errPart: "plugins"},
+		{in: "-i inputs/video -vf 'scale=640:-2,frei0r=distort0r' outputs/out.mp4", errPart: "plugins"},
+		{in: "-i inputs/video -vf sendcmd=f=inputs/video,drawtext=text=x outputs/out.mp4", errPart: "plugins"},
+		// Escapes and names that merely look alike stay usable.
+		{in: `-i inputs/video -vf 'drawtext=text=Time\: 10' outputs/out.mp4`, want: `-i|inputs/video|-vf|drawtext=text=Time\: 10|outputs/out.mp4`},
+		{in: "-i inputs/video -metadata title=frei0r outputs/out.mp4", want: "-i|inputs/video|-metadata|title=frei0r|outputs/out.mp4"},
+		{in: `-i inputs/video -vf "sendcmd=c='0 drawtext reinit text=hi',drawtext=text=x" outputs/out.mp4`, want: "-i|inputs/video|-vf|sendcmd=c='0 drawtext reinit text=hi',drawtext=text=x|outputs/out.mp4"},
 		{in: "ffmpeg", errPart: "empty"},
 		{in: "rm -rf outputs/out.mp4", errPart: "must start with an option"},
 	}
@@ -110,7 +134,7 @@ func TestValidOutputName(t *testing.T) {
 }
 
 func FuzzPrepare(f *testing.F) {
-	for _, s := range []string{"-i inputs/video outputs/out.mp4", `-vf 'a=b' "c\"d"`, "-i {{video}} <<out.mp4>>", `a\`, "-i /x ../y http://z"} {
+	for _, s := range []string{"-i inputs/video outputs/out.mp4", `-vf 'a=b' "c\"d"`, "-i {{video}} <<out.mp4>>", `a\`, "-i /x ../y http://z", `-vf 'drawtext=textfile=\/etc/x'`, "-f tee [f=u8]outputs/out.mp4"} {
 		f.Add(s)
 	}
 	spec := Spec{Inputs: map[string]bool{"video": true}, Outputs: map[string]bool{"out.mp4": true}}
@@ -119,14 +143,17 @@ func FuzzPrepare(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// Whatever passes must not reach outside the job directory.
+		// Whatever passes must not reach outside the job directory, neither as
+		// written nor as ffmpeg's filter parser unescapes it.
 		for _, w := range argv {
-			if strings.HasPrefix(w, "/") || strings.Contains(w, "://") {
-				t.Fatalf("Prepare(%q) let %q through", s, w)
-			}
-			for _, p := range strings.FieldsFunc(w, isPathSep) {
-				if p == ".." {
+			for _, v := range []string{w, strings.NewReplacer(`\`, "", "'", "").Replace(w)} {
+				if strings.HasPrefix(v, "/") || strings.Contains(v, "://") || strings.Contains(v, "=/") || strings.Contains(v, "]/") {
 					t.Fatalf("Prepare(%q) let %q through", s, w)
+				}
+				for _, p := range strings.FieldsFunc(v, isPathSep) {
+					if p == ".." {
+						t.Fatalf("Prepare(%q) let %q through", s, w)
+					}
 				}
 			}
 		}
