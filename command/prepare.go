@@ -23,13 +23,13 @@ var (
 	// A protocol prefix such as "concat:" or "http://". ffmpeg's protocol names (ffmpeg
 	// -protocols) plus the URL form of anything else.
 	protoRe = regexp.MustCompile(`(?i)(^|[^A-Za-z0-9_])(async|bluray|cache|concat|concatf|crypto|data|ffrtmpcrypt|ffrtmphttp|file|ftp|gopher|gophers|hls|http|httpproxy|https|icecast|ipfs|ipns|md5|mmsh|mmst|pipe|prompeg|rist|rtmp|rtmpe|rtmps|rtmpt|rtmpte|rtmpts|rtp|sctp|sftp|srt|srtp|subfile|tcp|tee|tls|udp|udplite|unix|zmq|amqp|fd|android_content|libssh|librist|libsrt|libzmq|smb|dav|rtsp):|[A-Za-z][A-Za-z0-9+.-]*://`)
-	// GPU-only codecs and filters: NVENC/NVDEC/CUVID/CUDA/NPP names.
 	// A path after a filter or option separator, a tee muxer's "[opts]" or the blank
 	// ffmpeg skips before an option value.
 	absRe = regexp.MustCompile(`[=:'",;|\]\s]~?/`)
 	// Filters that load code (a shared library named by the user) or read their
 	// commands from a file the checks never see.
 	refusedFilterRe = regexp.MustCompile(`(?i)(^|[,;\]\s'"])(frei0r|frei0r_src|ladspa|lv2|a?sendcmd=.*\b(f|filename)=)`)
+	// GPU-only codecs and filters: NVENC/NVDEC/CUVID/CUDA/NPP names.
 	gpuRe = regexp.MustCompile(`(?i)(_nvenc|_cuvid|_npp|_cuda|nvdec|^cuda$|(^|[^A-Za-z0-9])cuda([^A-Za-z0-9]|$)|scale_npp|hwupload_cuda|(^|[^A-Za-z0-9_])npp)`)
 )
 
