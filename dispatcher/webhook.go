@@ -123,6 +123,18 @@ func (w *WebhookSender) Send(ctx context.Context, m Message) Delivery {
 	}
 	c.ResponseLogHook = func(_ retryablehttp.Logger, r *http.Response) { last.Store(int32(r.StatusCode)) }
 	c.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	// Any answer but 2xx is retried, 4xx included (a receiver mid-deploy answers
+	// 404); a 3xx is final, since redirects are never followed. Transport errors
+	// keep retryablehttp's judgement (a bad certificate is not retried).
+	c.CheckRetry = func(ctx context.Context, resp *http.Response, err error) (bool, error) {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		if err != nil {
+			return retryablehttp.DefaultRetryPolicy(ctx, resp, err)
+		}
+		return resp.StatusCode/100 != 2 && resp.StatusCode/100 != 3, nil
+	}
 	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, m.URL, bytes.NewReader(m.Body))
 	if err != nil {
 		return Delivery{Attempts: m.Done, Err: err}
@@ -223,11 +235,15 @@ func (d *Dispatcher) deliver(ctx context.Context, id string) {
 	// written: in a burst, many deliveries share one etcd transaction and none
 	// reads the job again.
 	last := j
-	res := d.Webhook.Send(ctx, Message{
+	// An attempt whose count cannot be stored is not made: after a crash the next
+	// leader must never find fewer attempts recorded than were sent.
+	sctx, abort := context.WithCancel(ctx)
+	defer abort()
+	var aborted error
+	res := d.Webhook.Send(sctx, Message{
 		URL: j.WebhookURL, Event: "job." + string(j.Status), DeliveryID: w.DeliveryID,
 		Body: mustJSON(view), Secret: secret, Done: w.Attempts,
 		OnAttempt: func(n int) {
-			// Counted before it is made: a crash right after never gives an extra attempt.
 			nj, err := d.hookWrites.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
 				if j.Webhook == nil || j.Webhook.Status != "pending" {
 					return errSkip
@@ -235,29 +251,50 @@ func (d *Dispatcher) deliver(ctx context.Context, id string) {
 				j.Webhook.Attempts = max(j.Webhook.Attempts, n)
 				return nil
 			}})
-			if err == nil {
-				last = nj
+			if err != nil {
+				aborted = err
+				abort()
+				return
 			}
+			last = nj
 		},
 	})
-	if ctx.Err() != nil {
-		return // shutting down or deposed: the outbox entry stays for the next leader
+	if aborted == errSkip {
+		d.Store.DeleteOutbox(ctx, id) // settled elsewhere meanwhile
+		return
 	}
-	_, err = d.hookWrites.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
-		if j.Webhook == nil || j.Webhook.Status != "pending" {
-			return errSkip
+	if aborted != nil || ctx.Err() != nil {
+		// Deposed, shutting down, or etcd failed: the outbox entry stays, and this
+		// leader's next pass or the next leader goes on with the attempts left.
+		if aborted != nil && ctx.Err() == nil {
+			d.Log.Warn("webhook attempt not counted; not sent", "job", id, "err", aborted)
 		}
-		ws := *j.Webhook
-		ws.Attempts, ws.LastHTTPStatus, ws.LastError = max(ws.Attempts, res.Attempts), res.LastStatus, ""
-		if res.Err == nil {
-			now := time.Now().UTC()
-			ws.Status, ws.DeliveredAt = "delivered", &now
-		} else {
-			ws.Status, ws.LastError = "failed", res.Err.Error()
+		return
+	}
+	for try := 0; ; try++ {
+		_, err = d.hookWrites.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
+			if j.Webhook == nil || j.Webhook.Status != "pending" {
+				return errSkip
+			}
+			ws := *j.Webhook
+			ws.Attempts, ws.LastHTTPStatus, ws.LastError = max(ws.Attempts, res.Attempts), res.LastStatus, ""
+			if res.Err == nil {
+				now := time.Now().UTC()
+				ws.Status, ws.DeliveredAt = "delivered", &now
+			} else {
+				ws.Status, ws.LastError = "failed", res.Err.Error()
+			}
+			j.Webhook = &ws
+			return nil
+		}})
+		// A lost outcome would send the delivery again at the next pass: retry a
+		// transient etcd error a few times first.
+		if err == nil || err == errSkip || try == 2 || ctx.Err() != nil {
+			break
 		}
-		j.Webhook = &ws
-		return nil
-	}})
+		last = nil
+		sleep(ctx, time.Duration(try+1)*500*time.Millisecond)
+	}
 	if err != nil && err != errSkip {
 		d.Log.Warn("record webhook outcome", "job", id, "err", err)
 		return

@@ -108,6 +108,17 @@ func TestWebhookAlways500GetsExactlySixAttempts(t *testing.T) {
 	}
 }
 
+func TestWebhookRetries4xxButNot3xx(t *testing.T) {
+	rc := newReceiver(t, 404, 501, 200)
+	if d := sender().Send(context.Background(), Message{URL: rc.srv.URL, Event: "job.failed", DeliveryID: "d", Body: []byte(`{}`)}); d.Err != nil || rc.count() != 3 {
+		t.Fatalf("delivery %+v after %d requests, want delivered on the 3rd (404 and 501 are retried)", d, rc.count())
+	}
+	moved := newReceiver(t, 301)
+	if d := sender().Send(context.Background(), Message{URL: moved.srv.URL, Event: "job.failed", DeliveryID: "d", Body: []byte(`{}`)}); d.Err == nil || moved.count() != 1 {
+		t.Fatalf("delivery %+v after %d requests, want one attempt for a 301", d, moved.count())
+	}
+}
+
 func TestWebhookHonoursRetryAfter(t *testing.T) {
 	rc := newReceiver(t, 429, 200)
 	d := sender().Send(context.Background(), Message{URL: rc.srv.URL, Event: "job.failed", DeliveryID: "d", Body: []byte(`{}`)})
