@@ -32,20 +32,35 @@ type cachedKey struct {
 type keyCache struct {
 	mu sync.Mutex
 	m  map[string]*cachedKey // by hash
+	// revoked counts drops: a key read from etcd before a drop may be revoked
+	// already, and is then not cached (the drop may have found nothing to remove).
+	revoked uint64
 }
 
-func (c *keyCache) get(hash string, now time.Time) *cachedKey {
+// get returns a copy of the cached key, taken under the lock: put replaces it.
+func (c *keyCache) get(hash string, now time.Time) (mj.APIKey, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.m[hash]; e != nil && now.Before(e.expires) {
-		return e
+		return *e.key, true
 	}
-	return nil
+	return mj.APIKey{}, false
 }
 
-func (c *keyCache) put(hash string, k *mj.APIKey, now time.Time) *cachedKey {
+// generation is to be read before the key is read from etcd, and passed to put.
+func (c *keyCache) generation() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.revoked
+}
+
+// put caches k unless a key was dropped since gen.
+func (c *keyCache) put(hash string, k *mj.APIKey, now time.Time, gen uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.revoked != gen {
+		return
+	}
 	if c.m == nil {
 		c.m = map[string]*cachedKey{}
 	}
@@ -55,20 +70,22 @@ func (c *keyCache) put(hash string, k *mj.APIKey, now time.Time) *cachedKey {
 		c.m[hash] = e
 	}
 	e.key, e.expires = k, now.Add(keyCacheTTL)
-	return e
 }
 
 func (c *keyCache) drop(hash string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.revoked++
 	delete(c.m, hash)
 }
 
-// dueTouch reports whether e's last use should be written now, and marks it so.
-func (c *keyCache) dueTouch(e *cachedKey, now time.Time) bool {
+// dueTouch reports whether the cached key's last use should be written now, and
+// marks it so. A key that is not cached is touched once it is.
+func (c *keyCache) dueTouch(hash string, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if now.Sub(e.touched) < touchEvery {
+	e := c.m[hash]
+	if e == nil || now.Sub(e.touched) < touchEvery {
 		return false
 	}
 	e.touched = now
@@ -86,8 +103,9 @@ func (g *Gateway) authenticate(c *fiber.Ctx) error {
 	}
 	hash := mj.HashAPIKey(secret)
 	now := g.Now()
-	e := g.keys.get(hash, now)
-	if e == nil {
+	key, ok := g.keys.get(hash, now)
+	if !ok {
+		gen := g.keys.generation()
 		k, err := g.Store.APIKeyByHash(c.UserContext(), hash)
 		if mj.ErrorCode(err) == mj.ENotFound {
 			return mj.Errorf(mj.EBadAPIKey, "invalid or revoked API key")
@@ -95,19 +113,20 @@ func (g *Gateway) authenticate(c *fiber.Ctx) error {
 		if err != nil {
 			return err
 		}
-		e = g.keys.put(hash, k, now)
+		g.keys.put(hash, k, now, gen)
+		key = *k
 	}
-	if g.keys.dueTouch(e, now) {
+	if g.keys.dueTouch(hash, now) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			if err := g.Store.TouchAPIKey(ctx, hash, now); err != nil {
-				g.Log.Warn("record key use", "key", e.key.ID, "err", err)
+				g.Log.Warn("record key use", "key", key.ID, "err", err)
 			}
 		}()
 	}
-	c.Locals(localAccount, e.key.AccountID)
-	return g.rateLimit(c, e.key.AccountID)
+	c.Locals(localAccount, key.AccountID)
+	return g.rateLimit(c, key.AccountID)
 }
 
 func account(c *fiber.Ctx) string { return c.Locals(localAccount).(string) }

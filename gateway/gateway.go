@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
@@ -60,7 +61,9 @@ type Gateway struct {
 	keys       keyCache
 	limiters   sync.Map // account id -> *rate.Limiter
 	progressAt sync.Map // job id -> time.Time of the last stored progress
-	jobs       jobCache
+	// progressPruned is when progressAt was last pruned (unix ns).
+	progressPruned atomic.Int64
+	jobs           jobCache
 }
 
 // App returns the fiber app serving the whole API.
@@ -81,8 +84,12 @@ func (g *Gateway) App() *fiber.App {
 		// Uploads stream into the blob store; JSON bodies are checked against
 		// max_body_bytes by the handlers themselves.
 		StreamRequestBody: true,
-		BodyLimit:         bodyLimit(g.Config.Server.MaxUploadBytes),
-		ReadTimeout:       10 * time.Minute,
+		// Otherwise fasthttp reads a multipart/form-data body into memory and temp
+		// files before routing, ignoring BodyLimit and before the signature check;
+		// no handler wants a parsed form, and uploads must stream as sent.
+		DisablePreParseMultipartForm: true,
+		BodyLimit:                    bodyLimit(g.Config.Server.MaxUploadBytes),
+		ReadTimeout:                  10 * time.Minute,
 	})
 	g.routes(app)
 	return app

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 
@@ -160,14 +161,23 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"data": g.view(j)})
 }
 
+// maxListOffset bounds ?offset=: the store reads offset+limit index keys to
+// serve a page.
+const maxListOffset = 10_000
+
 func (g *Gateway) listJobs(c *fiber.Ctx) error {
 	limit, err := intQuery(c, "limit", 50, 1, 100)
 	if err != nil {
 		return err
 	}
-	offset, err := intQuery(c, "offset", 0, 0, 1_000_000)
+	offset, err := intQuery(c, "offset", 0, 0, math.MaxInt)
 	if err != nil {
 		return err
+	}
+	if offset > maxListOffset {
+		e := mj.Errorf(mj.EValidation, "offset must be at most %d; use a smaller offset, or narrow the list with ?status=", maxListOffset)
+		e.Details = map[string]string{"offset": "too large"}
+		return e
 	}
 	status := mj.Status(c.Query("status"))
 	if status != "" && !status.Valid() {

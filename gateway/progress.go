@@ -49,6 +49,7 @@ func (g *Gateway) progress(c *fiber.Ctx) error {
 		return c.JSON(fiber.Map{"data": fiber.Map{"stored": false}})
 	}
 	g.progressAt.Store(id, now)
+	g.pruneProgressAt(now)
 	p.UpdatedAt = now.UTC()
 	_, err = g.Store.UpdateJob(c.UserContext(), id, func(j *mj.Job) error {
 		if j.Status.Terminal() || max(j.Attempt, 1) != attempt {
@@ -57,8 +58,10 @@ func (g *Gateway) progress(c *fiber.Ctx) error {
 		j.Progress = &p
 		return nil
 	})
+	if err != nil {
+		g.progressAt.Delete(id) // finished, another attempt, or no such job
+	}
 	if err == errStale {
-		g.progressAt.Delete(id)
 		return c.JSON(fiber.Map{"data": fiber.Map{"stored": false}})
 	}
 	if err != nil {
@@ -68,3 +71,20 @@ func (g *Gateway) progress(c *fiber.Ctx) error {
 }
 
 var errStale = mj.Errorf(mj.EConflict, "stale progress")
+
+// progressPruneEvery is how often progressAt drops the times of jobs that stopped
+// reporting (finished, or their runner died): only the last progressMinGap matters.
+const progressPruneEvery = time.Minute
+
+func (g *Gateway) pruneProgressAt(now time.Time) {
+	last := g.progressPruned.Load()
+	if now.UnixNano()-last < int64(progressPruneEvery) || !g.progressPruned.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	g.progressAt.Range(func(id, t any) bool {
+		if now.Sub(t.(time.Time)) > progressPruneEvery {
+			g.progressAt.Delete(id)
+		}
+		return true
+	})
+}

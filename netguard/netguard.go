@@ -31,6 +31,28 @@ var blocked = []netip.Prefix{
 	netip.MustParsePrefix("fe80::/10"),
 	netip.MustParsePrefix("ff00::/8"),
 	netip.MustParsePrefix("::/128"),
+	// Local-use NAT64 (RFC 8215): translates into a site's own IPv4 network.
+	netip.MustParsePrefix("64:ff9b:1::/48"),
+}
+
+var (
+	nat64     = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour = netip.MustParsePrefix("2002::/16")
+	v4compat  = netip.MustParsePrefix("::/96")
+)
+
+// embeddedIPv4 returns the IPv4 address that a well-known NAT64, 6to4 or
+// IPv4-compatible IPv6 address carries: a translator or relay delivers packets to
+// that IPv4 address, so it is the one to check.
+func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
+	b := a.As16()
+	switch {
+	case nat64.Contains(a), v4compat.Contains(a):
+		return netip.AddrFrom4([4]byte(b[12:16])), true
+	case sixToFour.Contains(a):
+		return netip.AddrFrom4([4]byte(b[2:6])), true
+	}
+	return netip.Addr{}, false
 }
 
 // Check reports why addr may not be dialed, or nil.
@@ -41,6 +63,13 @@ func Check(addr netip.Addr, allowLoopback bool) error {
 			return nil
 		}
 		return fmt.Errorf("address %s is loopback, which this server does not allow", addr)
+	}
+	// :: and ::1 (above) are in ::/96 too but keep their own meaning.
+	if v4, ok := embeddedIPv4(addr); ok && !addr.IsUnspecified() {
+		if err := Check(v4, allowLoopback); err != nil {
+			return fmt.Errorf("address %s embeds %s: %w", addr, v4, err)
+		}
+		return nil
 	}
 	for _, p := range blocked {
 		if p.Contains(addr) {

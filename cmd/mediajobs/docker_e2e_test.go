@@ -98,8 +98,14 @@ func TestDockerFFmpegHasNoNetwork(t *testing.T) {
 		"ffmpeg_commands": []string{"-f hls -i {{pl}} -c copy {{o.mp4}}"},
 		"machine":         "docker",
 	})
-	if j := c.waitStatus(id, 120*time.Second, "succeeded", "failed"); j["status"] != "failed" {
+	j := c.waitStatus(id, 120*time.Second, "succeeded", "failed")
+	if j["status"] != "failed" {
 		t.Fatalf("a playlist of unreachable segments: %v", j["status"])
+	}
+	// ffmpeg's own failure, reported by the upload task on the first attempt: not a
+	// retry of a worker that "ended without reporting a result".
+	if msg, _ := j["error_message"].(string); !strings.HasPrefix(msg, "command 1 of 1 failed: ffmpeg exited") {
+		t.Fatalf("failed job: error_message %q; want ffmpeg's failure, reported by the first attempt", msg)
 	}
 	if hits.Load() != 0 {
 		t.Fatalf("the segment URL got %d requests from a job", hits.Load())

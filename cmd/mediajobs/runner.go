@@ -30,9 +30,10 @@ func (exit2) ExitCode() int { return 2 }
 //	-phase upload    outputs and result to the gateway (docker poststop task)
 //	-phase progress  posts the progress file while exec runs (docker sidecar)
 //
-// Exit codes: 0 the job (so far) succeeded; 1 it failed and that is reported (or,
-// for fetch/exec, recorded for upload to report); 2 nothing could be reported. So
-// the allocation's status in the Nomad UI matches the job's.
+// Exit codes: 0 the job succeeded (fetch, exec: the phase ran, and any failure is
+// recorded for upload to report); 1 it failed and that is reported; 2 nothing could
+// be reported. So the allocation's status in the Nomad UI matches the job's, and
+// only once the result is uploaded.
 func runRunner(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("runner", flag.ContinueOnError)
 	manifest := fs.String("manifest", "local/manifest.json", "the dispatch payload")
@@ -69,17 +70,13 @@ func runRunner(ctx context.Context, args []string, stdout io.Writer) error {
 		if err := r.SaveState(st); err != nil {
 			return exit2{err}
 		}
-		if st.Failed {
-			return jobFailed{fmt.Sprintf("job %s failed: %s", m.JobID, st.Error)}
-		}
+		// A failure is in the state, and exec exits 0 all the same: Nomad marks an
+		// allocation failed as soon as any task fails, before the poststop upload
+		// task has reported why, and the dispatcher would retry a job with no result.
 		return nil
 	case "upload":
 		res, err := r.Upload(ctx, m, r.LoadState())
-		if err != nil {
-			return exit2{err}
-		}
-		_ = res // a failed job already failed the exec task
-		return nil
+		return outcome(m, res, err) // reported: now the allocation may show it failed
 	case "progress":
 		runner.ForwardProgress(ctx, progressFile, m.ProgressURL)
 		return nil
