@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -74,6 +75,9 @@ func (g *Gateway) checkHosts(ctx context.Context, j *mj.Job) error {
 	problems := map[string]string{}
 	allow := g.Config.Server.AllowLoopback
 	for name, u := range j.InputFiles {
+		if g.ownFile(u) {
+			continue // a temporary file's download_url: fetched from this service
+		}
 		if err := netguard.CheckURL(ctx, g.Resolver, u, allow); err != nil {
 			problems["input_files."+name] = "refused: " + err.Error()
 		}
@@ -87,6 +91,23 @@ func (g *Gateway) checkHosts(ctx context.Context, j *mj.Job) error {
 		return validationError(problems)
 	}
 	return nil
+}
+
+// ownFile reports whether u is a valid signed download link of this service, such
+// as a temporary file's download_url. The runner fetches it from the service like
+// it uploads outputs, so public_url may be a private address (a service inside a
+// company network) without refusing the service's own files.
+func (g *Gateway) ownFile(u string) bool {
+	if g.Signer.Base == "" || !strings.HasPrefix(u, g.Signer.Base+"/files/") {
+		return false
+	}
+	pu, err := url.Parse(u)
+	base, err2 := url.Parse(g.Signer.Base)
+	if err != nil || err2 != nil {
+		return false
+	}
+	key := strings.TrimPrefix(pu.Path, base.Path+"/files/")
+	return g.Signer.Verify("GET", key, pu.Query(), g.Now()) == nil
 }
 
 // jsonBody reads a JSON request body of at most max_body_bytes. Bodies are

@@ -155,14 +155,21 @@ func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 		return err
 	}
 	// Inputs are user URLs: they may not reach private or link-local addresses.
-	inputs := r.client(netguard.Transport(m.AllowLoopback))
+	// The service's own signed files (a temporary file's download_url) come from
+	// where the outputs go, whatever its address.
+	inputs, own := r.client(netguard.Transport(m.AllowLoopback)), r.client(nil)
+	files := serviceFiles(m.UploadURL)
 	names := make([]string, 0, len(m.InputFiles))
 	for name := range m.InputFiles {
 		names = append(names, name)
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		n, err := fetch(ctx, inputs, m.InputFiles[name], filepath.Join(r.WorkDir, "inputs", name))
+		client := inputs
+		if files != "" && strings.HasPrefix(m.InputFiles[name], files) {
+			client = own
+		}
+		n, err := fetch(ctx, client, m.InputFiles[name], filepath.Join(r.WorkDir, "inputs", name))
 		if err != nil {
 			if ctx.Err() != nil {
 				return timeoutError(m, fmt.Sprintf("while fetching input %q", name))
@@ -424,6 +431,16 @@ func put(ctx context.Context, client *http.Client, url string, body io.Reader, s
 		return fmt.Errorf("HTTP %s: %s", resp.Status, strings.TrimSpace(string(b)))
 	}
 	return nil
+}
+
+// serviceFiles is the service's "<public_url>/files/" prefix, taken from the
+// upload URL, or "" if it has none.
+func serviceFiles(upload string) string {
+	i := strings.Index(upload, "/files/")
+	if i < 0 || !strings.HasPrefix(upload, "http") {
+		return ""
+	}
+	return upload[:i+len("/files/")]
 }
 
 func uploadURL(m *mj.Manifest, path string) string {

@@ -165,3 +165,30 @@ func TestLoadManifestFollowsManifestURL(t *testing.T) {
 		t.Fatalf("LoadManifest = %+v, %v", m, err)
 	}
 }
+
+// The service's own signed files (a temporary file's download_url) are fetched
+// from where the outputs go, even where loopback or private addresses are refused
+// for other inputs.
+func TestFetchOwnFilesFromTheService(t *testing.T) {
+	svc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("bytes of " + r.URL.Path))
+	}))
+	defer svc.Close()
+	m := mj.Manifest{
+		InputFiles:     map[string]string{"v": svc.URL + "/files/tmp/acct/abc?m=GET&sig=s"},
+		OutputNames:    []string{"o.wav"},
+		FFmpegCommands: []string{"-i {{v}} {{o.wav}}"},
+		UploadURL:      svc.URL + "/files/jobs/j/a1/%7Bpath%7D?m=PUT&sig=s",
+	}
+	r := &Runner{WorkDir: t.TempDir()}
+	if st := r.Fetch(context.Background(), &m); st.Failed {
+		t.Fatalf("own file: %s", st.Error)
+	}
+	if b, _ := os.ReadFile(filepath.Join(r.WorkDir, "inputs", "v")); string(b) != "bytes of /files/tmp/acct/abc" {
+		t.Fatalf("fetched %q", b)
+	}
+	m.InputFiles["v"] = svc.URL + "/elsewhere"
+	if st := (&Runner{WorkDir: t.TempDir()}).Fetch(context.Background(), &m); !st.Failed || !strings.Contains(st.Error, "loopback") {
+		t.Fatalf("another URL on the same loopback host: failed=%v %q, want refused", st.Failed, st.Error)
+	}
+}
