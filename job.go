@@ -58,6 +58,9 @@ type Job struct {
 	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
 	// PlacementReason is why Nomad could not place the current attempt yet.
 	PlacementReason string `json:"placement_reason,omitempty"`
+	// AttemptStartedAt is when the current attempt's task started (StartedAt is the
+	// first attempt's); the timeout backstop measures from it.
+	AttemptStartedAt *time.Time `json:"attempt_started_at,omitempty"`
 
 	Webhook *WebhookState `json:"webhook,omitempty"`
 

@@ -3,7 +3,9 @@ package dispatcher
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
+	"github.com/mediajobs/mediajobs/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -41,9 +44,12 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context) {
 		}()
 	}
 	for {
+		d.failUnknownPools(ctx)
 		failed := false
 		for _, pool := range d.Config.Pools {
-			failed = d.dispatchPool(ctx, pool) || failed
+			if d.poolRegistered(pool.Name) { // the others wait for retryPools
+				failed = d.dispatchPool(ctx, pool) || failed
+			}
 		}
 		if failed {
 			sleep(ctx, 2*time.Second) // Nomad is failing: do not spin on it
@@ -101,6 +107,70 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 
 var errSkip = mj.Errorf(mj.EConflict, "skip")
 
+// unknownPoolGrace is how long a job of a pool missing from this dispatcher's
+// configuration waits before it fails.
+const unknownPoolGrace = 5 * time.Minute
+
+// failUnknownPools fails the queued jobs whose machine names a pool that is not in
+// the configuration (it was removed or renamed), after unknownPoolGrace: no loop
+// would ever dispatch them.
+// It reads only the gaps of the queue between the configured pools' parts, so a
+// healthy queue costs a few empty range reads.
+func (d *Dispatcher) failUnknownPools(ctx context.Context) {
+	queue := d.Store.QueuePrefix()
+	known := make([]string, 0, len(d.Config.Pools))
+	for _, p := range d.Config.Pools {
+		known = append(known, d.Store.PoolQueuePrefix(p.Name))
+	}
+	sort.Strings(known)
+	from := queue
+	var keys []string
+	for i := 0; i <= len(known); i++ {
+		to := clientv3.GetPrefixRangeEnd(queue)
+		if i < len(known) {
+			to = known[i]
+		}
+		if from < to {
+			resp, err := d.Store.Client().Get(ctx, from, clientv3.WithRange(to), clientv3.WithKeysOnly())
+			if err != nil {
+				d.Log.Warn("list queued jobs of unknown pools", "err", err)
+				return
+			}
+			for _, kv := range resp.Kvs {
+				keys = append(keys, string(kv.Key))
+			}
+		}
+		if i < len(known) {
+			from = max(from, clientv3.GetPrefixRangeEnd(known[i]))
+		}
+	}
+	for _, key := range keys {
+		id := store.IDFromKey(key)
+		j, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+			if j.Status.Terminal() || j.NomadJobID != "" || d.Config.Pool(j.Machine) != nil {
+				return errSkip
+			}
+			// A gateway may know a new pool before this dispatcher's config does
+			// (a rolling change): give the configuration time to catch up.
+			if time.Since(j.QueuedAt) < unknownPoolGrace {
+				return errSkip
+			}
+			now := time.Now().UTC()
+			j.Status, j.FinishedAt, j.StatusDetail, j.PlacementReason = mj.StatusFailed, &now, "", ""
+			j.ErrorMessage = fmt.Sprintf("machine %q is not a pool this server has (it is not in the dispatcher's configuration); the job cannot run", j.Machine)
+			return nil
+		})
+		switch {
+		case err == nil:
+			metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
+			d.Log.Warn("failed a job of an unknown pool", "job", id, "pool", j.Machine)
+		case errors.Is(err, errSkip), mj.ErrorCode(err) == mj.ENotFound:
+		default:
+			d.Log.Warn("fail a job of an unknown pool", "job", id, "err", err)
+		}
+	}
+}
+
 // dispatch submits one queued job to its pool's parameterized Nomad job. The
 // idempotency token (job id + attempt) makes a retry after a crash between the
 // dispatch and the store update return the same child instead of a second one.
@@ -128,7 +198,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	resp, _, err := d.Jobs.DispatchOpts(opts, &wo)
 	if err != nil && (isNotFound(err) || strings.Contains(err.Error(), "parameterized job not found")) {
 		// Nomad lost the parameterized job (a dev agent restarted): register again.
-		if rerr := d.RegisterPools(); rerr == nil {
+		if pool := d.Config.Pool(j.Machine); pool != nil && d.registerPool(pool) == nil {
 			resp, _, err = d.Jobs.DispatchOpts(opts, &wo)
 		}
 	}

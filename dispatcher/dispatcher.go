@@ -108,6 +108,8 @@ type Dispatcher struct {
 	hookWrites *group[store.JobUpdate, *mj.Job]
 	mu         sync.Mutex
 	leading    bool
+	// registered holds the pools whose parameterized job Nomad accepted.
+	registered map[string]bool
 }
 
 // maxPayload stays under Nomad's 16 KiB dispatch payload limit; a larger manifest
@@ -197,53 +199,102 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// lead registers the pools and runs the loops until ctx ends.
+// lead registers the pools and runs the loops until ctx ends. A pool Nomad refuses
+// (a node pool that does not exist, a bad constraint) does not hold up the others:
+// the loops start anyway, only registered pools are dispatched to, and the refused
+// ones are registered again in the background.
 func (d *Dispatcher) lead(ctx context.Context) {
-	for {
-		err := d.RegisterPools()
-		if err == nil {
-			break
-		}
-		d.Log.Warn("register pools failed; retrying", "err", err)
-		if sleep(ctx, 2*time.Second); ctx.Err() != nil {
-			return
+	d.mu.Lock()
+	d.registered = nil
+	d.mu.Unlock()
+	var failed []*config.Pool
+	for _, pool := range d.Config.Pools {
+		if err := d.registerPool(pool); err != nil {
+			d.Log.Warn("register pool failed; its jobs wait, the other pools run", "pool", pool.Name, "err", err)
+			failed = append(failed, pool)
 		}
 	}
+	loops := []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.janitorLoop}
+	if len(failed) > 0 {
+		loops = append(loops, func(ctx context.Context) { d.retryPools(ctx, failed) })
+	}
 	var wg sync.WaitGroup
-	for _, loop := range []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.janitorLoop} {
+	for _, loop := range loops {
 		wg.Add(1)
 		go func() { defer wg.Done(); loop(ctx) }()
 	}
 	wg.Wait()
 }
 
-// RegisterPools renders each pool's jobspec, has Nomad parse it, and registers it.
-// Registering an unchanged job is a no-op in Nomad, so this is idempotent.
+// retryPools registers the pools Nomad refused again, with backoff, until all are in.
+func (d *Dispatcher) retryPools(ctx context.Context, pools []*config.Pool) {
+	backoff := 2 * time.Second
+	for len(pools) > 0 {
+		if sleep(ctx, backoff); ctx.Err() != nil {
+			return
+		}
+		backoff = min(backoff*2, time.Minute)
+		var still []*config.Pool
+		for _, pool := range pools {
+			if err := d.registerPool(pool); err != nil {
+				d.Log.Warn("register pool failed; retrying", "pool", pool.Name, "err", err, "in", backoff)
+				still = append(still, pool)
+			}
+		}
+		pools = still
+	}
+}
+
+// RegisterPools registers every pool's parameterized job (see registerPool); it
+// returns the failures, each naming its pool, after trying them all.
 func (d *Dispatcher) RegisterPools() error {
 	if d.writeOpts == nil {
 		d.defaults()
 	}
+	var errs []error
 	for _, pool := range d.Config.Pools {
-		r, err := jobspecs.Render(pool, d.RunnerCommand)
-		if err != nil {
-			return fmt.Errorf("pool %q: %w", pool.Name, err)
+		if err := d.registerPool(pool); err != nil {
+			errs = append(errs, err)
 		}
-		job, err := d.Jobs.ParseHCLOpts(&api.JobsParseRequest{JobHCL: r.HCL, Variables: r.Variables, Canonicalize: true})
-		if err != nil {
-			return fmt.Errorf("pool %q: nomad could not parse the jobspec: %w", pool.Name, err)
-		}
-		if ns := d.Config.Nomad.Namespace; ns != "" {
-			job.Namespace = &ns
-		}
-		if rg := d.Config.Nomad.Region; rg != "" {
-			job.Region = &rg
-		}
-		if _, _, err := d.Jobs.Register(job, d.writeOpts); err != nil {
-			return fmt.Errorf("pool %q: register nomad job %s: %w", pool.Name, r.JobID, err)
-		}
-		d.Log.Info("registered pool", "pool", pool.Name, "nomad_job", r.JobID)
 	}
+	return errors.Join(errs...)
+}
+
+// registerPool renders a pool's jobspec, has Nomad parse it, and registers it.
+// Registering an unchanged job is a no-op in Nomad, so this is idempotent.
+func (d *Dispatcher) registerPool(pool *config.Pool) error {
+	r, err := jobspecs.Render(pool, d.RunnerCommand)
+	if err != nil {
+		return fmt.Errorf("pool %q: %w", pool.Name, err)
+	}
+	job, err := d.Jobs.ParseHCLOpts(&api.JobsParseRequest{JobHCL: r.HCL, Variables: r.Variables, Canonicalize: true})
+	if err != nil {
+		return fmt.Errorf("pool %q: nomad could not parse the jobspec: %w", pool.Name, err)
+	}
+	if ns := d.Config.Nomad.Namespace; ns != "" {
+		job.Namespace = &ns
+	}
+	if rg := d.Config.Nomad.Region; rg != "" {
+		job.Region = &rg
+	}
+	if _, _, err := d.Jobs.Register(job, d.writeOpts); err != nil {
+		return fmt.Errorf("pool %q: register nomad job %s: %w", pool.Name, r.JobID, err)
+	}
+	d.mu.Lock()
+	if d.registered == nil {
+		d.registered = map[string]bool{}
+	}
+	d.registered[pool.Name] = true
+	d.mu.Unlock()
+	d.Log.Info("registered pool", "pool", pool.Name, "nomad_job", r.JobID)
 	return nil
+}
+
+// poolRegistered reports whether Nomad accepted the pool's parameterized job.
+func (d *Dispatcher) poolRegistered(name string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.registered[name]
 }
 
 // runScope is the blob prefix of one attempt's files.

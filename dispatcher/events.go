@@ -156,6 +156,40 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		}
 		d.overdue(ctx, id, len(stubs) > 0)
 	}
+	d.stopFinishedChildren(ctx)
+}
+
+// stopFinishedChildren stops every live mediajobs child whose job is finished. The
+// cancel loop stops a cancelled job's child when it sees the job leave the active
+// set, but a delete that happened while no dispatcher led (or across a compaction)
+// is never seen; without this the child would run on, holding a node, until its
+// own timeout. A finished job never runs again, so stopping its child is always
+// right; the child is deregistered, not purged, as a cancel does.
+func (d *Dispatcher) stopFinishedChildren(ctx context.Context) {
+	q := *d.queryOpts
+	q.Prefix = "mediajobs-"
+	stubs, _, err := d.Jobs.List(&q)
+	if err != nil {
+		d.Log.Warn("reconcile: list nomad jobs", "err", err)
+		return
+	}
+	for _, s := range stubs {
+		if ctx.Err() != nil {
+			return
+		}
+		if s.ParentID == "" || !strings.HasPrefix(s.ParentID, "mediajobs-") || s.Stop || s.Status == "dead" {
+			continue
+		}
+		id, _, ok := ParseChildID(s.ID)
+		if !ok {
+			continue
+		}
+		// A job this store does not know may belong to another installation that
+		// shares the Nomad namespace: leave it alone.
+		if j, err := d.Store.Job(ctx, id); err == nil && j.Status.Terminal() {
+			d.stopChild(s.ID, "job "+string(j.Status), id)
+		}
+	}
 }
 
 // overdue fails a job whose child Nomad could not place within the pool's queue
@@ -169,14 +203,14 @@ func (d *Dispatcher) overdue(ctx context.Context, id string, placed bool) {
 		}
 		pool := d.Config.Pool(j.Machine)
 		switch {
-		case j.Status == mj.StatusQueued && !placed && pool != nil && j.DispatchedAt != nil && now.Sub(*j.DispatchedAt) > pool.QueueLimitD:
+		case attemptStart(j) == nil && !placed && pool != nil && j.DispatchedAt != nil && now.Sub(*j.DispatchedAt) > pool.QueueLimitD:
 			reason := j.PlacementReason
 			if reason == "" {
 				reason = "Nomad did not place it"
 			}
 			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
 			j.ErrorMessage = fmt.Sprintf("no worker could take the job within the %s queue limit of machine %q: %s", pool.QueueLimitD, j.Machine, reason)
-		case j.Status == mj.StatusRunning && j.StartedAt != nil && now.Sub(*j.StartedAt) > time.Duration(j.TimeoutSeconds)*time.Second+d.TimeoutGrace:
+		case j.Status == mj.StatusRunning && attemptStart(j) != nil && now.Sub(*attemptStart(j)) > time.Duration(j.TimeoutSeconds)*time.Second+d.TimeoutGrace:
 			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
 			j.ErrorMessage = fmt.Sprintf("job timed out after %ds (timeout_seconds); its worker did not stop by itself and was stopped", j.TimeoutSeconds)
 		default:
@@ -190,6 +224,15 @@ func (d *Dispatcher) overdue(ctx context.Context, id string, placed bool) {
 		d.Log.Info("job failed by the dispatcher", "job", id, "reason", j.ErrorMessage)
 		d.stopChild(child, "overdue", id)
 	}
+}
+
+// attemptStart is when the current attempt's worker started, or nil when it has not
+// (a retried attempt of a running job that waits for a node).
+func attemptStart(j *mj.Job) *time.Time {
+	if j.AttemptStartedAt != nil || j.Attempt > 1 {
+		return j.AttemptStartedAt
+	}
+	return j.StartedAt // attempt 1, stored before AttemptStartedAt existed
 }
 
 // placementFailed records why Nomad cannot place a child yet; the job stays queued
@@ -252,7 +295,13 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) {
 	switch a.ClientStatus {
 	case api.AllocClientStatusRunning:
 	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
-		result = d.readResult(ctx, id, attempt)
+		var err error
+		if result, err = d.readResult(ctx, id, attempt); err != nil {
+			// Not "no result": the store could not say. Leave the job as it is; the
+			// next reconcile reads the allocation, and the result, again.
+			d.Log.Warn("read runner result failed; will retry", "job", id, "nomad_job", a.NomadJobID, "err", err)
+			return
+		}
 	default:
 		return
 	}
@@ -305,15 +354,24 @@ func (d *Dispatcher) maxAttempts(j *mj.Job) int {
 // final; no result means the worker was lost or crashed, which is retried.
 func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, scope string, maxAttempts int) error {
 	if a.ClientStatus == api.AllocClientStatusRunning {
-		if j.Status == mj.StatusRunning {
+		// A retried attempt of a running job stays running but starts a new clock.
+		// (Attempt 1 with no AttemptStartedAt was stored before it existed: its
+		// StartedAt is the attempt's start.)
+		if j.Status == mj.StatusRunning && (j.AttemptStartedAt != nil || j.Attempt <= 1) {
 			return errSkip
 		}
 		started := now
 		if !a.StartedAt.IsZero() {
 			started = a.StartedAt.UTC()
 		}
-		j.StartedAt = &started
+		if j.Status != mj.StatusRunning {
+			j.StartedAt = &started
+		}
+		j.AttemptStartedAt = &started
 		j.Status, j.StatusDetail, j.PlacementReason = mj.StatusRunning, "running on Nomad allocation "+a.ID, ""
+		if j.Attempt > 1 {
+			j.StatusDetail = fmt.Sprintf("attempt %d: %s", j.Attempt, j.StatusDetail)
+		}
 		return nil
 	}
 	if r != nil && j.StartedAt == nil {
@@ -364,22 +422,25 @@ func retryOrFail(j *mj.Job, why string, now time.Time, maxAttempts int) {
 		j.ErrorMessage = fmt.Sprintf("attempt %d of %d failed: %s", attempt, maxAttempts, why)
 		return
 	}
-	j.NomadJobID, j.Attempt, j.DispatchedAt, j.PlacementReason = "", attempt+1, nil, ""
+	j.NomadJobID, j.Attempt, j.DispatchedAt, j.PlacementReason, j.AttemptStartedAt = "", attempt+1, nil, "", nil
 	j.StatusDetail = fmt.Sprintf("attempt %d of %d: retrying because %s", attempt+1, maxAttempts, why)
 }
 
-func (d *Dispatcher) readResult(ctx context.Context, id string, attempt int) *mj.Result {
+// readResult reads the runner's result for one attempt. Nil and no error means the
+// runner reported none (or an unreadable one); an error means the blob store could
+// not answer, which says nothing about the result.
+func (d *Dispatcher) readResult(ctx context.Context, id string, attempt int) (*mj.Result, error) {
 	b, err := d.Blobs.ReadAll(ctx, runScope(id, attempt)+"result.json")
+	if errors.Is(err, blob.ErrNotFound) {
+		return nil, nil
+	}
 	if err != nil {
-		if !errors.Is(err, blob.ErrNotFound) {
-			d.Log.Warn("read runner result", "job", id, "err", err)
-		}
-		return nil
+		return nil, err
 	}
 	var r mj.Result
 	if err := json.Unmarshal(b, &r); err != nil || r.JobID != id || r.Attempt != attempt {
 		d.Log.Warn("runner result unreadable or for another job", "job", id, "err", err)
-		return nil
+		return nil, nil
 	}
-	return &r
+	return &r, nil
 }

@@ -47,6 +47,10 @@ func (f *fakeJobs) Deregister(id string, _ bool, _ *api.WriteOptions) (string, *
 	return "", nil, nil
 }
 
+func (f *fakeJobs) List(*api.QueryOptions) ([]*api.JobListStub, *api.QueryMeta, error) {
+	return nil, nil, nil // no stray children
+}
+
 func TestReconcileBackstops(t *testing.T) {
 	s, _ := testenv.Etcd(t)
 	cfg := config.Default()
