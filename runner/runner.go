@@ -17,12 +17,14 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/command"
 	"github.com/mediajobs/mediajobs/netguard"
+	"golang.org/x/sys/unix"
 )
 
 // Runner runs one manifest.
@@ -86,7 +88,14 @@ type State struct {
 	InputBytes int64       `json:"input_bytes"`
 	Outputs    []mj.Output `json:"outputs,omitempty"`
 	Done       bool        `json:"done"` // the commands ran (or the job failed before)
+	// Stopped: the worker was told to stop (Nomad stopped the task: a drain, a
+	// node shutdown, a cancel) before the job ended. No result is reported, so the
+	// dispatcher treats it as a lost worker and retries it.
+	Stopped bool `json:"stopped,omitempty"`
 }
+
+// ErrStopped is Upload's answer for a stopped job: nothing was reported.
+var ErrStopped = errors.New("the worker was stopped before the job ended; no result is reported, so the job is retried")
 
 const stateFile = ".mediajobs-state.json"
 
@@ -172,7 +181,7 @@ func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 		n, err := fetch(ctx, client, m.InputFiles[name], filepath.Join(r.WorkDir, "inputs", name))
 		if err != nil {
 			if ctx.Err() != nil {
-				return timeoutError(m, fmt.Sprintf("while fetching input %q", name))
+				return interrupted(ctx, m, st, fmt.Sprintf("while fetching input %q", name))
 			}
 			return fmt.Errorf("input %q could not be fetched from %s: %v", name, redact(m.InputFiles[name]), err)
 		}
@@ -231,7 +240,7 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 			duration: expectedDuration(ctx, r.FFprobe, r.WorkDir, argv)}
 		if err := r.ffmpeg(ctx, argv, rep); err != nil {
 			if ctx.Err() != nil {
-				return timeoutError(m, fmt.Sprintf("while running command %d of %d", i+1, len(argvs)))
+				return interrupted(ctx, m, st, fmt.Sprintf("while running command %d of %d", i+1, len(argvs)))
 			}
 			return fmt.Errorf("command %d of %d failed: %v", i+1, len(argvs), err)
 		}
@@ -262,11 +271,16 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 // Upload sends the outputs and the result. It needs the network (to the gateway).
 func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Result, error) {
 	r.defaults(m)
+	if st.Stopped {
+		return nil, ErrStopped
+	}
 	client := r.client(nil)
 	uctx, cancel := r.deadline(ctx, st)
 	defer cancel()
 	if !st.Failed && !st.Done {
-		st.fail(fmt.Errorf("the commands did not run to the end (the worker stopped early)"))
+		// The exec task ended without saving its state: killed outright, which
+		// on a worker is most often the pool's memory limit.
+		st.fail(fmt.Errorf("the commands did not run to the end: the worker was killed, most likely for going over the pool's memory limit"))
 	}
 	if !st.Failed {
 		for _, o := range st.Outputs {
@@ -299,6 +313,16 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 	return res, nil
 }
 
+// interrupted explains why ctx ended: the job's deadline (a final failure), or a
+// stop from outside (recorded in st: the result is withheld and the job retried).
+func interrupted(ctx context.Context, m *mj.Manifest, st *State, where string) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return timeoutError(m, where)
+	}
+	st.Stopped = true
+	return fmt.Errorf("the worker was stopped %s", where)
+}
+
 func timeoutError(m *mj.Manifest, where string) error {
 	return fmt.Errorf("job timed out after %ds (timeout_seconds) %s; ffmpeg was stopped", m.TimeoutSeconds, where)
 }
@@ -315,7 +339,7 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter) error
 	args := append([]string{"-hide_banner", "-nostdin", "-y", "-loglevel", "error", "-nostats", "-progress", "pipe:3"}, argv...)
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = r.WorkDir
-	cmd.Env = []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + r.WorkDir}
+	cmd.Env = ffmpegEnv(r.WorkDir)
 	tail := &tailBuffer{max: 4096}
 	cmd.Stdout = io.Discard
 	cmd.Stderr = io.MultiWriter(tail, r.Log)
@@ -343,9 +367,29 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter) error
 		if msg == "" {
 			msg = "ffmpeg printed no error"
 		}
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ctx.Err() == nil {
+			// Not our doing: the kernel's OOM killer, most likely.
+			return fmt.Errorf("ffmpeg was killed by signal %s, most likely for going over the pool's memory limit (use a machine with more memory, or lower the resolution or the number of threads): %s",
+				unix.SignalName(ws.Signal()), lastLines(msg, 4))
+		}
 		return fmt.Errorf("ffmpeg exited with code %d: %s", exit.ExitCode(), lastLines(msg, 8))
 	}
 	return fmt.Errorf("could not start ffmpeg: %v", err)
+}
+
+// ffmpegEnv is all ffmpeg gets of the environment. On a GPU pool Nomad names the
+// allocation's GPUs in NVIDIA_VISIBLE_DEVICES; the NVIDIA container runtime
+// applies it on docker pools, but on raw_exec only CUDA_VISIBLE_DEVICES keeps
+// ffmpeg off the other jobs' GPUs.
+func ffmpegEnv(workDir string) []string {
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workDir}
+	if v := os.Getenv("NVIDIA_VISIBLE_DEVICES"); v != "" {
+		env = append(env, "NVIDIA_VISIBLE_DEVICES="+v)
+		if v != "all" && v != "none" && v != "void" {
+			env = append(env, "CUDA_VISIBLE_DEVICES="+v)
+		}
+	}
+	return env
 }
 
 // collectOutputs lists the files produced for each declared name: the file itself,
@@ -395,15 +439,41 @@ func fetch(ctx context.Context, client *http.Client, url, path string) (int64, e
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("HTTP %s", resp.Status)
 	}
+	// Nomad reserves ephemeral disk for scheduling but does not enforce it: a
+	// large input must fail here, not fill the node's disk.
+	free := freeBytes(filepath.Dir(path)) - diskReserve
+	if resp.ContentLength > 0 && free >= 0 && resp.ContentLength > free {
+		return 0, fmt.Errorf("it is %d bytes, more than the %d bytes free on the worker", resp.ContentLength, free)
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return 0, err
 	}
-	n, err := io.Copy(f, resp.Body)
+	body := io.Reader(resp.Body)
+	if free >= 0 {
+		body = io.LimitReader(resp.Body, free+1)
+	}
+	n, err := io.Copy(f, body)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil && free >= 0 && n > free {
+		os.Remove(path)
+		return n, fmt.Errorf("it is more than the %d bytes free on the worker", free)
+	}
 	return n, err
+}
+
+// diskReserve is kept free for the outputs' metadata, the state and the logs.
+const diskReserve = 64 << 20
+
+// freeBytes is the space left to an unprivileged writer of dir, or -1 if unknown.
+func freeBytes(dir string) int64 {
+	var fs unix.Statfs_t
+	if unix.Statfs(dir, &fs) != nil {
+		return -1
+	}
+	return int64(fs.Bavail) * int64(fs.Bsize)
 }
 
 func put(ctx context.Context, client *http.Client, url string, body io.Reader, size int64) error {

@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -190,5 +191,80 @@ func TestFetchOwnFilesFromTheService(t *testing.T) {
 	m.InputFiles["v"] = svc.URL + "/elsewhere"
 	if st := (&Runner{WorkDir: t.TempDir()}).Fetch(context.Background(), &m); !st.Failed || !strings.Contains(st.Error, "loopback") {
 		t.Fatalf("another URL on the same loopback host: failed=%v %q, want refused", st.Failed, st.Error)
+	}
+}
+
+// signalWriter closes ch at the first write that contains what.
+type signalWriter struct {
+	what string
+	ch   chan struct{}
+	once sync.Once
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	if strings.Contains(string(p), w.what) {
+		w.once.Do(func() { close(w.ch) })
+	}
+	return len(p), nil
+}
+
+// A worker stopped from outside (Nomad's SIGTERM on a drain) reports no result,
+// so the dispatcher retries the job; a timeout is a result.
+func TestStoppedWorkerReportsNothing(t *testing.T) {
+	srv, up := newServer(t, nil)
+	m := mj.Manifest{JobID: "job-1", Attempt: 1, UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok", TimeoutSeconds: 600,
+		OutputNames: []string{"o.wav"}, FFmpegCommands: []string{"-re -f lavfi -i sine=duration=60 {{o.wav}}"}}
+	started := &signalWriter{what: "running command 1", ch: make(chan struct{})}
+	ctx, stop := context.WithCancel(context.Background())
+	go func() { <-started.ch; stop() }()
+	r := &Runner{WorkDir: t.TempDir(), Log: started, FFmpeg: testenv.Binary(t, "ffmpeg")}
+	res, err := r.Run(ctx, &m)
+	if !errors.Is(err, ErrStopped) || res != nil {
+		t.Fatalf("stopped run: %v, %v; want ErrStopped and no result", res, err)
+	}
+	if _, ok := up.files["result.json"]; ok {
+		t.Fatal("a stopped worker uploaded a result")
+	}
+}
+
+// ffmpeg killed by a signal nobody in the runner sent: the message says what most
+// likely happened instead of "exit code -1".
+func TestKilledFFmpegNamesTheMemoryLimit(t *testing.T) {
+	srv, _ := newServer(t, nil)
+	fake := filepath.Join(t.TempDir(), "ffmpeg")
+	os.WriteFile(fake, []byte("#!/bin/sh\necho 'allocating' >&2\nkill -9 $$\n"), 0o755)
+	m := mj.Manifest{OutputNames: []string{"o.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=1 {{o.wav}}"}}
+	m.JobID, m.Attempt, m.UploadURL = "job-1", 1, srv.URL+"/up/%7Bpath%7D?sig=ok"
+	res, err := (&Runner{WorkDir: t.TempDir(), Log: io.Discard, FFmpeg: fake}).Run(context.Background(), &m)
+	if err != nil || res.Succeeded || !strings.Contains(res.ErrorMessage, "killed by signal SIGKILL") || !strings.Contains(res.ErrorMessage, "memory limit") {
+		t.Fatalf("result %+v, %v", res, err)
+	}
+}
+
+// An input larger than the worker's free disk fails before it is written.
+func TestInputLargerThanTheDisk(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "4611686018427387904") // 4 EiB
+		w.WriteHeader(200)
+	}))
+	defer srv.Close()
+	m := mj.Manifest{InputFiles: map[string]string{"big": srv.URL + "/big"}, AllowLoopback: true,
+		OutputNames: []string{"o.wav"}, FFmpegCommands: []string{"-i {{big}} {{o.wav}}"}}
+	st := (&Runner{WorkDir: t.TempDir()}).Fetch(context.Background(), &m)
+	if !st.Failed || !strings.Contains(st.Error, `input "big"`) || !strings.Contains(st.Error, "bytes free on the worker") {
+		t.Fatalf("state %+v", st)
+	}
+}
+
+func TestFFmpegEnvKeepsGPUsApart(t *testing.T) {
+	t.Setenv("NVIDIA_VISIBLE_DEVICES", "GPU-1b2c")
+	t.Setenv("SECRET", "not for ffmpeg")
+	env := strings.Join(ffmpegEnv("/w"), " ")
+	if env != "PATH=/usr/local/bin:/usr/bin:/bin HOME=/w NVIDIA_VISIBLE_DEVICES=GPU-1b2c CUDA_VISIBLE_DEVICES=GPU-1b2c" {
+		t.Fatalf("env %q", env)
+	}
+	t.Setenv("NVIDIA_VISIBLE_DEVICES", "all")
+	if env := strings.Join(ffmpegEnv("/w"), " "); strings.Contains(env, "CUDA_VISIBLE_DEVICES") {
+		t.Fatalf("env %q", env)
 	}
 }
