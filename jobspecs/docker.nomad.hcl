@@ -135,6 +135,8 @@ job "mediajobs" {
         args            = ["runner", "-phase", "fetch", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
         network_mode    = "host"
         readonly_rootfs = true
+        cap_drop        = ["all"]
+        security_opt    = ["no-new-privileges"]
       }
 
       dispatch_payload {
@@ -157,6 +159,11 @@ job "mediajobs" {
         network_mode    = "none"
         readonly_rootfs = true
         runtime         = var.gpu_count > 0 ? "nvidia" : null
+        # ffmpeg runs the user's command: no capabilities, no privilege gain
+        # through setuid files, and a bound on processes and threads.
+        cap_drop     = ["all"]
+        security_opt = ["no-new-privileges"]
+        pids_limit   = 1024
       }
 
       env {
@@ -220,6 +227,8 @@ job "mediajobs" {
         args            = ["runner", "-phase", "progress", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
         network_mode    = "host"
         readonly_rootfs = true
+        cap_drop        = ["all"]
+        security_opt    = ["no-new-privileges"]
       }
 
       dispatch_payload {
@@ -245,6 +254,8 @@ job "mediajobs" {
         args            = ["runner", "-phase", "upload", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
         network_mode    = "host"
         readonly_rootfs = true
+        cap_drop        = ["all"]
+        security_opt    = ["no-new-privileges"]
       }
 
       dispatch_payload {
