@@ -79,7 +79,10 @@ type Server struct {
 	MaxBodyBytes   int    `hcl:"max_body_bytes,optional"`
 	MaxUploadBytes int64  `hcl:"max_upload_bytes,optional"`
 	TmpFileTTL     string `hcl:"tmp_file_ttl,optional"`
-	AllowLoopback  bool   `hcl:"allow_loopback,optional"`
+	// UploadTimeout bounds one request's reading, the body of a large upload
+	// included: it must cover max_upload_bytes at the slowest client's speed.
+	UploadTimeout string `hcl:"upload_timeout,optional"`
+	AllowLoopback bool   `hcl:"allow_loopback,optional"`
 	// RateLimit is each account's sustained requests per second on /api, per gateway
 	// process; RateBurst the short burst above it. 0 disables the limit.
 	RateLimit      float64 `hcl:"rate_limit,optional"`
@@ -90,11 +93,13 @@ type Server struct {
 	WaitLimitRange hcl.Range `hcl:"wait_limit,attr_range"`
 	ReqTimeRange   hcl.Range `hcl:"request_timeout,attr_range"`
 	TmpTTLRange    hcl.Range `hcl:"tmp_file_ttl,attr_range"`
+	UploadTORange  hcl.Range `hcl:"upload_timeout,attr_range"`
 	SecretRange    hcl.Range `hcl:"signing_secret,attr_range"`
 
 	WaitLimitD      time.Duration
 	RequestTimeoutD time.Duration
 	TmpFileTTLD     time.Duration
+	UploadTimeoutD  time.Duration
 }
 
 // Etcd says where jobs live: an etcd cluster, or an embedded server (one machine).
@@ -237,7 +242,7 @@ func (c *Config) Pool(name string) *Pool {
 // embedded etcd, local blobs, a raw_exec cpu pool.
 func Default() *Config {
 	return &Config{
-		Server:     &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
+		Server:     &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", UploadTimeout: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
 		Etcd:       &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s"},
 		Nomad:      &Nomad{PurgeAfter: "1h"},
 		Webhooks:   &Webhooks{BackoffBase: "1s", BackoffCap: "30s", AttemptTimeout: "10s", Concurrency: 128},
@@ -306,6 +311,7 @@ func (c *Config) finish() hcl.Diagnostics {
 	s.WaitLimitD = dur(s.WaitLimit, s.WaitLimitRange, "wait_limit")
 	s.RequestTimeoutD = dur(s.RequestTimeout, s.ReqTimeRange, "request_timeout")
 	s.TmpFileTTLD = dur(s.TmpFileTTL, s.TmpTTLRange, "tmp_file_ttl")
+	s.UploadTimeoutD = dur(s.UploadTimeout, s.UploadTORange, "upload_timeout")
 	if s.SigningSecret != "" && len(s.SigningSecret) < 16 {
 		bad(s.SecretRange, "Signing secret too short", "signing_secret must be at least 16 characters; use a long random string.")
 	}

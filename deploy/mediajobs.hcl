@@ -33,6 +33,10 @@ server {
   # Lifetime of the upload_url and download_url of POST /api/tmp-file.
   tmp_file_ttl = "1h"
 
+  # A request, the body of an upload included, must arrive within this: it must
+  # cover max_upload_bytes at your slowest clients' speed (8 GiB at 20 Mbit/s ≈ 1 h).
+  upload_timeout = "1h"
+
   # Deadline of one API request.
   request_timeout = "30s"
 

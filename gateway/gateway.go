@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,7 +90,10 @@ func (g *Gateway) App() *fiber.App {
 		// no handler wants a parsed form, and uploads must stream as sent.
 		DisablePreParseMultipartForm: true,
 		BodyLimit:                    bodyLimit(g.Config.Server.MaxUploadBytes),
-		ReadTimeout:                  10 * time.Minute,
+		// A request, a large upload's body included, is read within upload_timeout;
+		// an idle keep-alive connection is closed sooner.
+		ReadTimeout: g.Config.Server.UploadTimeoutD,
+		IdleTimeout: 2 * time.Minute,
 	})
 	g.routes(app)
 	return app
@@ -136,6 +140,8 @@ func clientError(err error) *mj.Error {
 		return fiberError(fe)
 	case errors.Is(err, blob.ErrTooLarge):
 		return mj.Errorf(mj.EPayloadTooLarge, "the upload exceeds max_upload_bytes")
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return errSlowBody
 	case errors.Is(err, context.DeadlineExceeded):
 		return mj.Errorf(mj.EUnavailable, "the request took too long; try again")
 	}
@@ -167,6 +173,8 @@ func httpStatus(code string) int {
 	return fiber.StatusInternalServerError
 }
 
+var errSlowBody = mj.Errorf(mj.EValidation, "the request did not arrive within server.upload_timeout; send it faster, or in smaller files")
+
 func fiberError(fe *fiber.Error) *mj.Error {
 	switch fe.Code {
 	case fiber.StatusNotFound:
@@ -177,6 +185,8 @@ func fiberError(fe *fiber.Error) *mj.Error {
 		return mj.Errorf(mj.EPayloadTooLarge, "request body too large")
 	case fiber.StatusBadRequest:
 		return mj.Errorf(mj.EValidation, "%s", fe.Message)
+	case fiber.StatusRequestTimeout:
+		return errSlowBody
 	}
 	if fe.Code >= 500 {
 		return mj.Errorf(mj.EInternal, "%s", fe.Message)

@@ -385,3 +385,28 @@ func TestOwnDownloadURLIsAnInput(t *testing.T) {
 		t.Fatalf("another host's link as input: %d %v, want 400", status, body)
 	}
 }
+
+// An upload whose body stops arriving ends at server.upload_timeout with a
+// client error, not an unknownError.
+func TestSlowUploadTimesOut(t *testing.T) {
+	h := newHarness(t)
+	h.gw.Config.Server.UploadTimeoutD = time.Second
+	h.app = h.gw.App()
+	_, body, _ := h.do("POST", "/api/tmp-file", "alice", nil)
+	up, _ := url.Parse(body["data"].(map[string]any)["upload_url"].(string))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(h.serve(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "PUT %s HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 900\r\n\r\n%s", up.RequestURI(), strings.Repeat("x", 100))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e map[string]any
+	json.NewDecoder(resp.Body).Decode(&e)
+	if resp.StatusCode != 400 || e["errorCode"] != "validationError" || !strings.Contains(fmt.Sprint(e["message"]), "upload_timeout") {
+		t.Fatalf("stalled upload: %d %v", resp.StatusCode, e)
+	}
+}
