@@ -33,6 +33,12 @@ var blocked = []netip.Prefix{
 	netip.MustParsePrefix("::/128"),
 	// Local-use NAT64 (RFC 8215): translates into a site's own IPv4 network.
 	netip.MustParsePrefix("64:ff9b:1::/48"),
+	// Teredo and IPv4-translated addresses tunnel to IPv4 hosts; discard-only and
+	// documentation ranges are never a real receiver.
+	netip.MustParsePrefix("2001::/32"),
+	netip.MustParsePrefix("::ffff:0:0:0/96"),
+	netip.MustParsePrefix("100::/64"),
+	netip.MustParsePrefix("2001:db8::/32"),
 }
 
 var (

@@ -18,6 +18,7 @@ func TestCheck(t *testing.T) {
 		"64:ff9b:1::a00:1": false, "64:ff9b:1:ffff::c0a8:101": false, "64:ff9b:1::808:808": false, // local-use NAT64: the site's own network
 		"2002:a9fe:a9fe::": false, "2002:7f00:1::1": false, "2002:c0a8:101:1::1": false, "2002:808:808::1": true,
 		"::10.0.0.1": false, "::169.254.169.254": false, "::127.0.0.1": false, "::8.8.8.8": true,
+		"2001:0:4136:e378:8000:63bf:3fff:fdd2": false, "::ffff:0:a00:1": false, "100::1": false, "2001:db8::1": false, // Teredo, IPv4-translated, discard, documentation
 	} {
 		if err := Check(netip.MustParseAddr(addr), false); (err == nil) != ok {
 			t.Errorf("Check(%s) = %v, want allowed=%v", addr, err, ok)
