@@ -5,6 +5,7 @@ package testenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -86,24 +87,45 @@ type Nomad struct {
 	cfg    string
 	// orphans are processes of agents that Restart killed.
 	orphans []int
+	exited  chan struct{} // closed when the agent process has exited
 }
 
 // StartNomad starts a Nomad dev agent on free loopback ports, with the cloud
 // fingerprinters denied and raw_exec enabled, and waits until its node is ready.
 // Stop it with Close. Used from TestMain, so it takes no *testing.T.
 func StartNomad(bin string) (*Nomad, error) {
+	// A free port can be taken by another process between our check and the
+	// agent's bind (packages test in parallel); the agent then exits, and a new
+	// set of ports is tried.
+	for attempt := 1; ; attempt++ {
+		n, err := startNomad(bin)
+		if err == nil || !errors.Is(err, errAgentExited) || attempt == 3 {
+			return n, err
+		}
+	}
+}
+
+var errAgentExited = errors.New("nomad agent exited")
+
+func startNomad(bin string) (*Nomad, error) {
 	dir, err := os.MkdirTemp("", "mediajobs-nomad-")
 	if err != nil {
 		return nil, err
 	}
+	// All three listeners stay open until all three ports are chosen, or the
+	// kernel may hand out one port twice.
 	ports := make([]int, 3)
+	listeners := make([]net.Listener, 0, 3)
 	for i := range ports {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
+			for _, l := range listeners {
+				l.Close()
+			}
 			return nil, err
 		}
+		listeners = append(listeners, l)
 		ports[i] = l.Addr().(*net.TCPAddr).Port
-		l.Close()
 	}
 	cfg := fmt.Sprintf(`
 disable_update_check = true
@@ -128,6 +150,9 @@ plugin "raw_exec" {
 	cfgPath := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
+	}
+	for _, l := range listeners {
+		l.Close()
 	}
 	n := &Nomad{Addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), dir: dir, bin: bin, cfg: cfgPath}
 	conf := api.DefaultConfig()
@@ -166,6 +191,9 @@ func (n *Nomad) start() error {
 		return err
 	}
 	n.cmd = cmd
+	exited := make(chan struct{})
+	n.exited = exited
+	go func() { cmd.Wait(); close(exited) }()
 	dir := n.dir
 	deadline := time.Now().Add(90 * time.Second)
 	for {
@@ -179,7 +207,12 @@ func (n *Nomad) start() error {
 			log, _ := os.ReadFile(filepath.Join(dir, "agent.log"))
 			return fmt.Errorf("nomad agent not ready after 90s (last error %v); log tail:\n%s", err, tail(string(log), 3000))
 		}
-		time.Sleep(200 * time.Millisecond)
+		select {
+		case <-exited:
+			log, _ := os.ReadFile(filepath.Join(dir, "agent.log"))
+			return fmt.Errorf("%w while starting; log tail:\n%s", errAgentExited, tail(string(log), 3000))
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }
 
@@ -262,8 +295,7 @@ func (n *Nomad) stop(kill bool) {
 			n.cmd.Process.Kill()
 		}
 		n.cmd.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { n.cmd.Wait(); close(done) }()
+		done := n.exited
 		select {
 		case <-done:
 		case <-time.After(15 * time.Second):
