@@ -69,13 +69,15 @@ func ValidOutputName(name string) bool {
 // inputs/ or outputs/ names, no GPU codec or filter unless the pool has GPUs.
 func Prepare(cmd string, spec Spec) ([]string, error) {
 	// "{{ name }}" would be split into three words: close up the blanks first.
-	cmd = placeholderRe.ReplaceAllStringFunc(cmd, func(m string) string {
-		sub := placeholderRe.FindStringSubmatch(m)
-		if sub[1] != "" {
-			return "{{" + sub[1] + "}}"
-		}
-		return "<<" + sub[2] + ">>"
-	})
+	if strings.Contains(cmd, "{{ ") || strings.Contains(cmd, " }}") || strings.Contains(cmd, "<< ") || strings.Contains(cmd, " >>") {
+		cmd = placeholderRe.ReplaceAllStringFunc(cmd, func(m string) string {
+			sub := placeholderRe.FindStringSubmatch(m)
+			if sub[1] != "" {
+				return "{{" + sub[1] + "}}"
+			}
+			return "<<" + sub[2] + ">>"
+		})
+	}
 	words, err := Split(cmd)
 	if err != nil {
 		return nil, err
@@ -167,14 +169,15 @@ func checkWord(w string, spec Spec) error {
 			}
 		}
 	}
-	if refusedFilterRe.MatchString(w) {
+	l := strings.ToLower(w)
+	if (strings.Contains(l, "frei0r") || strings.Contains(l, "ladspa") || strings.Contains(l, "lv2") || strings.Contains(l, "sendcmd")) && refusedFilterRe.MatchString(w) {
 		return fmt.Errorf("%q: filters that load plugins (frei0r, ladspa, lv2) or read commands from a file (sendcmd f=) are not allowed", w)
 	}
 	if strings.HasPrefix(w, "/") || strings.HasPrefix(w, "~") || (strings.Contains(w, "/") && absRe.MatchString(w)) {
 		return fmt.Errorf("%q: absolute paths are not allowed; use inputs/<name>, outputs/<name> or a relative path", w)
 	}
 	if !strings.Contains(w, "inputs/") && !strings.Contains(w, "outputs/") {
-		return checkGPU(w, spec)
+		return checkGPU(w, l, spec)
 	}
 	for _, m := range refRe.FindAllStringSubmatch(w, -1) {
 		dir, name := m[2], m[3]
@@ -185,15 +188,15 @@ func checkWord(w string, spec Spec) error {
 			return fmt.Errorf("%q: outputs/%s is not an entry of output_files", w, name)
 		}
 	}
-	return checkGPU(w, spec)
+	return checkGPU(w, l, spec)
 }
 
-func checkGPU(w string, spec Spec) error {
+// checkGPU checks w, whose lower case is l.
+func checkGPU(w, l string, spec Spec) error {
 	if spec.AllowGPU {
 		return nil
 	}
 	// Every GPU name contains "nv", "cu" or "np".
-	l := strings.ToLower(w)
 	if (strings.Contains(l, "nv") || strings.Contains(l, "cu") || strings.Contains(l, "np")) && gpuRe.MatchString(w) {
 		return fmt.Errorf("%q: GPU codecs and filters need a GPU machine (e.g. \"machine\": \"nvidia\")", w)
 	}
