@@ -1,7 +1,6 @@
 package dispatcher
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
@@ -19,24 +18,6 @@ import (
 	"github.com/mediajobs/mediajobs/testenv"
 )
 
-// syncBuffer is a log sink the dispatcher's goroutines may write to at once.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // nomadRig is a real Nomad dev agent, etcd, and a runner that only sleeps, so a
 // child stays running until something stops it.
 type nomadRig struct {
@@ -46,7 +27,7 @@ type nomadRig struct {
 	cfg    *config.Config
 	blobs  *blob.Local
 	runner string
-	log    syncBuffer
+	log    testenv.LogBuffer
 }
 
 func newNomadRig(t *testing.T, pools ...*config.Pool) *nomadRig {

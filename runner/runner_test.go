@@ -42,7 +42,7 @@ func newServer(t *testing.T, inputs map[string][]byte) (*httptest.Server, *uploa
 			u.files[strings.TrimPrefix(r.URL.Path, "/up/")] = b
 			u.mu.Unlock()
 		default:
-			http.Error(w, "forbidden", 403)
+			http.Error(w, "forbidden", http.StatusForbidden)
 		}
 	}))
 	t.Cleanup(srv.Close)

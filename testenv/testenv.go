@@ -4,6 +4,7 @@
 package testenv
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -353,4 +355,22 @@ func (n *Nomad) DockerHealthy() bool {
 	}
 	d, ok := nodes[0].Drivers["docker"]
 	return ok && d.Detected && d.Healthy
+}
+
+// LogBuffer is a log sink that goroutines may write to at once.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *LogBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *LogBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

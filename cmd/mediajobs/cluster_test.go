@@ -137,31 +137,14 @@ pool "cpu" {
 // dispatcherProc is a `mediajobs dispatcher` process.
 type dispatcherProc struct {
 	cmd  *exec.Cmd
-	log  *syncBuffer
+	log  *testenv.LogBuffer
 	done chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func (c *cluster) startDispatcher(name string) *dispatcherProc {
 	c.t.Helper()
 	cmd := exec.Command(runnerBin, "dispatcher", "-config", c.cfgFile)
-	buf := &syncBuffer{}
+	buf := &testenv.LogBuffer{}
 	cmd.Stdout, cmd.Stderr = buf, buf
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
