@@ -23,12 +23,16 @@ var (
 	// A protocol prefix such as "concat:" or "http://". ffmpeg's protocol names (ffmpeg
 	// -protocols) plus the URL form of anything else.
 	protoRe = regexp.MustCompile(`(?i)(^|[^A-Za-z0-9_])(async|bluray|cache|concat|concatf|crypto|data|ffrtmpcrypt|ffrtmphttp|file|ftp|gopher|gophers|hls|http|httpproxy|https|icecast|ipfs|ipns|md5|mmsh|mmst|pipe|prompeg|rist|rtmp|rtmpe|rtmps|rtmpt|rtmpte|rtmpts|rtp|sctp|sftp|srt|srtp|subfile|tcp|tee|tls|udp|udplite|unix|zmq|amqp|fd|android_content|libssh|librist|libsrt|libzmq|smb|dav|rtsp):|[A-Za-z][A-Za-z0-9+.-]*://`)
-	// A path after a filter or option separator, a tee muxer's "[opts]" or the blank
-	// ffmpeg skips before an option value.
-	absRe = regexp.MustCompile(`[=:'",;|\]\s]~?/`)
+	// A path after a filter or option separator or a tee muxer's "[opts]", with
+	// the blanks ffmpeg skips before an option value.
+	absRe = regexp.MustCompile(`[=:'",;|\]]\s*~?/`)
+	// The URL form alone: what an escaped "\:" may still hide once unescaped.
+	urlRe = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://`)
 	// Filters that load code (a shared library named by the user) or read their
 	// commands from a file the checks never see.
-	refusedFilterRe = regexp.MustCompile(`(?i)(^|[,;\]\s'"])(frei0r|frei0r_src|ladspa|lv2|a?sendcmd=.*\b(f|filename)=)`)
+	// Matched where a filter name can start (blanks allowed, an instance name
+	// "@x" too), so the words merely appearing in text stay usable.
+	refusedFilterRe = regexp.MustCompile(`(?i)(^|[,;\]'"])\s*(frei0r|frei0r_src|ladspa|lv2\b|a?sendcmd\b.*\b(f|filename)\s*=)`)
 	// GPU-only codecs and filters: NVENC/NVDEC/CUVID/CUDA/NPP names.
 	gpuRe = regexp.MustCompile(`(?i)(_nvenc|_cuvid|_npp|_cuda|nvdec|^cuda$|(^|[^A-Za-z0-9])cuda([^A-Za-z0-9]|$)|scale_npp|hwupload_cuda|(^|[^A-Za-z0-9_])npp)`)
 )
@@ -129,7 +133,7 @@ func rewrite(w string, spec Spec) (string, error) {
 		return m
 	})
 	if bad == nil {
-		for _, p := range []string{"{{", "}}", "<<", ">>"} {
+		for _, p := range []string{"{{", "}}"} { // a lone << or >> may be text
 			if strings.Contains(w, p) {
 				return w, fmt.Errorf("%q: a placeholder is {{name}} or <<name>>, with a name from input_files or output_files", w)
 			}
@@ -144,12 +148,12 @@ func rewrite(w string, spec Spec) (string, error) {
 // a URL from checks that look at the word as written. Dropping every backslash and
 // single quote shows what any depth of escaping leaves.
 func check(w string, spec Spec) error {
-	if err := checkWord(w, spec); err != nil {
+	if err := checkWord(w, spec, false); err != nil {
 		return err
 	}
 	if strings.ContainsAny(w, `\'`) {
 		u := strings.NewReplacer(`\`, "", "'", "").Replace(w)
-		if err := checkWord(u, spec); err != nil {
+		if err := checkWord(u, spec, true); err != nil {
 			return fmt.Errorf("%q is read by ffmpeg as %v", w, err)
 		}
 	}
@@ -158,8 +162,10 @@ func check(w string, spec Spec) error {
 
 // checkWord runs each regexp only when the literal it needs is in the word:
 // validation is on the create path, and most words are plain options and numbers.
-func checkWord(w string, spec Spec) error {
-	if strings.Contains(w, ":") && protoRe.MatchString(w) {
+// An unescaped word is checked for the URL form only: text such as
+// drawtext=text='Data\: 5' must not read as the data: protocol.
+func checkWord(w string, spec Spec, unescaped bool) error {
+	if strings.Contains(w, ":") && ((!unescaped && protoRe.MatchString(w)) || (unescaped && urlRe.MatchString(w))) {
 		return fmt.Errorf("%q: URLs and protocol prefixes are not allowed in commands; pass inputs through input_files", w)
 	}
 	if strings.Contains(w, "..") {

@@ -99,6 +99,16 @@ func TestPrepare(t *testing.T) {
 		{in: `-i inputs/video -vf 'drawtext=text=Time\: 10' outputs/out.mp4`, want: `-i|inputs/video|-vf|drawtext=text=Time\: 10|outputs/out.mp4`},
 		{in: "-i inputs/video -metadata title=frei0r outputs/out.mp4", want: "-i|inputs/video|-metadata|title=frei0r|outputs/out.mp4"},
 		{in: `-i inputs/video -vf "sendcmd=c='0 drawtext reinit text=hi',drawtext=text=x" outputs/out.mp4`, want: "-i|inputs/video|-vf|sendcmd=c='0 drawtext reinit text=hi',drawtext=text=x|outputs/out.mp4"},
+		{in: `-i inputs/video -vf "sendcmd@x=f=inputs/video,drawtext=text=a" outputs/out.mp4`, errPart: "plugins"},
+		{in: `-i inputs/video -vf "sendcmd =f=inputs/video,drawtext=text=a" outputs/out.mp4`, errPart: "plugins"},
+		{in: `-i inputs/video -vf "scale=1:1, ladspa@l=file=x" outputs/out.mp4`, errPart: "plugins"},
+		// Text that only looks like a path, a protocol or a plugin stays usable.
+		{in: `-i inputs/video -metadata "title=Part 1 / 2" outputs/out.mp4`, want: "-i|inputs/video|-metadata|title=Part 1 / 2|outputs/out.mp4"},
+		{in: `-i inputs/video -vf "scale=-2:'ih /2'" outputs/out.mp4`, want: "-i|inputs/video|-vf|scale=-2:'ih /2'|outputs/out.mp4"},
+		{in: `-i inputs/video -vf "drawtext=text='Data\: 5'" outputs/out.mp4`, want: `-i|inputs/video|-vf|drawtext=text='Data\: 5'|outputs/out.mp4`},
+		{in: `-i inputs/video -metadata "comment=made with ladspa" outputs/out.mp4`, want: "-i|inputs/video|-metadata|comment=made with ladspa|outputs/out.mp4"},
+		{in: `-i inputs/video -metadata "title=A >> B" outputs/out.mp4`, want: "-i|inputs/video|-metadata|title=A >> B|outputs/out.mp4"},
+		{in: `-i inputs/video -vf "select='eq(n\,0)'" -map 0:v:0 outputs/out.mp4`, want: `-i|inputs/video|-vf|select='eq(n\,0)'|-map|0:v:0|outputs/out.mp4`},
 		{in: "ffmpeg", errPart: "empty"},
 		{in: "rm -rf outputs/out.mp4", errPart: "must start with an option"},
 	}

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"sync"
+	"time"
 )
 
 // group runs calls in groups: while one group's call is in flight, the calls that
@@ -19,6 +20,9 @@ type group[In, Out any] struct {
 	queue   []*call[In, Out]
 	running bool
 }
+
+// groupTimeout bounds one group's call (etcd transactions, in practice).
+const groupTimeout = 30 * time.Second
 
 type call[In, Out any] struct {
 	ctx  context.Context
@@ -38,8 +42,13 @@ func (g *group[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 		go g.loop()
 	}
 	g.mu.Unlock()
-	<-c.done
-	return c.out, c.err
+	select {
+	case <-c.done:
+		return c.out, c.err
+	case <-ctx.Done(): // the group goes on; its outcome for this call is dropped
+		var zero Out
+		return zero, ctx.Err()
+	}
 }
 
 func (g *group[In, Out]) loop() {
@@ -52,9 +61,11 @@ func (g *group[In, Out]) loop() {
 		for i, c := range calls {
 			ins[i] = c.in
 		}
-		// The callers are the leader's work, under one leadership context: the
-		// first live one bounds the group.
-		outs, errs := g.run(calls[0].ctx, ins)
+		// One caller's context ending must not fail the others' calls: the group
+		// runs on its own, bounded in time.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(calls[0].ctx), groupTimeout)
+		outs, errs := g.run(ctx, ins)
+		cancel()
 		for i, c := range calls {
 			c.out, c.err = outs[i], errs[i]
 			close(c.done)

@@ -131,7 +131,7 @@ func (d *Dispatcher) failUnknownPools(ctx context.Context) {
 			to = known[i]
 		}
 		if from < to {
-			resp, err := d.Store.Client().Get(ctx, from, clientv3.WithRange(to), clientv3.WithKeysOnly())
+			resp, err := d.Store.Client().Get(ctx, from, clientv3.WithRange(to), clientv3.WithKeysOnly(), clientv3.WithLimit(1000))
 			if err != nil {
 				d.Log.Warn("list queued jobs of unknown pools", "err", err)
 				return
@@ -145,6 +145,9 @@ func (d *Dispatcher) failUnknownPools(ctx context.Context) {
 		}
 	}
 	for _, key := range keys {
+		if at, ok := store.QueuedAtFromKey(key); ok && time.Since(at) < unknownPoolGrace {
+			continue // no read while the grace lasts
+		}
 		id := store.IDFromKey(key)
 		j, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
 			if j.Status.Terminal() || j.NomadJobID != "" || d.Config.Pool(j.Machine) != nil {

@@ -278,9 +278,9 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 	uctx, cancel := r.deadline(ctx, st)
 	defer cancel()
 	if !st.Failed && !st.Done {
-		// The exec task ended without saving its state: killed outright, which
-		// on a worker is most often the pool's memory limit.
-		st.fail(fmt.Errorf("the commands did not run to the end: the worker was killed, most likely for going over the pool's memory limit"))
+		// The exec task ended without saving its state: killed outright (most
+		// often the pool's memory limit), or it never started.
+		st.fail(fmt.Errorf("the commands did not run to the end: the worker was killed (for example for going over the pool's memory limit) or could not start"))
 	}
 	if !st.Failed {
 		for _, o := range st.Outputs {
@@ -441,8 +441,11 @@ func fetch(ctx context.Context, client *http.Client, url, path string) (int64, e
 	}
 	// Nomad reserves ephemeral disk for scheduling but does not enforce it: a
 	// large input must fail here, not fill the node's disk.
-	free := freeBytes(filepath.Dir(path)) - diskReserve
-	if resp.ContentLength > 0 && free >= 0 && resp.ContentLength > free {
+	free := freeBytes(filepath.Dir(path)) // -1: unknown, no cap
+	if free >= 0 {
+		free = max(free-diskReserve, 0)
+	}
+	if free >= 0 && resp.ContentLength > free {
 		return 0, fmt.Errorf("it is %d bytes, more than the %d bytes free on the worker", resp.ContentLength, free)
 	}
 	f, err := os.Create(path)

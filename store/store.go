@@ -45,6 +45,17 @@ func (s *Store) queueKey(j *mj.Job) string {
 	return fmt.Sprintf("%s%019d_%s", s.PoolQueuePrefix(j.Machine), j.QueuedAt.UnixNano(), j.ID)
 }
 
+// QueuedAtFromKey is the queued_at time a queue key carries.
+func QueuedAtFromKey(key string) (time.Time, bool) {
+	base := key[strings.LastIndexByte(key, '/')+1:]
+	ns, _, ok := strings.Cut(base, "_")
+	n, err := strconv.ParseInt(ns, 10, 64)
+	if !ok || err != nil {
+		return time.Time{}, false
+	}
+	return time.Unix(0, n), true
+}
+
 // activeKey marks a job with a Nomad child in flight: active/<pool>/<id> = child id.
 func (s *Store) activeKey(j *mj.Job) string { return s.PoolActivePrefix(j.Machine) + j.ID }
 func (s *Store) outboxKey(id string) string { return s.p + "outbox/" + id }

@@ -277,3 +277,22 @@ func TestAPIKeysStoredHashed(t *testing.T) {
 		}
 	}
 }
+
+func TestQueuedAtFromKey(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	ctx := context.Background()
+	j := newJob("acct", time.Unix(1700000000, 123456789))
+	if err := s.CreateJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := s.Client().Get(ctx, s.QueuePrefix(), clientv3WithPrefix())
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("queue: %v %v", resp, err)
+	}
+	if at, ok := store.QueuedAtFromKey(string(resp.Kvs[0].Key)); !ok || !at.Equal(j.QueuedAt) {
+		t.Fatalf("QueuedAtFromKey(%s) = %v, %v; want %v", resp.Kvs[0].Key, at, ok, j.QueuedAt)
+	}
+	if _, ok := store.QueuedAtFromKey("/p/queue/cpu/nonsense"); ok {
+		t.Fatal("a key without a time parsed")
+	}
+}
