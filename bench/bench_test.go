@@ -14,9 +14,7 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +37,7 @@ import (
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/gateway"
 	"github.com/mediajobs/mediajobs/store"
+	"github.com/mediajobs/mediajobs/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -240,33 +239,7 @@ func (e *env) close() {
 
 // create POSTs createBody and returns the new job's id.
 func (e *env) create() (string, error) {
-	req, err := http.NewRequest("POST", e.gwURL+"/api/ffmpeg", bytes.NewReader(createBody))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Authorization", "Bearer "+e.secret)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := e.client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != 200 {
-		return "", fmt.Errorf("POST /api/ffmpeg: HTTP %d %s", resp.StatusCode, raw)
-	}
-	var out struct {
-		Data struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil || out.Data.ID == "" {
-		return "", fmt.Errorf("POST /api/ffmpeg: no id in %s (%v)", raw, err)
-	}
-	return out.Data.ID, nil
+	return testenv.CreateJob(context.Background(), e.client, e.gwURL, e.secret, createBody)
 }
 
 // get fetches /api/jobs/{id} from base (the gateway or the bare app).

@@ -6,9 +6,12 @@ package testenv
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -373,4 +376,36 @@ func (s *LogBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+// CreateJob POSTs body to the gateway at base (POST /api/ffmpeg) with the API key
+// and returns the new job's id.
+func CreateJob(ctx context.Context, client *http.Client, base, key string, body []byte) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, "POST", base+"/api/ffmpeg", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return "", err
+	}
+	if resp.StatusCode != 200 {
+		return "", fmt.Errorf("POST /api/ffmpeg: HTTP %d %s", resp.StatusCode, raw)
+	}
+	var out struct {
+		Data struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil || out.Data.ID == "" {
+		return "", fmt.Errorf("POST /api/ffmpeg: no id in %s (%v)", raw, err)
+	}
+	return out.Data.ID, nil
 }

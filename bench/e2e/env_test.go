@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -353,33 +351,7 @@ func (e *env) close() {
 
 // create POSTs body to the gateway and returns the new job's id.
 func (e *env) create(ctx context.Context, body []byte) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, "POST", e.gwURL+"/api/ffmpeg", bytes.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Authorization", "Bearer "+e.key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := e.client.Do(req)
-	if err != nil {
-		return "", err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return "", err
-	}
-	if resp.StatusCode != 200 {
-		return "", fmt.Errorf("POST /api/ffmpeg: HTTP %d %s", resp.StatusCode, raw)
-	}
-	var out struct {
-		Data struct {
-			ID string `json:"id"`
-		} `json:"data"`
-	}
-	if err := json.Unmarshal(raw, &out); err != nil || out.Data.ID == "" {
-		return "", fmt.Errorf("POST /api/ffmpeg: no id in %s (%v)", raw, err)
-	}
-	return out.Data.ID, nil
+	return testenv.CreateJob(ctx, e.client, e.gwURL, e.key, body)
 }
 
 // sample is one timed job: its start, its end as the client saw it, and the Nomad

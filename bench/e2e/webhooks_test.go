@@ -144,40 +144,23 @@ func (o *outboxSeen) get(id string) time.Time {
 // hookJobs creates n queued jobs whose webhook points at the receiver (untimed).
 func (e *env) hookJobs(ctx context.Context, recv *hookReceiver, round string, n int) ([]string, []string, error) {
 	ids, keys := make([]string, n), make([]string, n)
-	var next atomic.Int64
-	var first atomic.Pointer[error]
-	var wg sync.WaitGroup
-	for range 32 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				i := int(next.Add(1) - 1)
-				if i >= n || first.Load() != nil {
-					return
-				}
-				now := time.Now().UTC()
-				keys[i] = round + "/" + strconv.Itoa(i)
-				j := &mj.Job{
-					ID: uuid.NewString(), AccountID: account, Status: mj.StatusQueued,
-					InputFiles:     map[string]string{},
-					OutputNames:    []string{"o.wav"},
-					FFmpegCommands: []string{"-f lavfi -i sine=duration=0.1 outputs/o.wav"},
-					WebhookURL:     recv.url + "/hook/" + keys[i],
-					Machine:        parkedMachine, TimeoutSeconds: 3600,
-					CreatedAt: now, QueuedAt: now, UpdatedAt: now,
-				}
-				if err := e.st.CreateJob(ctx, j); err != nil {
-					first.CompareAndSwap(nil, &err)
-					return
-				}
-				ids[i] = j.ID
-			}
-		}()
-	}
-	wg.Wait()
-	if p := first.Load(); p != nil {
-		return nil, nil, *p
+	_, err := posts(n, 32, func(i int) error {
+		now := time.Now().UTC()
+		keys[i] = round + "/" + strconv.Itoa(i)
+		j := &mj.Job{
+			ID: uuid.NewString(), AccountID: account, Status: mj.StatusQueued,
+			InputFiles:     map[string]string{},
+			OutputNames:    []string{"o.wav"},
+			FFmpegCommands: []string{"-f lavfi -i sine=duration=0.1 outputs/o.wav"},
+			WebhookURL:     recv.url + "/hook/" + keys[i],
+			Machine:        parkedMachine, TimeoutSeconds: 3600,
+			CreatedAt: now, QueuedAt: now, UpdatedAt: now,
+		}
+		ids[i] = j.ID
+		return e.st.CreateJob(ctx, j)
+	})
+	if err != nil {
+		return nil, nil, err
 	}
 	return ids, keys, nil
 }
@@ -374,7 +357,8 @@ func maxTime(a, b time.Time) time.Time {
 	return a
 }
 
-// posts calls op n times from conc goroutines and returns calls per second.
+// posts calls op n times (i = 0…n-1) from conc goroutines, stopping at the first
+// error, and returns calls per second.
 func posts(n, conc int, op func(i int) error) (float64, error) {
 	var next atomic.Int64
 	var first atomic.Pointer[error]
