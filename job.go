@@ -154,6 +154,9 @@ type Manifest struct {
 	AllowLoopback bool `json:"allow_loopback,omitempty"`
 	// AllowGPU: the pool has GPUs, so GPU codecs and filters are allowed.
 	AllowGPU bool `json:"allow_gpu,omitempty"`
+	// DiskBytes caps the job's directory (the pool's disk): inputs, intermediate
+	// files and outputs together. 0: no cap.
+	DiskBytes int64 `json:"disk_bytes,omitempty"`
 	// ManifestURL, when set, is all the payload holds: the manifest was over Nomad's
 	// payload limit and waits behind this signed URL.
 	ManifestURL string `json:"manifest_url,omitempty"`

@@ -87,7 +87,8 @@ func (l *Local) Put(_ context.Context, key string, r io.Reader, max int64) (int6
 	return n, os.Rename(f.Name(), p)
 }
 
-// ErrTooLarge is returned by Put when the body exceeds the limit.
+// ErrTooLarge is returned by Put when the body exceeds the limit, and by ReadAll
+// for a blob larger than MaxSmall.
 var ErrTooLarge = errors.New("blob too large")
 
 // Open returns the file at key and its size.
@@ -111,15 +112,23 @@ func (l *Local) Open(_ context.Context, key string) (io.ReadSeekCloser, int64, e
 	return f, st.Size(), nil
 }
 
-// ReadAll reads the whole (small) blob at key.
+// ReadAll reads the whole blob at key, a small one: at most MaxSmall bytes, and
+// ErrTooLarge past that.
 func (l *Local) ReadAll(ctx context.Context, key string) ([]byte, error) {
 	f, _, err := l.Open(ctx, key)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	return io.ReadAll(f)
+	b, err := io.ReadAll(io.LimitReader(f, MaxSmall+1))
+	if err == nil && len(b) > MaxSmall {
+		return nil, ErrTooLarge
+	}
+	return b, err
 }
+
+// MaxSmall bounds what ReadAll reads: a runner's result.json, a large manifest.
+const MaxSmall = 8 << 20
 
 // Sweep deletes the files under prefix last written before cutoff, and the
 // directories it leaves empty. It returns how many files it deleted.

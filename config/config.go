@@ -180,6 +180,10 @@ type Pool struct {
 	// MaxAttempts bounds the attempts of a job whose worker was lost or crashed
 	// (never a job whose command failed).
 	MaxAttempts int `hcl:"max_attempts,optional"`
+	// Sandbox is where a raw_exec pool's ffmpeg runs: "bwrap" (the default:
+	// bubblewrap, no network, only the job's files) or "none" (unsandboxed, for
+	// trusted commands only). Docker pools are contained by the container.
+	Sandbox string `hcl:"sandbox,optional"`
 
 	DefRange       hcl.Range `hcl:",def_range"`
 	DriverRange    hcl.Range `hcl:"driver,attr_range"`
@@ -190,6 +194,7 @@ type Pool struct {
 	CPURange       hcl.Range `hcl:"cpu,attr_range"`
 	MemoryRange    hcl.Range `hcl:"memory,attr_range"`
 	QueueLimRange  hcl.Range `hcl:"queue_limit,attr_range"`
+	SandboxRange   hcl.Range `hcl:"sandbox,attr_range"`
 
 	DefaultTimeoutD time.Duration
 	MaxTimeoutD     time.Duration
@@ -373,6 +378,12 @@ func (c *Config) finish() hcl.Diagnostics {
 		if p.Driver == "docker" && p.Image == "" {
 			bad(p.DefRange, "Missing image", fmt.Sprintf("pool %q uses the docker driver and needs an image (the worker image, e.g. \"mediajobs-worker:local\").", p.Name))
 		}
+		switch {
+		case p.Driver == "raw_exec" && p.Sandbox != "bwrap" && p.Sandbox != "none":
+			bad(p.SandboxRange, "Invalid sandbox", fmt.Sprintf("pool %q: sandbox = %q; use \"bwrap\" (bubblewrap, the default) or \"none\" (no sandbox: only for trusted commands).", p.Name, p.Sandbox))
+		case p.Driver == "docker" && p.Sandbox != "":
+			bad(p.SandboxRange, "Invalid sandbox", fmt.Sprintf("pool %q: sandbox applies to raw_exec pools; a docker pool's ffmpeg runs in its container (no network, unprivileged user, read-only root). Remove the setting.", p.Name))
+		}
 		if p.Disk < 50 {
 			bad(p.DiskRange, "Invalid disk", fmt.Sprintf("pool %q: disk = %d MB is too small; jobs keep inputs and outputs there (at least 50).", p.Name, p.Disk))
 		}
@@ -413,6 +424,9 @@ var supportedDrivers = map[string]bool{"raw_exec": true, "docker": true}
 func (p *Pool) applyDefaults() {
 	if p.Driver == "" {
 		p.Driver = "raw_exec"
+	}
+	if p.Driver == "raw_exec" && p.Sandbox == "" {
+		p.Sandbox = "bwrap"
 	}
 	if len(p.Datacenters) == 0 {
 		p.Datacenters = []string{"*"}

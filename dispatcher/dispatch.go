@@ -249,6 +249,9 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 		AllowLoopback:  d.Config.Server.AllowLoopback,
 		AllowGPU:       pool != nil && pool.GPUs() > 0,
 	}
+	if pool != nil {
+		m.DiskBytes = int64(pool.Disk) << 20 // Nomad's MB are MiB
+	}
 	b := mustJSON(m)
 	if len(b) <= maxPayload {
 		return b, nil

@@ -309,7 +309,7 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) {
 		if j.Status.Terminal() || j.Attempt != attempt || j.NomadJobID != a.NomadJobID {
 			return errSkip
 		}
-		return transition(j, a, result, time.Now().UTC(), runScope(id, attempt), d.maxAttempts(j))
+		return transition(j, a, checked(result, j, d.Config.Server.MaxOutputFiles), time.Now().UTC(), runScope(id, attempt), d.maxAttempts(j))
 	})
 	d.applied(ctx, id, a.NomadJobID, j, err)
 }
@@ -347,6 +347,18 @@ func (d *Dispatcher) maxAttempts(j *mj.Job) int {
 		return p.MaxAttempts
 	}
 	return 1
+}
+
+// checked turns a successful result whose outputs j did not declare into a
+// failed one: the result was written by a worker that runs users' commands.
+func checked(r *mj.Result, j *mj.Job, maxOutputs int) *mj.Result {
+	if r == nil || !r.Succeeded {
+		return r
+	}
+	if err := mj.CheckOutputs(r.Outputs, j.OutputNames, maxOutputs); err != nil {
+		return &mj.Result{JobID: r.JobID, Attempt: r.Attempt, InputBytes: r.InputBytes, ErrorMessage: err.Error()}
+	}
+	return r
 }
 
 // transition is the pure part of apply: how an allocation state and the runner's
@@ -433,6 +445,9 @@ func (d *Dispatcher) readResult(ctx context.Context, id string, attempt int) (*m
 	b, err := d.Blobs.ReadAll(ctx, runScope(id, attempt)+"result.json")
 	if errors.Is(err, blob.ErrNotFound) {
 		return nil, nil
+	}
+	if errors.Is(err, blob.ErrTooLarge) {
+		return &mj.Result{JobID: id, Attempt: attempt, ErrorMessage: fmt.Sprintf("the worker's result.json was larger than %d bytes; nothing was published", blob.MaxSmall)}, nil
 	}
 	if err != nil {
 		return nil, err

@@ -4,10 +4,12 @@
 #
 # One allocation, four tasks sharing the allocation directory (/alloc/work):
 #   fetch     prestart   network: host  downloads the inputs
-#   runner    main       network: none  runs ffmpeg (read-only root, only /alloc writable)
+#   runner    main       network: none  runs ffmpeg (read-only root, only /alloc writable);
+#                                       no manifest: nothing it can read holds a signed link
 #   progress  sidecar    network: host  posts the progress file the runner writes
 #   upload    poststop   network: host  uploads the outputs and the result
-# ffmpeg itself can reach nothing: not the network, not the host's loopback.
+# ffmpeg itself can reach nothing: not the network, not the host's loopback. Every
+# task runs as uid/gid 65534 without capabilities.
 #
 # By hand:  nomad job run -var pool=cpu -var image=mediajobs-worker:local docker.nomad.hcl
 
@@ -48,6 +50,18 @@ variable "disk" {
   type        = number
   default     = 2048
   description = "MB of ephemeral disk per job"
+}
+
+variable "sandbox" {
+  type        = string
+  default     = ""
+  description = "unused by docker pools: the container is ffmpeg's sandbox"
+}
+
+variable "user" {
+  type        = string
+  default     = "65534:65534"
+  description = "uid:gid every task runs as (the worker image's USER too)"
 }
 
 variable "image" {
@@ -123,6 +137,7 @@ job "mediajobs" {
 
     task "fetch" {
       driver = "docker"
+      user   = var.user
 
       lifecycle {
         hook    = "prestart"
@@ -132,7 +147,7 @@ job "mediajobs" {
       config {
         image           = var.image
         command         = var.runner_command
-        args            = ["runner", "-phase", "fetch", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
+        args            = ["runner", "-phase", "fetch", "-sandbox", "container", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
         network_mode    = "host"
         readonly_rootfs = true
         cap_drop        = ["all"]
@@ -151,11 +166,14 @@ job "mediajobs" {
 
     task "runner" {
       driver = "docker"
+      user   = var.user
 
       config {
         image           = var.image
         command         = var.runner_command
-        args            = ["runner", "-phase", "exec", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
+        # No -manifest and no dispatch_payload: exec reads what fetch left in the
+        # work directory without any signed link (ffmpeg can read all this task can).
+        args            = ["runner", "-phase", "exec", "-sandbox", "container", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
         network_mode    = "none"
         readonly_rootfs = true
         runtime         = var.gpu_count > 0 ? "nvidia" : null
@@ -169,10 +187,6 @@ job "mediajobs" {
       env {
         HOME                       = "${NOMAD_ALLOC_DIR}/work"
         NVIDIA_DRIVER_CAPABILITIES = "compute,video,utility"
-      }
-
-      dispatch_payload {
-        file = "manifest.json"
       }
 
       resources {
@@ -215,6 +229,7 @@ job "mediajobs" {
 
     task "progress" {
       driver = "docker"
+      user   = var.user
 
       lifecycle {
         hook    = "poststart"
@@ -224,7 +239,7 @@ job "mediajobs" {
       config {
         image           = var.image
         command         = var.runner_command
-        args            = ["runner", "-phase", "progress", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
+        args            = ["runner", "-phase", "progress", "-sandbox", "container", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
         network_mode    = "host"
         readonly_rootfs = true
         cap_drop        = ["all"]
@@ -243,6 +258,7 @@ job "mediajobs" {
 
     task "upload" {
       driver = "docker"
+      user   = var.user
 
       lifecycle {
         hook = "poststop"
@@ -251,7 +267,7 @@ job "mediajobs" {
       config {
         image           = var.image
         command         = var.runner_command
-        args            = ["runner", "-phase", "upload", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
+        args            = ["runner", "-phase", "upload", "-sandbox", "container", "-manifest", "${NOMAD_TASK_DIR}/manifest.json", "-workdir", "${NOMAD_ALLOC_DIR}/work"]
         network_mode    = "host"
         readonly_rootfs = true
         cap_drop        = ["all"]

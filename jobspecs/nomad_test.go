@@ -58,8 +58,14 @@ func TestNomadAcceptsRenderedJobs(t *testing.T) {
 				if task.Name == "runner" {
 					main = task
 				}
-				if task.DispatchPayload == nil || task.DispatchPayload.File != "manifest.json" {
-					t.Fatalf("task %s gets no manifest", task.Name)
+				// The docker pool's ffmpeg task must not see the manifest's signed
+				// links; every other task needs the manifest.
+				wantManifest := !(pool.Driver == "docker" && task.Name == "runner")
+				if got := task.DispatchPayload != nil && task.DispatchPayload.File == "manifest.json"; got != wantManifest {
+					t.Fatalf("task %s: gets the manifest %v, want %v", task.Name, got, wantManifest)
+				}
+				if pool.Driver == "raw_exec" && !strings.Contains(strings.Join(anyStrings(task.Config["args"]), " "), "-sandbox "+pool.Sandbox) {
+					t.Fatalf("task %s args %v: no -sandbox %s", task.Name, task.Config["args"], pool.Sandbox)
 				}
 			}
 			if main == nil || *main.Resources.CPU != pool.CPU || *main.Resources.MemoryMB != pool.Memory {
@@ -119,9 +125,22 @@ func checkDockerSandbox(t *testing.T, tasks []*api.Task) {
 		if task.Driver != "docker" || task.Config["network_mode"] != want[task.Name] || task.Config["readonly_rootfs"] != true {
 			t.Fatalf("task %s: driver %s config %v", task.Name, task.Driver, task.Config)
 		}
+		if task.User != "65534:65534" {
+			t.Fatalf("task %s runs as %q, want 65534:65534", task.Name, task.User)
+		}
 		delete(want, task.Name)
 	}
 	if len(want) != 0 {
 		t.Fatalf("tasks missing: %v", want)
 	}
+}
+
+func anyStrings(v any) []string {
+	var out []string
+	if l, ok := v.([]any); ok {
+		for _, x := range l {
+			out = append(out, fmt.Sprint(x))
+		}
+	}
+	return out
 }

@@ -42,6 +42,12 @@ variable "disk" {
   description = "MB of ephemeral disk per job"
 }
 
+variable "sandbox" {
+  type        = string
+  default     = "bwrap"
+  description = "where ffmpeg runs: bwrap (bubblewrap: no network, uid 65534, only the job's files) or none (trusted commands only)"
+}
+
 variable "image" {
   type        = string
   default     = ""
@@ -119,7 +125,9 @@ job "mediajobs" {
 
       config {
         command = var.runner_command
-        args    = ["runner", "-manifest", "${NOMAD_TASK_DIR}/manifest.json"]
+        # The runner fetches and uploads; ffmpeg and ffprobe run under bubblewrap
+        # (-sandbox bwrap): see the README's "Containment".
+        args = ["runner", "-sandbox", var.sandbox, "-manifest", "${NOMAD_TASK_DIR}/manifest.json"]
       }
 
       dispatch_payload {

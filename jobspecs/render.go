@@ -54,6 +54,7 @@ func Render(pool *config.Pool, runnerCommand string) (Rendered, error) {
 		"gpu_count":         strconv.Itoa(gpu.Count),
 		"gpu_min_memory_mb": strconv.Itoa(gpu.MinMemoryMB),
 		"gpu_model":         quote(gpu.Model),
+		"sandbox":           quote(pool.Sandbox),
 	}
 	return Rendered{JobID: JobID(pool.Name), HCL: string(src), Variables: varFile(vars)}, nil
 }

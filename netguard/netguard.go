@@ -63,6 +63,11 @@ func embeddedIPv4(a netip.Addr) (netip.Addr, bool) {
 
 // Check reports why addr may not be dialed, or nil.
 func Check(addr netip.Addr, allowLoopback bool) error {
+	// A zone (fe80::1%eth0) names an interface of this host; and no prefix
+	// contains a zoned address, so the ranges below would not see it.
+	if addr.Zone() != "" {
+		return fmt.Errorf("address %s names a network interface (IPv6 zone), which is not allowed", addr)
+	}
 	addr = addr.Unmap()
 	if addr.IsLoopback() {
 		if allowLoopback {

@@ -1,6 +1,8 @@
 package netguard
 
 import (
+	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -49,4 +51,26 @@ func TestTransportRefusesLoopbackUnlessAllowed(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
+}
+
+// TestZonedAddressesAreRefused: netip.Prefix.Contains is false for any address
+// with a zone, so fe80::1%eth0 once passed every range. Refused as an address, as
+// a URL at create time, and at dial time (nothing listens there: the dial is
+// refused before any packet, and the error says why).
+func TestZonedAddressesAreRefused(t *testing.T) {
+	for _, a := range []string{"fe80::1%eth0", "fd00::1%lo", "::1%lo", "2001:4860:4860::8888%eth0", "ff02::1%eth0"} {
+		if err := Check(netip.MustParseAddr(a), true); err == nil || !strings.Contains(err.Error(), "zone") {
+			t.Errorf("Check(%s) = %v, want a refusal naming the zone", a, err)
+		}
+	}
+	for _, u := range []string{"http://[fe80::1%25eth0]/x", "http://[fd00::1%25lo]:8080/x", "https://[::1%25lo]/"} {
+		if err := CheckURL(context.Background(), net.DefaultResolver, u, true); err == nil {
+			t.Errorf("CheckURL(%s) allowed a zoned address", u)
+		}
+	}
+	c := &http.Client{Transport: Transport(true)}
+	_, err := c.Get("http://[fe80::1%25lo]:9/")
+	if err == nil || !strings.Contains(err.Error(), "zone") {
+		t.Errorf("dial of a zoned address: %v, want refused by the guard", err)
+	}
 }

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -129,7 +128,7 @@ func ForwardProgress(ctx context.Context, file, url string) {
 
 // expectedDuration is how many seconds of output a command should produce: its -t
 // or -to, else the duration of its first input as ffprobe reports it; 0 if unknown.
-func expectedDuration(ctx context.Context, ffprobe, dir string, argv []string) float64 {
+func (r *Runner) expectedDuration(ctx context.Context, argv []string) float64 {
 	var firstInput string
 	var t, to float64
 	for i := 0; i+1 < len(argv); i++ {
@@ -159,10 +158,10 @@ func expectedDuration(ctx context.Context, ffprobe, dir string, argv []string) f
 	}
 	// A lavfi source (-f lavfi -i sine=duration=1) or a device is no file: don't
 	// spend an ffprobe run on it.
-	if fi, err := os.Stat(filepath.Join(dir, firstInput)); err != nil || !fi.Mode().IsRegular() {
+	if fi, err := os.Lstat(filepath.Join(r.WorkDir, firstInput)); err != nil || !fi.Mode().IsRegular() {
 		return 0
 	}
-	if p, err := probe(ctx, ffprobe, filepath.Join(dir, firstInput)); err == nil && p.DurationSeconds != nil {
+	if p, err := r.probe(ctx, firstInput); err == nil && p.DurationSeconds != nil {
 		return *p.DurationSeconds
 	}
 	return 0
@@ -182,14 +181,18 @@ func parseDuration(s string) float64 {
 	return total
 }
 
-// probe runs ffprobe on a file.
-func probe(ctx context.Context, ffprobe, path string) (*mj.Probe, error) {
-	if ffprobe == "" {
-		ffprobe = "ffprobe"
-	}
+// probe runs ffprobe on a file of the job, named relative to its directory, in
+// the same sandbox as ffmpeg: a playlist or a MOV may name other paths or URLs.
+func (r *Runner) probe(ctx context.Context, rel string) (*mj.Probe, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, ffprobe, "-v", "error", "-show_format", "-show_streams", "-of", "json", path).Output()
+	// "-protocol_whitelist file": ffprobe opens local files only, whatever the
+	// file names (the sandbox stops the rest).
+	cmd, err := r.command(ctx, r.ffprobe(), "-v", "error", "-protocol_whitelist", "file", "-show_format", "-show_streams", "-of", "json", "./"+rel)
+	if err != nil {
+		return nil, err
+	}
+	out, err := cmd.Output()
 	if err != nil {
 		return nil, err
 	}

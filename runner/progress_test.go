@@ -16,10 +16,10 @@ func TestParseDuration(t *testing.T) {
 			t.Errorf("parseDuration(%q) = %v, want %v", in, got, want)
 		}
 	}
-	if d := expectedDuration(context.Background(), "", t.TempDir(), []string{"-f", "lavfi", "-i", "testsrc", "-t", "00:00:20", "o.mp4"}); d != 20 {
+	if d := (&Runner{WorkDir: t.TempDir()}).expectedDuration(context.Background(), []string{"-f", "lavfi", "-i", "testsrc", "-t", "00:00:20", "o.mp4"}); d != 20 {
 		t.Errorf("-t after -i: %v", d)
 	}
-	if d := expectedDuration(context.Background(), "", t.TempDir(), []string{"-t", "5", "-i", "x:y", "o.mp4"}); d != 0 {
+	if d := (&Runner{WorkDir: t.TempDir()}).expectedDuration(context.Background(), []string{"-t", "5", "-i", "x:y", "o.mp4"}); d != 0 {
 		t.Errorf("-t before -i (an input option) taken as the output length: %v", d)
 	}
 }

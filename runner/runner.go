@@ -9,12 +9,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"syscall"
@@ -24,6 +24,7 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/command"
 	"github.com/mediajobs/mediajobs/netguard"
+	"github.com/mediajobs/mediajobs/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,6 +39,9 @@ type Runner struct {
 	// ProgressFile, when set, receives progress reports instead of the progress URL
 	// (docker pools: ffmpeg has no network; a sidecar posts the file).
 	ProgressFile string
+	// Sandbox, when set, runs ffmpeg and ffprobe inside it (raw_exec pools). Nil
+	// runs them directly: on docker pools the container is the sandbox.
+	Sandbox *sandbox.Bwrap
 }
 
 // LoadManifest reads the dispatch payload at path; when the manifest was too big for
@@ -92,6 +96,21 @@ type State struct {
 	// node shutdown, a cancel) before the job ended. No result is reported, so the
 	// dispatcher treats it as a lost worker and retries it.
 	Stopped bool `json:"stopped,omitempty"`
+	// Job is the manifest without its signed links (ExecManifest): all the exec
+	// phase of a docker pool gets, so that nothing ffmpeg can read holds a secret.
+	Job *mj.Manifest `json:"job,omitempty"`
+}
+
+// ExecManifest is m without anything secret: no upload, progress or manifest
+// link, and input names without their URLs. It is all running the commands needs.
+func ExecManifest(m *mj.Manifest) *mj.Manifest {
+	c := *m
+	c.UploadURL, c.ProgressURL, c.ManifestURL = "", "", ""
+	c.InputFiles = make(map[string]string, len(m.InputFiles))
+	for name := range m.InputFiles {
+		c.InputFiles[name] = ""
+	}
+	return &c
 }
 
 // ErrStopped is Upload's answer for a stopped job: nothing was reported.
@@ -135,6 +154,9 @@ func (r *Runner) defaults(m *mj.Manifest) {
 		r.Log = io.Discard
 	}
 	r.AllowGPU = m.AllowGPU
+	if r.Sandbox != nil {
+		r.Sandbox.GPU = m.AllowGPU
+	}
 }
 
 // Fetch checks the commands and downloads the inputs into inputs/. It needs the
@@ -145,6 +167,7 @@ func (r *Runner) Fetch(ctx context.Context, m *mj.Manifest) *State {
 	if m.TimeoutSeconds > 0 {
 		st.Deadline = time.Now().Add(time.Duration(m.TimeoutSeconds) * time.Second)
 	}
+	st.Job = ExecManifest(m)
 	ctx, cancel := r.deadline(ctx, st)
 	defer cancel()
 	if err := r.fetch(ctx, m, st); err != nil {
@@ -178,7 +201,11 @@ func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 		if files != "" && strings.HasPrefix(m.InputFiles[name], files) {
 			client = own
 		}
-		n, err := fetch(ctx, client, m.InputFiles[name], filepath.Join(r.WorkDir, "inputs", name))
+		budget := int64(-1) // what is left of the pool's disk; -1: no cap
+		if m.DiskBytes > 0 {
+			budget = max(m.DiskBytes-st.InputBytes, 0)
+		}
+		n, err := fetch(ctx, client, m.InputFiles[name], filepath.Join(r.WorkDir, "inputs", name), budget)
 		if err != nil {
 			if ctx.Err() != nil {
 				return interrupted(ctx, m, st, fmt.Sprintf("while fetching input %q", name))
@@ -190,6 +217,10 @@ func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 	}
 	return nil
 }
+
+// prepare is command.Prepare; the escape tests swap it to prove the sandbox
+// holds for commands the checker would refuse.
+var prepare = command.Prepare
 
 // commands splits and checks every command again (the gateway did already):
 // nothing the runner executes escapes these rules.
@@ -203,7 +234,7 @@ func (r *Runner) commands(m *mj.Manifest) ([][]string, error) {
 	}
 	argvs := make([][]string, len(m.FFmpegCommands))
 	for i, c := range m.FFmpegCommands {
-		argv, err := command.Prepare(c, spec)
+		argv, err := prepare(c, spec)
 		if err != nil {
 			return nil, fmt.Errorf("command %d: %v", i+1, err)
 		}
@@ -237,8 +268,11 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 	for i, argv := range argvs {
 		fmt.Fprintf(r.Log, "running command %d of %d: ffmpeg %s\n", i+1, len(argvs), strings.Join(argv, " "))
 		rep := &reporter{url: m.ProgressURL, file: r.ProgressFile, client: r.client(nil), index: i + 1, count: len(argvs), now: time.Now,
-			duration: expectedDuration(ctx, r.FFprobe, r.WorkDir, argv)}
-		if err := r.ffmpeg(ctx, argv, rep); err != nil {
+			duration: r.expectedDuration(ctx, argv)}
+		if err := r.ffmpeg(ctx, argv, rep, m.DiskBytes); err != nil {
+			if errors.Is(err, errDiskFull) {
+				return fmt.Errorf("command %d of %d: %w", i+1, len(argvs), err)
+			}
 			if ctx.Err() != nil {
 				return interrupted(ctx, m, st, fmt.Sprintf("while running command %d of %d", i+1, len(argvs)))
 			}
@@ -253,13 +287,12 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 		return fmt.Errorf("the commands produced %d output files, more than the limit of %d", len(files), max)
 	}
 	for _, f := range files {
-		p := filepath.Join(r.WorkDir, "outputs", f)
-		info, err := os.Stat(p)
+		info, err := os.Lstat(filepath.Join(r.WorkDir, "outputs", f))
 		if err != nil {
 			return fmt.Errorf("read output %s: %w", f, err)
 		}
 		// Probed here, without network: a playlist output may name URLs.
-		pr, err := probe(ctx, r.FFprobe, p)
+		pr, err := r.probe(ctx, "outputs/"+f)
 		if err != nil {
 			fmt.Fprintf(r.Log, "ffprobe %s: %v (reported without metadata)\n", f, err)
 		}
@@ -283,8 +316,13 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 		st.fail(fmt.Errorf("the commands did not run to the end: the worker was killed (for example for going over the pool's memory limit) or could not start"))
 	}
 	if !st.Failed {
+		if err := mj.CheckOutputs(st.Outputs, m.OutputNames, m.MaxOutputFiles); err != nil {
+			st.fail(err) // the state was written where ffmpeg could write too
+		}
+	}
+	if !st.Failed {
 		for _, o := range st.Outputs {
-			fh, err := os.Open(filepath.Join(r.WorkDir, "outputs", o.Name))
+			fh, err := os.OpenFile(filepath.Join(r.WorkDir, "outputs", o.Name), os.O_RDONLY|unix.O_NOFOLLOW, 0)
 			if err == nil {
 				err = put(uctx, client, uploadURL(m, "outputs/"+o.Name), fh, o.Size)
 				fh.Close()
@@ -327,19 +365,46 @@ func timeoutError(m *mj.Manifest, where string) error {
 	return fmt.Errorf("job timed out after %ds (timeout_seconds) %s; ffmpeg was stopped", m.TimeoutSeconds, where)
 }
 
+// errDiskFull: the job's directory outgrew the pool's disk.
+var errDiskFull = errors.New("the job's files (inputs, intermediate files and outputs) grew past the pool's disk limit; ffmpeg was stopped (use a pool with more disk, or produce smaller files)")
+
+// ffprobe is the ffprobe binary to run.
+func (r *Runner) ffprobe() string {
+	if r.FFprobe == "" {
+		return "ffprobe"
+	}
+	return r.FFprobe
+}
+
+// command is bin with args, run in the job's directory with a clean environment:
+// inside the sandbox when the runner has one.
+func (r *Runner) command(ctx context.Context, bin string, args ...string) (*exec.Cmd, error) {
+	if r.Sandbox != nil {
+		return r.Sandbox.Command(ctx, r.WorkDir, bin, args, sandbox.Env(gpuEnv()...))
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = r.WorkDir
+	cmd.Env = ffmpegEnv(r.WorkDir)
+	return cmd, nil
+}
+
 // ffmpeg runs one command in the working directory; on failure the error carries
 // the exit code and the tail of ffmpeg's stderr.
 // ffmpeg's -progress goes to file descriptor 3, a pipe of our own, so it can never
-// mix with an output a command writes to stdout.
-func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter) error {
+// mix with an output a command writes to stdout. With diskLimit > 0, ffmpeg is
+// stopped once the job's directory holds more than that many bytes.
+func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskLimit int64) error {
 	bin := r.FFmpeg
 	if bin == "" {
 		bin = "ffmpeg"
 	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	args := append([]string{"-hide_banner", "-nostdin", "-y", "-loglevel", "error", "-nostats", "-progress", "pipe:3"}, argv...)
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = r.WorkDir
-	cmd.Env = ffmpegEnv(r.WorkDir)
+	cmd, err := r.command(ctx, bin, args...)
+	if err != nil {
+		return err
+	}
 	tail := &tailBuffer{max: 4096}
 	cmd.Stdout = io.Discard
 	cmd.Stderr = io.MultiWriter(tail, r.Log)
@@ -354,6 +419,9 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter) error
 	err = cmd.Start()
 	pw.Close() // ffmpeg holds the write end now
 	if err == nil {
+		if diskLimit > 0 {
+			go watchDisk(ctx, r.WorkDir, diskLimit, cancel)
+		}
 		err = cmd.Wait()
 	}
 	<-done
@@ -361,28 +429,98 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter) error
 	if err == nil {
 		return nil
 	}
+	if errors.Is(context.Cause(ctx), errDiskFull) {
+		return errDiskFull
+	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		msg := strings.TrimSpace(tail.String())
+		if r.Sandbox != nil {
+			if why := sandbox.SetupError(msg); why != "" {
+				return fmt.Errorf("the sandbox for ffmpeg could not start on this worker (bubblewrap: %s); the node's operator must fix it", strings.TrimPrefix(why, "bwrap: "))
+			}
+		}
 		if msg == "" {
 			msg = "ffmpeg printed no error"
 		}
-		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ctx.Err() == nil {
+		if sig, ok := killedBy(exit, r.Sandbox != nil); ok && ctx.Err() == nil {
 			// Not our doing: the kernel's OOM killer, most likely.
 			return fmt.Errorf("ffmpeg was killed by signal %s, most likely for going over the pool's memory limit (use a machine with more memory, or lower the resolution or the number of threads): %s",
-				unix.SignalName(ws.Signal()), lastLines(msg, 4))
+				unix.SignalName(sig), lastLines(msg, 4))
 		}
 		return fmt.Errorf("ffmpeg exited with code %d: %s", exit.ExitCode(), lastLines(msg, 8))
 	}
 	return fmt.Errorf("could not start ffmpeg: %v", err)
 }
 
-// ffmpegEnv is all ffmpeg gets of the environment. On a GPU pool Nomad names the
-// allocation's GPUs in NVIDIA_VISIBLE_DEVICES; the NVIDIA container runtime
-// applies it on docker pools, but on raw_exec only CUDA_VISIBLE_DEVICES keeps
-// ffmpeg off the other jobs' GPUs.
+// killedBy tells whether ffmpeg died of a signal: directly, or inside bubblewrap,
+// which exits with 128 + the signal of the command it ran.
+func killedBy(exit *exec.ExitError, sandboxed bool) (syscall.Signal, bool) {
+	ws, ok := exit.Sys().(syscall.WaitStatus)
+	if !ok {
+		return 0, false
+	}
+	if ws.Signaled() {
+		return ws.Signal(), true
+	}
+	if c := ws.ExitStatus(); sandboxed && c > 128 && c < 128+65 {
+		return syscall.Signal(c - 128), true
+	}
+	return 0, false
+}
+
+// watchDisk cancels ctx with errDiskFull once dir holds more than limit bytes.
+// Nomad reserves a pool's ephemeral disk but does not enforce it.
+func watchDisk(ctx context.Context, dir string, limit int64, cancel context.CancelCauseFunc) {
+	t := time.NewTicker(diskEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if dirSize(dir) > limit {
+			cancel(errDiskFull)
+			return
+		}
+	}
+}
+
+// diskEvery is how often a running job's directory is measured.
+const diskEvery = 500 * time.Millisecond
+
+// dirSize is the bytes allocated to the files under dir (sparse files count what
+// they occupy, not their length).
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				n += st.Blocks * 512
+			} else {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+// ffmpegEnv is all ffmpeg gets of the environment when it runs without the
+// bubblewrap sandbox (docker pools).
 func ffmpegEnv(workDir string) []string {
-	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workDir}
+	return append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + workDir}, gpuEnv()...)
+}
+
+// gpuEnv passes on the allocation's GPUs. On a GPU pool Nomad names them in
+// NVIDIA_VISIBLE_DEVICES; the NVIDIA container runtime applies it on docker pools,
+// but on raw_exec only CUDA_VISIBLE_DEVICES keeps ffmpeg off the other jobs' GPUs.
+func gpuEnv() []string {
+	var env []string
 	if v := os.Getenv("NVIDIA_VISIBLE_DEVICES"); v != "" {
 		env = append(env, "NVIDIA_VISIBLE_DEVICES="+v)
 		if v != "all" && v != "none" && v != "void" {
@@ -401,7 +539,7 @@ func collectOutputs(dir string, names []string) ([]string, error) {
 	}
 	var files []string
 	for _, name := range names {
-		re := patternRegexp(name)
+		re := mj.OutputPattern(name)
 		n := 0
 		for _, e := range entries {
 			if e.Type().IsRegular() && re.MatchString(e.Name()) {
@@ -416,17 +554,9 @@ func collectOutputs(dir string, names []string) ([]string, error) {
 	return files, nil
 }
 
-var counterRe = regexp.MustCompile(`%0?([1-9]?)d`)
-
-func patternRegexp(name string) *regexp.Regexp {
-	loc := counterRe.FindStringIndex(name)
-	if loc == nil {
-		return regexp.MustCompile("^" + regexp.QuoteMeta(name) + "$")
-	}
-	return regexp.MustCompile("^" + regexp.QuoteMeta(name[:loc[0]]) + `\d+` + regexp.QuoteMeta(name[loc[1]:]) + "$")
-}
-
-func fetch(ctx context.Context, client *http.Client, url, path string) (int64, error) {
+// fetch downloads url to path, refusing more than budget bytes (the pool's disk
+// left to the job; -1 for no cap) or more than the worker has free.
+func fetch(ctx context.Context, client *http.Client, url, path string, budget int64) (int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
@@ -441,28 +571,28 @@ func fetch(ctx context.Context, client *http.Client, url, path string) (int64, e
 	}
 	// Nomad reserves ephemeral disk for scheduling but does not enforce it: a
 	// large input must fail here, not fill the node's disk.
-	free := freeBytes(filepath.Dir(path)) // -1: unknown, no cap
-	if free >= 0 {
-		free = max(free-diskReserve, 0)
+	limit, why := budget, fmt.Sprintf("the %d bytes left of the pool's disk for this job (the pool's disk setting)", budget)
+	if free := freeBytes(filepath.Dir(path)); free >= 0 && (limit < 0 || free-diskReserve < limit) {
+		limit, why = max(free-diskReserve, 0), fmt.Sprintf("the %d bytes free on the worker", max(free-diskReserve, 0))
 	}
-	if free >= 0 && resp.ContentLength > free {
-		return 0, fmt.Errorf("it is %d bytes, more than the %d bytes free on the worker", resp.ContentLength, free)
+	if limit >= 0 && resp.ContentLength > limit {
+		return 0, fmt.Errorf("it is %d bytes, more than %s", resp.ContentLength, why)
 	}
-	f, err := os.Create(path)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
 	if err != nil {
 		return 0, err
 	}
 	body := io.Reader(resp.Body)
-	if free >= 0 {
-		body = io.LimitReader(resp.Body, free+1)
+	if limit >= 0 {
+		body = io.LimitReader(resp.Body, limit+1)
 	}
 	n, err := io.Copy(f, body)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil && free >= 0 && n > free {
+	if err == nil && limit >= 0 && n > limit {
 		os.Remove(path)
-		return n, fmt.Errorf("it is more than the %d bytes free on the worker", free)
+		return n, fmt.Errorf("it is more than %s", why)
 	}
 	return n, err
 }

@@ -10,6 +10,8 @@ import (
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/runner"
+	"github.com/mediajobs/mediajobs/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // jobFailed exits 1: the job failed and said why in its result.
@@ -26,7 +28,9 @@ func (exit2) ExitCode() int { return 2 }
 //
 //	-phase all       everything in this process (raw_exec pools)
 //	-phase fetch     inputs into inputs/ (docker prestart task, with network)
-//	-phase exec      the commands, outputs probed (docker main task, no network)
+//	-phase exec      the commands, outputs probed (docker main task, no network);
+//	                 it reads no manifest, only what fetch left without secrets
+
 //	-phase upload    outputs and result to the gateway (docker poststop task)
 //	-phase progress  posts the progress file while exec runs (docker sidecar)
 //
@@ -41,18 +45,46 @@ func runRunner(ctx context.Context, args []string, stdout io.Writer) error {
 	phase := fs.String("phase", "all", "all, fetch, exec, upload or progress")
 	ffmpeg := fs.String("ffmpeg", envOr("MEDIAJOBS_FFMPEG", "ffmpeg"), "ffmpeg binary")
 	ffprobe := fs.String("ffprobe", envOr("MEDIAJOBS_FFPROBE", "ffprobe"), "ffprobe binary")
+	box := fs.String("sandbox", "bwrap", `where ffmpeg runs: "bwrap" (bubblewrap, raw_exec pools), "container" (docker pools: the container is the sandbox) or "none"`)
+	bwrap := fs.String("bwrap", envOr("MEDIAJOBS_BWRAP", "bwrap"), "bubblewrap binary")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	r := &runner.Runner{FFmpeg: *ffmpeg, FFprobe: *ffprobe, WorkDir: *work, Log: stdout}
+	switch *box {
+	case "bwrap":
+		r.Sandbox = &sandbox.Bwrap{Path: *bwrap}
+	case "container", "none":
+	default:
+		return exit2{fmt.Errorf(`unknown -sandbox %q: use "bwrap", "container" or "none"`, *box)}
+	}
+	if err := os.MkdirAll(*work, 0o755); err != nil {
+		return exit2{err}
+	}
+	progressFile := filepath.Join(*work, ".mediajobs-progress.json")
+	if *phase == "exec" {
+		// ffmpeg runs in this container, as this user: keep this process's memory
+		// and environment out of its reach (/proc/1/environ, /proc/1/mem).
+		unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
+		st := r.LoadState()
+		m := st.Job
+		if m == nil {
+			m = &mj.Manifest{}
+		}
+		r.ProgressFile = progressFile
+		r.Exec(ctx, m, st)
+		if err := r.SaveState(st); err != nil {
+			return exit2{err}
+		}
+		// A failure is in the state, and exec exits 0 all the same: Nomad marks an
+		// allocation failed as soon as any task fails, before the poststop upload
+		// task has reported why, and the dispatcher would retry a job with no result.
+		return nil
 	}
 	m, err := runner.LoadManifest(ctx, *manifest)
 	if err != nil {
 		return exit2{err}
 	}
-	if err := os.MkdirAll(*work, 0o750); err != nil {
-		return exit2{err}
-	}
-	r := &runner.Runner{FFmpeg: *ffmpeg, FFprobe: *ffprobe, WorkDir: *work, Log: stdout}
-	progressFile := filepath.Join(*work, ".mediajobs-progress.json")
 	switch *phase {
 	case "all":
 		res, err := r.Run(ctx, m)
@@ -63,17 +95,6 @@ func runRunner(ctx context.Context, args []string, stdout io.Writer) error {
 			return exit2{err}
 		}
 		return nil // a failure is in the state: upload reports it
-	case "exec":
-		st := r.LoadState()
-		r.ProgressFile = progressFile
-		r.Exec(ctx, m, st)
-		if err := r.SaveState(st); err != nil {
-			return exit2{err}
-		}
-		// A failure is in the state, and exec exits 0 all the same: Nomad marks an
-		// allocation failed as soon as any task fails, before the poststop upload
-		// task has reported why, and the dispatcher would retry a job with no result.
-		return nil
 	case "upload":
 		res, err := r.Upload(ctx, m, r.LoadState())
 		return outcome(m, res, err) // reported: now the allocation may show it failed

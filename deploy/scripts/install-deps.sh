@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what mediajobs needs on a fresh Debian machine: ffmpeg/ffprobe and curl
-# from Debian's packages (as root, or through sudo), and Nomad built from the Go
+# Installs what mediajobs needs on a fresh Debian machine: ffmpeg/ffprobe, curl and
+# bubblewrap (the sandbox of raw_exec pools) from Debian's packages (as root, or through sudo), and Nomad built from the Go
 # module proxy (install-nomad.sh). Prints nothing but progress on stderr.
 set -euo pipefail
 
@@ -8,6 +8,7 @@ missing=()
 command -v ffmpeg >/dev/null 2>&1 || missing+=(ffmpeg)
 command -v ffprobe >/dev/null 2>&1 || missing+=(ffmpeg)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 if [ ${#missing[@]} -gt 0 ]; then
 	SUDO=""
 	if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -140,6 +140,7 @@ tar -C "$ROOTFS" --numeric-owner --owner=0 --group=0 -c . |
 	docker import \
 		--change 'ENV PATH=/usr/local/bin:/usr/bin:/bin' \
 		--change 'WORKDIR /' \
+		--change 'USER 65534:65534' \
 		--change "LABEL mediajobs.sum=$SUM" \
 		- "$TAG" >/dev/null
 

@@ -10,3 +10,4 @@ memory = 256
 node_pool = "default"
 pool = "cpu"
 runner_command = "/usr/local/bin/mediajobs"
+sandbox = ""

@@ -10,3 +10,4 @@ memory = 256
 node_pool = "default"
 pool = "docker-gpu"
 runner_command = "/usr/local/bin/mediajobs"
+sandbox = ""

@@ -10,3 +10,4 @@ memory = 256
 node_pool = "default"
 pool = "docker"
 runner_command = "/usr/local/bin/mediajobs"
+sandbox = ""

@@ -10,3 +10,4 @@ memory = 256
 node_pool = "default"
 pool = "nvidia"
 runner_command = "/opt/media \"jobs\"/$${x}"
+sandbox = ""

@@ -1,0 +1,282 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/command"
+	"github.com/mediajobs/mediajobs/sandbox"
+	"github.com/mediajobs/mediajobs/testenv"
+)
+
+// escapeEnv is what an escape attempt could reach on the host: a canary file at
+// an absolute path (text, and a WAV whose samples are that text, so that a copy
+// of its audio is a copy of the secret), a canary in a host process's environment, an
+// empty directory outside the job and a loopback listener that counts connections.
+type escapeEnv struct {
+	secret  string
+	canary  string // text file
+	wav     string // WAV file whose samples are the secret
+	outside string // must stay empty
+	envPid  int    // a host process whose environment holds the secret
+	ln      net.Listener
+	hits    atomic.Int32
+}
+
+func newEscapeEnv(t *testing.T) *escapeEnv {
+	t.Helper()
+	ff := testenv.Binary(t, "ffmpeg")
+	dir := t.TempDir()
+	e := &escapeEnv{secret: fmt.Sprintf("MJCANARY-%d-host-secret", time.Now().UnixNano()), outside: t.TempDir()}
+	e.canary = filepath.Join(dir, "canary.txt")
+	os.WriteFile(e.canary, bytes.Repeat([]byte(e.secret+"\n"), 100), 0o644)
+	e.wav = filepath.Join(dir, "canary.wav")
+	if out, err := exec.Command(ff, "-v", "error", "-f", "u8", "-ar", "8000", "-ac", "1", "-i", e.canary, "-c:a", "pcm_u8", e.wav).CombinedOutput(); err != nil {
+		t.Fatalf("make canary wav: %v %s", err, out)
+	}
+	// A host process with the secret in its environment, as Nomad's agent has
+	// its tokens.
+	holder := exec.Command("sleep", "120")
+	holder.Env = []string{"MEDIAJOBS_ESCAPE_CANARY=" + e.secret}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	e.envPid = holder.Process.Pid
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.ln = ln
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			e.hits.Add(1)
+			c.Close()
+		}
+	}()
+	return e
+}
+
+// leaked says how the attempt got out, or "".
+func (e *escapeEnv) leaked(t *testing.T, work string, up *uploads) string {
+	t.Helper()
+	var why []string
+	up.mu.Lock()
+	for name, b := range up.files {
+		if bytes.Contains(b, []byte(e.secret)) {
+			why = append(why, "the secret is in the uploaded "+name)
+		}
+	}
+	up.mu.Unlock()
+	filepath.WalkDir(work, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(e.secret)) {
+				why = append(why, "the secret is in the job's file "+strings.TrimPrefix(p, work))
+			}
+		}
+		return nil
+	})
+	if ents, _ := os.ReadDir(e.outside); len(ents) > 0 {
+		why = append(why, fmt.Sprintf("%d file(s) written outside the job, e.g. %s", len(ents), ents[0].Name()))
+	}
+	if n := e.hits.Load(); n > 0 {
+		why = append(why, fmt.Sprintf("%d connection(s) to a loopback listener", n))
+	}
+	return strings.Join(why, "; ")
+}
+
+// TestSandboxHoldsWithTheCheckerBypassed runs hostile commands through the real
+// runner, ffmpeg and bubblewrap with the command checker switched off, and
+// asserts on effects: no host file, environment variable or loopback service is
+// reached, and nothing is written outside the job. Each attack is first run
+// without the sandbox, where it must get out: proof that it is a real attack.
+func TestSandboxHoldsWithTheCheckerBypassed(t *testing.T) {
+	testenv.Binary(t, "ffmpeg")
+	testenv.Binary(t, "bwrap")
+	// The checker off: split like a shell, nothing refused.
+	orig := prepare
+	prepare = func(c string, _ command.Spec) ([]string, error) { return command.Split(c) }
+	t.Cleanup(func() { prepare = orig })
+
+	type attack struct {
+		name    string
+		inputs  func(e *escapeEnv) map[string]string // name -> content
+		command func(e *escapeEnv) string
+		outputs []string
+	}
+	playlist := func(path string) string {
+		return "#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\n" + path + "\n#EXT-X-ENDLIST\n"
+	}
+	url := func(e *escapeEnv) string { return "http://" + e.ln.Addr().String() + "/x" }
+	attacks := []attack{{
+		name:   "HLS playlist naming a host file, extension checks off",
+		inputs: func(e *escapeEnv) map[string]string { return map[string]string{"pl.m3u8": playlist(e.wav)} },
+		command: func(e *escapeEnv) string {
+			return "-allowed_extensions ALL -allowed_segment_extensions ALL -extension_picky 0 -i inputs/pl.m3u8 -c copy -f u8 outputs/out.raw"
+		},
+		outputs: []string{"out.raw"},
+	}, {
+		name:    "absolute input path",
+		command: func(e *escapeEnv) string { return "-i " + e.wav + " -c copy -f u8 outputs/out.raw" },
+		outputs: []string{"out.raw"},
+	}, {
+		name: "a host process's environment through /proc",
+		command: func(e *escapeEnv) string {
+			return fmt.Sprintf("-f u8 -ar 8000 -ac 1 -i /proc/%d/environ -c copy -f u8 outputs/out.raw", e.envPid)
+		},
+		outputs: []string{"out.raw"},
+	}, {
+		name: "concat list naming a host file with -safe 0",
+		inputs: func(e *escapeEnv) map[string]string {
+			return map[string]string{"list.txt": "ffconcat version 1.0\nfile '" + e.wav + "'\n"}
+		},
+		command: func(e *escapeEnv) string { return "-f concat -safe 0 -i inputs/list.txt -c copy -f u8 outputs/out.raw" },
+		outputs: []string{"out.raw"},
+	}, {
+		name:    "movie source reading a host file",
+		command: func(e *escapeEnv) string { return "-f lavfi -i amovie=" + e.wav + " -c:a pcm_u8 -f u8 outputs/out.raw" },
+		outputs: []string{"out.raw"},
+	}, {
+		name: "-fpre options writing a segment list outside the job",
+		inputs: func(e *escapeEnv) map[string]string {
+			return map[string]string{"p.txt": "segment_list=" + filepath.Join(e.outside, "list.csv") + "\n"}
+		},
+		command: func(e *escapeEnv) string {
+			return "-f lavfi -i testsrc=d=1:size=64x64 -fpre inputs/p.txt -f segment outputs/seg%d.ts"
+		},
+		outputs: []string{"seg%d.ts"},
+	}, {
+		name: "-fpre options posting a segment list to a local service",
+		inputs: func(e *escapeEnv) map[string]string {
+			return map[string]string{"p.txt": "segment_list=" + url(e) + "\n"}
+		},
+		command: func(e *escapeEnv) string {
+			return "-f lavfi -i testsrc=d=1:size=64x64 -fpre inputs/p.txt -f segment outputs/seg%d.ts"
+		},
+		outputs: []string{"seg%d.ts"},
+	}, {
+		name:   "HLS key info file naming a URL",
+		inputs: func(e *escapeEnv) map[string]string { return map[string]string{"keyinfo": "k.key\n" + url(e) + "\n"} },
+		command: func(e *escapeEnv) string {
+			return "-f lavfi -i testsrc=d=1:size=64x64 -hls_key_info_file inputs/keyinfo -f hls outputs/pl.m3u8"
+		},
+		outputs: []string{"pl.m3u8"},
+	}, {
+		name: "HLS segments written outside the job",
+		command: func(e *escapeEnv) string {
+			return "-f lavfi -i testsrc=d=1:size=64x64 -f hls -hls_segment_filename " + e.outside + "/s%d.ts outputs/pl.m3u8"
+		},
+		outputs: []string{"pl.m3u8"},
+	}, {
+		name:    "absolute output path",
+		command: func(e *escapeEnv) string { return "-f lavfi -i testsrc=d=0.2:size=64x64 " + e.outside + "/x.mp4" },
+		outputs: []string{"x.mp4"},
+	}, {
+		name:    "URL input",
+		command: func(e *escapeEnv) string { return "-i " + url(e) + " -f null -" },
+		outputs: []string{"x"},
+	}}
+
+	for _, a := range attacks {
+		t.Run(a.name, func(t *testing.T) {
+			for _, sandboxed := range []bool{false, true} {
+				e := newEscapeEnv(t)
+				inputs := map[string][]byte{}
+				if a.inputs != nil {
+					for n, c := range a.inputs(e) {
+						inputs[n] = []byte(c)
+					}
+				}
+				srv, up := newServer(t, inputs)
+				m := mj.Manifest{JobID: "job-1", Attempt: 1, InputFiles: map[string]string{}, OutputNames: a.outputs,
+					FFmpegCommands: []string{a.command(e)}, UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok", AllowLoopback: true, TimeoutSeconds: 60}
+				for n := range inputs {
+					m.InputFiles[n] = srv.URL + "/in/" + n
+				}
+				work := t.TempDir()
+				r := &Runner{WorkDir: work, Log: io.Discard}
+				if sandboxed {
+					r.Sandbox = &sandbox.Bwrap{}
+				}
+				res, err := r.Run(context.Background(), &m)
+				if err != nil {
+					t.Fatalf("Run: %v", err)
+				}
+				how := e.leaked(t, work, up)
+				if !sandboxed {
+					if how == "" {
+						t.Fatalf("control: without the sandbox the attack did not get out (result %+v); it proves nothing", res)
+					}
+					continue
+				}
+				if how != "" {
+					t.Fatalf("escaped the sandbox: %s (result %+v)", how, res)
+				}
+			}
+		})
+	}
+}
+
+// TestSandboxZMQListensOnNothing: the zmq filter binds a TCP port; in the
+// sandbox's empty network namespace nothing on the host can connect to it, while
+// without the sandbox the same command accepts a connection.
+func TestSandboxZMQListensOnNothing(t *testing.T) {
+	testenv.Binary(t, "ffmpeg")
+	testenv.Binary(t, "bwrap")
+	orig := prepare
+	prepare = func(c string, _ command.Spec) ([]string, error) { return command.Split(c) }
+	t.Cleanup(func() { prepare = orig })
+	for _, sandboxed := range []bool{false, true} {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close() // a free port for zmq
+		srv, _ := newServer(t, nil)
+		m := mj.Manifest{JobID: "job-1", Attempt: 1, OutputNames: []string{"x"}, UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok", TimeoutSeconds: 60,
+			FFmpegCommands: []string{`-re -f lavfi -i testsrc=d=6:size=64x64:rate=5 -vf 'zmq=bind_address=tcp\\\://` + strings.ReplaceAll(addr, ":", `\\\:`) + `' -f null -`}}
+		r := &Runner{WorkDir: t.TempDir(), Log: io.Discard}
+		if sandboxed {
+			r.Sandbox = &sandbox.Bwrap{}
+		}
+		done := make(chan struct{})
+		go func() { defer close(done); r.Run(context.Background(), &m) }()
+		connected := false
+	poll:
+		for {
+			select {
+			case <-done:
+				break poll
+			case <-time.After(100 * time.Millisecond):
+				if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+					c.Close()
+					connected = true
+				}
+			}
+		}
+		if !sandboxed && !connected {
+			t.Fatal("control: without the sandbox, the zmq filter's port never accepted a connection; the check proves nothing")
+		}
+		if sandboxed && connected {
+			t.Fatal("the zmq filter inside the sandbox accepted a connection from the host")
+		}
+	}
+}

@@ -1,0 +1,190 @@
+// Package sandbox runs ffmpeg and ffprobe under bubblewrap (bwrap) on raw_exec
+// workers, so that a user's command can reach nothing but its own job: fresh
+// mount, PID, IPC, UTS, cgroup, user and network namespaces (an empty network
+// namespace: not even the host's loopback), uid and gid 65534, no capabilities,
+// read-only binds of only what ffmpeg needs to start, and the job's directory as
+// the only writable path. docs/threat-model.md says what it defends against.
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// Dir is where the job's directory appears inside the sandbox: the working
+// directory, HOME and TMPDIR of the commands run there.
+const Dir = "/job"
+
+// UID and GID are the unprivileged user and group the commands run as.
+const (
+	UID = 65534
+	GID = 65534
+)
+
+// ErrMissing means bwrap is not installed on this worker.
+var ErrMissing = errors.New(`this worker runs ffmpeg in a bubblewrap sandbox (the pool's sandbox = "bwrap"), but bwrap is not installed on the node: install it (Debian/Ubuntu: apt-get install bubblewrap), or, only on a machine that runs trusted commands, set sandbox = "none" on the pool`)
+
+// Bwrap runs commands inside a bubblewrap sandbox.
+type Bwrap struct {
+	Path string // the bwrap binary; "bwrap" from PATH when empty
+	// GPU binds the NVIDIA device nodes and a private /proc (the CUDA driver
+	// reads /proc/driver/nvidia): GPU pools only.
+	GPU bool
+}
+
+// Layout is what of the host a sandbox shows, read-only.
+type Layout struct {
+	Binds    []string          // bound read-only at the same path
+	Symlinks map[string]string // path -> target, e.g. /lib -> usr/lib on merged-/usr hosts
+	Devices  []string          // device nodes bound at the same path
+}
+
+// startPaths are what a dynamically linked ffmpeg needs to start (binaries and
+// libraries under /usr, the loader cache, /etc/alternatives for BLAS and friends)
+// and fontconfig's configuration, for drawtext and subtitles without a fontfile.
+// Nothing else of /etc, nor /home, /root, /tmp, /var, /proc, /sys or Nomad's
+// directories, is visible.
+var startPaths = []string{"/usr", "/etc/ld.so.cache", "/etc/alternatives", "/etc/fonts"}
+
+// topLinks are the merged-/usr links a Debian or Fedora root holds; on an older
+// layout they are directories and are bound instead.
+var topLinks = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+
+// devices are the only device nodes a CPU job sees.
+var devices = []string{"/dev/null", "/dev/zero", "/dev/urandom"}
+
+// HostLayout reads what the host has of the paths above, plus the binaries
+// (absolute paths) when they live outside /usr.
+func HostLayout(gpu bool, binaries ...string) Layout {
+	l := Layout{Symlinks: map[string]string{}}
+	for _, p := range topLinks {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if t, err := os.Readlink(p); err == nil {
+				l.Symlinks[p] = t
+			}
+		case fi.IsDir():
+			l.Binds = append(l.Binds, p)
+		}
+	}
+	for _, p := range startPaths {
+		if _, err := os.Stat(p); err == nil {
+			l.Binds = append(l.Binds, p)
+		}
+	}
+	for _, b := range binaries {
+		if !covered(b, l.Binds) {
+			l.Binds = append(l.Binds, b)
+		}
+	}
+	l.Devices = append(l.Devices, devices...)
+	if gpu {
+		nv, _ := filepath.Glob("/dev/nvidia*")
+		sort.Strings(nv)
+		for _, d := range nv {
+			if fi, err := os.Stat(d); err == nil && !fi.IsDir() {
+				l.Devices = append(l.Devices, d)
+			}
+		}
+	}
+	return l
+}
+
+func covered(p string, dirs []string) bool {
+	for _, d := range dirs {
+		if p == d || strings.HasPrefix(p, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Args is bwrap's command line (without bwrap itself) that runs argv in a
+// sandbox showing l, with the host directory dir as Dir. Pure, for tests.
+func Args(l Layout, dir string, gpu bool, argv []string) []string {
+	a := []string{
+		// Every namespace; the user namespace maps the caller to 65534, with no
+		// capabilities and no way to make another user namespace.
+		"--unshare-all", "--unshare-user", "--uid", fmt.Sprint(UID), "--gid", fmt.Sprint(GID),
+		"--disable-userns", "--cap-drop", "ALL",
+		// No TIOCSTI on a terminal; killed with the runner.
+		"--new-session", "--die-with-parent",
+		"--hostname", "mediajobs",
+	}
+	for _, b := range l.Binds {
+		a = append(a, "--ro-bind", b, b)
+	}
+	links := make([]string, 0, len(l.Symlinks))
+	for p := range l.Symlinks {
+		links = append(links, p)
+	}
+	sort.Strings(links)
+	for _, p := range links {
+		a = append(a, "--symlink", l.Symlinks[p], p)
+	}
+	for _, d := range l.Devices {
+		a = append(a, "--dev-bind", d, d)
+	}
+	if gpu {
+		a = append(a, "--proc", "/proc")
+	}
+	a = append(a, "--bind", dir, Dir, "--chdir", Dir, "--")
+	return append(a, argv...)
+}
+
+// Env is the whole environment of a sandboxed command: nothing of the runner's
+// (no Nomad variables, no tokens) beyond the GPUs Nomad assigned.
+func Env(extra ...string) []string {
+	return append([]string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + Dir, "TMPDIR=" + Dir, "LC_ALL=C"}, extra...)
+}
+
+// Command returns the command that runs bin with args in the sandbox, in the
+// job's directory dir (a host path), with env as its whole environment.
+func (b *Bwrap) Command(ctx context.Context, dir, bin string, args, env []string) (*exec.Cmd, error) {
+	bwrap := b.Path
+	if bwrap == "" {
+		bwrap = "bwrap"
+	}
+	bwrap, err := exec.LookPath(bwrap)
+	if err != nil {
+		return nil, ErrMissing
+	}
+	abs, err := exec.LookPath(bin)
+	if err != nil {
+		return nil, fmt.Errorf("%s is not installed on this worker: %v", bin, err)
+	}
+	// A link to a binary outside /usr: bind and run what it points at.
+	if abs, err = filepath.EvalSymlinks(abs); err != nil {
+		return nil, err
+	}
+	if abs, err = filepath.Abs(abs); err != nil {
+		return nil, err
+	}
+	hostDir, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	argv := append([]string{abs}, args...)
+	cmd := exec.CommandContext(ctx, bwrap, Args(HostLayout(b.GPU, abs), hostDir, b.GPU, argv)...)
+	cmd.Env = env // bwrap hands its own environment to the command
+	cmd.Dir = hostDir
+	return cmd, nil
+}
+
+// SetupError returns bwrap's own complaint when the sandbox could not be set up
+// (bwrap prints "bwrap: ..." and exits 1 before running anything), or "".
+func SetupError(stderr string) string {
+	if !strings.HasPrefix(stderr, "bwrap: ") {
+		return ""
+	}
+	line, _, _ := strings.Cut(stderr, "\n")
+	return strings.TrimSpace(line)
+}
