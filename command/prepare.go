@@ -37,20 +37,6 @@ var (
 	gpuRe = regexp.MustCompile(`(?i)(_nvenc|_cuvid|_npp|_cuda|nvdec|^cuda$|(^|[^A-Za-z0-9])cuda([^A-Za-z0-9]|$)|scale_npp|hwupload_cuda|(^|[^A-Za-z0-9_])npp)`)
 )
 
-// refusedOptions widen what ffmpeg may open beyond the job's files: with
-// -protocol_whitelist file,http,tcp an HLS playlist's segments could be fetched from
-// anywhere; -safe 0 lets a concat list name absolute paths; -dump_attachment ""
-// writes to a name taken from the input file; the script options read a filter
-// graph from a file the checks never see.
-var refusedOptions = map[string]bool{
-	"-protocol_whitelist":    true,
-	"-protocol_blacklist":    true,
-	"-safe":                  true,
-	"-dump_attachment":       true,
-	"-filter_script":         true,
-	"-filter_complex_script": true,
-}
-
 // ValidName reports whether name is a valid input or plain output file name.
 func ValidName(name string) bool { return nameRe.MatchString(name) }
 
@@ -70,7 +56,9 @@ func ValidOutputName(name string) bool {
 // Prepare splits one client command into ffmpeg's argv: a leading "ffmpeg" word is
 // dropped, {{name}} and <<name>> become inputs/name or outputs/name, and every word is
 // checked: no absolute paths, no "..", no URLs or protocol prefixes, no undeclared
-// inputs/ or outputs/ names, no GPU codec or filter unless the pool has GPUs.
+// inputs/ or outputs/ names, no GPU codec or filter unless the pool has GPUs. Then
+// argv is read as ffmpeg reads it (walk): only options and filters ffmpeg knows,
+// none refused, job-relative paths, no devices. See the package documentation.
 func Prepare(cmd string, spec Spec) ([]string, error) {
 	// "{{ name }}" would be split into three words: close up the blanks first.
 	if strings.Contains(cmd, "{{ ") || strings.Contains(cmd, " }}") || strings.Contains(cmd, "<< ") || strings.Contains(cmd, " >>") {
@@ -98,8 +86,19 @@ func Prepare(cmd string, spec Spec) ([]string, error) {
 	out := make([]string, len(words))
 	for i, w := range words {
 		// "-/vf FILE" (ffmpeg 7) reads an option's value from a file.
-		if refusedOptions[strings.SplitN(w, ":", 2)[0]] || strings.HasPrefix(w, "-/") {
+		if strings.HasPrefix(w, "-/") {
 			return nil, fmt.Errorf("%q is not allowed: ffmpeg may only open the job's own files", w)
+		}
+		// A refused option anywhere, even as another option's value (walk checks
+		// options where ffmpeg reads them).
+		if strings.HasPrefix(w, "-") {
+			name, _, _ := strings.Cut(w[1:], ":")
+			if reason := refusedOptions[name]; reason != "" {
+				return nil, fmt.Errorf("%q is not allowed: %s", w, reason)
+			}
+		}
+		if strings.IndexByte(w, 0) >= 0 {
+			return nil, fmt.Errorf("%q: NUL bytes are not allowed", w)
 		}
 		w, err = rewrite(w, spec)
 		if err != nil {
@@ -109,6 +108,9 @@ func Prepare(cmd string, spec Spec) ([]string, error) {
 			return nil, err
 		}
 		out[i] = w
+	}
+	if err := walk(out, spec); err != nil {
+		return nil, err
 	}
 	return out, nil
 }

@@ -1,6 +1,3 @@
-// Package command turns a client's ffmpeg argument string into the argv the runner
-// executes: split like a POSIX shell splits words (never run through a shell),
-// placeholders rewritten to job paths, every file reference checked. All pure.
 package command
 
 import (

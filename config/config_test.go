@@ -32,7 +32,7 @@ func TestDefaults(t *testing.T) {
 	if c.Server.Listen != "127.0.0.1:8080" || c.Server.PublicURL != "http://127.0.0.1:8080" || !c.Etcd.Embedded {
 		t.Fatalf("defaults: %+v %+v", c.Server, c.Etcd)
 	}
-	if p := c.Pool("cpu"); p == nil || p.Driver != "raw_exec" || p.DefaultTimeoutD != time.Hour {
+	if p := c.Pool("cpu"); p == nil || p.Driver != "raw_exec" || p.DefaultTimeoutD != time.Hour || p.Sandbox != "bwrap" {
 		t.Fatalf("default pool: %+v", p)
 	}
 }
@@ -65,9 +65,19 @@ func TestErrorsPointAtFileAndLine(t *testing.T) {
 		// Nomad's ${...} must be escaped as $${...} in this file.
 		{"pool \"cpu\" {\n  constraint {\n    attribute = \"${node.class}\"\n  }\n}\n", `bad.hcl:3,20: Variables not allowed`},
 		{"pool \"cpu\" {\n  disk = 10\n}\n", `bad.hcl:2,3: Invalid disk`},
+		// Unsandboxed only when said so, and only where it means something.
+		{"pool \"cpu\" {\n  sandbox = \"off\"\n}\n", `bad.hcl:2,3: Invalid sandbox`},
+		{"pool \"cpu\" {\n  sandbox = \"\"\n}\n", ``},
+		{"pool \"d\" {\n  driver = \"docker\"\n  image = \"x\"\n  sandbox = \"bwrap\"\n}\n", `bad.hcl:4,3: Invalid sandbox`},
 	}
 	for _, c := range cases {
 		_, err := Parse([]byte(c.src), "bad.hcl")
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("Parse(%q) = %v, want no error", c.src, err)
+			}
+			continue
+		}
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Parse(%q) = %v, want %q", c.src, err, c.want)
 		}

@@ -119,11 +119,15 @@ dispatcher {
 # One pool per kind of hardware; a job picks one with "machine" (default "cpu").
 pool "cpu" {
   # Nomad task driver. docker (production): each job runs in the worker image, with
-  # ffmpeg in a container without network. raw_exec (development): the runner and
-  # ffmpeg run on the node as processes.
+  # ffmpeg in a container without network, as uid 65534. raw_exec: the runner runs
+  # on the node as a process and starts ffmpeg under bubblewrap.
   driver = "docker"
   # docker: the worker image (deploy/worker/). Required for docker pools.
   image = "mediajobs-worker:local"
+  # raw_exec only: "bwrap" (default) runs ffmpeg and ffprobe in a bubblewrap sandbox
+  # (no network, uid 65534, only the job's files writable); "none" runs them
+  # unsandboxed, for trusted commands only. Docker pools refuse the setting.
+  # sandbox = "bwrap"
   # raw_exec: path of the mediajobs binary on the nodes (default: this binary's
   # path); docker: its path in the image (default /usr/local/bin/mediajobs).
   # runner_command = "/usr/local/bin/mediajobs"
@@ -132,7 +136,8 @@ pool "cpu" {
   node_pool   = "default"
 
   # Nomad resources of one job: CPU in MHz, memory in MiB, ephemeral disk in MB (the
-  # inputs, intermediate files and outputs live there).
+  # inputs, intermediate files and outputs live there; the runner stops a job that
+  # outgrows it, since Nomad does not enforce it).
   cpu    = 1000
   memory = 1024
   disk   = 2048

@@ -563,7 +563,7 @@ func fetch(ctx context.Context, client *http.Client, url, path string, budget in
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, unwrapURLError(err)
+		return 0, scrub(unwrapURLError(err), url)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -626,7 +626,7 @@ func put(ctx context.Context, client *http.Client, url string, body io.Reader, s
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := client.Do(req)
 	if err != nil {
-		return unwrapURLError(err)
+		return scrub(unwrapURLError(err), url)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
@@ -656,6 +656,16 @@ func redact(u string) string {
 		return u[:i] + "?…"
 	}
 	return u
+}
+
+// scrub removes rawURL's query from err's text: the retrying client names the
+// whole URL, signature included, and the message ends up in the job's
+// error_message and in the state file ffmpeg's task can read.
+func scrub(err error, rawURL string) error {
+	if msg := err.Error(); strings.Contains(msg, rawURL) {
+		return errors.New(strings.ReplaceAll(msg, rawURL, redact(rawURL)))
+	}
+	return err
 }
 
 // unwrapURLError drops net/http's `Get "<url>":` wrapper; the caller names the URL.
