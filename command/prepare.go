@@ -21,8 +21,9 @@ var (
 	// in a word (after "=", inside a filter argument, ...).
 	refRe = regexp.MustCompile(`(^|[^A-Za-z0-9._-])(inputs|outputs)/([^\s'":,;|\[\]=]*)`)
 	// A protocol prefix such as "concat:" or "http://". ffmpeg's protocol names (ffmpeg
-	// -protocols) plus the URL form of anything else.
-	protoRe = regexp.MustCompile(`(?i)(^|[^A-Za-z0-9_])(async|bluray|cache|concat|concatf|crypto|data|ffrtmpcrypt|ffrtmphttp|file|ftp|gopher|gophers|hls|http|httpproxy|https|icecast|ipfs|ipns|md5|mmsh|mmst|pipe|prompeg|rist|rtmp|rtmpe|rtmps|rtmpt|rtmpte|rtmpts|rtp|sctp|sftp|srt|srtp|subfile|tcp|tee|tls|udp|udplite|unix|zmq|amqp|fd|android_content|libssh|librist|libsrt|libzmq|smb|dav|rtsp):|[A-Za-z][A-Za-z0-9+.-]*://`)
+	// -protocols) plus the URL form of anything else. Not after ".", "/" or "-": in
+	// "inputs/subs.srt:force_style=..." the "srt:" ends a path, it starts nothing.
+	protoRe = regexp.MustCompile(`(?i)(^|[^A-Za-z0-9_./-])(async|bluray|cache|concat|concatf|crypto|data|ffrtmpcrypt|ffrtmphttp|file|ftp|gopher|gophers|hls|http|httpproxy|https|icecast|ipfs|ipns|md5|mmsh|mmst|pipe|prompeg|rist|rtmp|rtmpe|rtmps|rtmpt|rtmpte|rtmpts|rtp|sctp|sftp|srt|srtp|subfile|tcp|tee|tls|udp|udplite|unix|zmq|amqp|fd|android_content|libssh|librist|libsrt|libzmq|smb|dav|rtsp):|[A-Za-z][A-Za-z0-9+.-]*://`)
 	// A path after a filter or option separator or a tee muxer's "[opts]", with
 	// the blanks ffmpeg skips before an option value.
 	absRe = regexp.MustCompile(`[=:'",;|\]]\s*~?/`)

@@ -29,6 +29,8 @@ func TestPrepareAllowed(t *testing.T) {
 		"-i inputs/video -b:a:0 96k -c:v libx264 -profile:v high -pix_fmt yuv420p outputs/out.mp4",
 		`-i inputs/video -i inputs/logo.png -filter_complex "[0:v]scale=1280:-2[v];[v][1:v]overlay=10:10" outputs/out.mp4`,
 		`-i inputs/video -vf "drawtext=fontfile=inputs/font.ttf:text='Data\: 5'" outputs/out.mp4`,
+		// A path's extension before ":" is no protocol prefix.
+		`-i inputs/video -vf "subtitles=inputs/p.txt:force_style='FontSize=24'" outputs/out.mp4`,
 		"-i inputs/video -f hls -hls_time 2 -hls_list_size 0 -hls_playlist_type vod -hls_segment_filename outputs/seg_%03d.ts outputs/pl.m3u8",
 		"-i inputs/video -c copy -f segment -segment_time 10 -segment_list outputs/list.m3u8 outputs/seg_%03d.ts",
 		"-f lavfi -i sine=frequency=1000:duration=1 outputs/a.wav",

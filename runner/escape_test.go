@@ -280,3 +280,25 @@ func TestSandboxZMQListensOnNothing(t *testing.T) {
 		}
 	}
 }
+
+// TestRunnerFollowsNoLinkOutOfTheJob: an ffmpeg that runs code (a bug exploited
+// by a crafted file) can replace outputs/ with a link to a host directory; the
+// runner, often root, must not upload what the link points at.
+func TestRunnerFollowsNoLinkOutOfTheJob(t *testing.T) {
+	e := newEscapeEnv(t)
+	os.WriteFile(filepath.Join(e.outside, "secret.txt"), []byte(e.secret), 0o600)
+	fake := filepath.Join(t.TempDir(), "ffmpeg")
+	os.WriteFile(fake, []byte("#!/bin/sh\nrm -rf outputs && ln -s "+e.outside+" outputs\n"), 0o755)
+	srv, up := newServer(t, nil)
+	m := mj.Manifest{JobID: "job-1", Attempt: 1, OutputNames: []string{"secret.txt"}, FFmpegCommands: []string{"-f lavfi -i sine {{secret.txt}}"},
+		UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok"}
+	work := t.TempDir()
+	res, err := (&Runner{WorkDir: work, Log: io.Discard, FFmpeg: fake}).Run(context.Background(), &m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(e.outside, "secret.txt")) // leaked() counts files left outside
+	if how := e.leaked(t, work, up); how != "" || res.Succeeded {
+		t.Fatalf("followed the link: %s (result %+v)", how, res)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
@@ -114,7 +115,7 @@ func ForwardProgress(ctx context.Context, file, url string) {
 	t := time.NewTicker(progressEvery)
 	defer t.Stop()
 	for {
-		if b, err := os.ReadFile(file); err == nil && !bytes.Equal(b, last) {
+		if b, err := readSmall(file); err == nil && !bytes.Equal(b, last) {
 			last = b
 			postProgress(ctx, client, url, b)
 		}
@@ -124,6 +125,20 @@ func ForwardProgress(ctx context.Context, file, url string) {
 		case <-t.C:
 		}
 	}
+}
+
+// readSmall reads a progress file that ffmpeg's task could have replaced: no
+// link is followed and at most 64 KiB is read.
+func readSmall(file string) ([]byte, error) {
+	f, err := os.OpenFile(file, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, os.ErrInvalid
+	}
+	return io.ReadAll(io.LimitReader(f, 64<<10))
 }
 
 // expectedDuration is how many seconds of output a command should produce: its -t

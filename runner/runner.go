@@ -279,7 +279,7 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 			return fmt.Errorf("command %d of %d failed: %v", i+1, len(argvs), err)
 		}
 	}
-	files, err := collectOutputs(filepath.Join(r.WorkDir, "outputs"), m.OutputNames)
+	files, err := collectOutputs(r.WorkDir, m.OutputNames)
 	if err != nil {
 		return err
 	}
@@ -320,9 +320,29 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 			st.fail(err) // the state was written where ffmpeg could write too
 		}
 	}
+	var root *os.Root
 	if !st.Failed {
-		for _, o := range st.Outputs {
-			fh, err := os.OpenFile(filepath.Join(r.WorkDir, "outputs", o.Name), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		// Through an os.Root: no link ffmpeg made leads the upload out of the job.
+		var err error
+		if root, err = os.OpenRoot(r.WorkDir); err != nil {
+			st.fail(fmt.Errorf("read outputs: %w", err))
+		} else {
+			defer root.Close()
+		}
+	}
+	if !st.Failed {
+		for i := range st.Outputs {
+			o := &st.Outputs[i]
+			fh, err := root.OpenFile("outputs/"+o.Name, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+			if err == nil {
+				// The size sent is the file's, not the one the state claims.
+				if fi, serr := fh.Stat(); serr != nil || !fi.Mode().IsRegular() {
+					fh.Close()
+					err = fmt.Errorf("not a regular file")
+				} else {
+					o.Size = fi.Size()
+				}
+			}
 			if err == nil {
 				err = put(uctx, client, uploadURL(m, "outputs/"+o.Name), fh, o.Size)
 				fh.Close()
@@ -532,18 +552,37 @@ func gpuEnv() []string {
 
 // collectOutputs lists the files produced for each declared name: the file itself,
 // or every file matching a sequence pattern such as seg_%03d.ts.
-func collectOutputs(dir string, names []string) ([]string, error) {
-	entries, err := os.ReadDir(dir)
+// outputs/ is read through an os.Root of the job's directory: a compromised
+// ffmpeg could have made outputs/ a link to a host directory.
+func collectOutputs(work string, names []string) ([]string, error) {
+	root, err := os.OpenRoot(work)
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	if fi, err := root.Lstat("outputs"); err != nil || !fi.IsDir() {
+		return nil, fmt.Errorf("the job's outputs/ directory is gone or not a directory")
+	}
+	d, err := root.Open("outputs")
+	if err != nil {
+		return nil, err
+	}
+	entries, err := d.ReadDir(-1)
+	d.Close()
 	if err != nil {
 		return nil, err
 	}
 	var files []string
+	seen := map[string]bool{}
 	for _, name := range names {
 		re := mj.OutputPattern(name)
 		n := 0
 		for _, e := range entries {
 			if e.Type().IsRegular() && re.MatchString(e.Name()) {
-				files = append(files, e.Name())
+				if !seen[e.Name()] { // two overlapping patterns name it once
+					files = append(files, e.Name())
+					seen[e.Name()] = true
+				}
 				n++
 			}
 		}

@@ -132,11 +132,17 @@ func Args(l Layout, dir string, gpu bool, argv []string) []string {
 	}
 	for _, d := range l.Devices {
 		a = append(a, "--dev-bind", d, d)
+		// The caller's uid owns the host's device inodes inside: read-only, so
+		// no chmod reaches them. The GPUs need opening for writing.
+		if !strings.HasPrefix(d, "/dev/nvidia") {
+			a = append(a, "--remount-ro", d)
+		}
 	}
 	if gpu {
 		a = append(a, "--proc", "/proc")
 	}
-	a = append(a, "--bind", dir, Dir, "--chdir", Dir, "--")
+	// The sandbox's own root (a tmpfs the disk cap does not see) stays read-only.
+	a = append(a, "--bind", dir, Dir, "--remount-ro", "/", "--chdir", Dir, "--")
 	return append(a, argv...)
 }
 

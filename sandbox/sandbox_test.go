@@ -19,12 +19,12 @@ func TestArgs(t *testing.T) {
 	l := Layout{Binds: []string{"/usr", "/etc/ld.so.cache"}, Symlinks: map[string]string{"/lib": "usr/lib", "/bin": "usr/bin"}, Devices: []string{"/dev/null"}}
 	got := strings.Join(Args(l, "/alloc/x/work", false, []string{"/usr/bin/ffmpeg", "-i", "a"}), " ")
 	want := "--unshare-all --unshare-user --uid 65534 --gid 65534 --disable-userns --cap-drop ALL --new-session --die-with-parent --hostname mediajobs " +
-		"--ro-bind /usr /usr --ro-bind /etc/ld.so.cache /etc/ld.so.cache --symlink usr/bin /bin --symlink usr/lib /lib --dev-bind /dev/null /dev/null " +
-		"--bind /alloc/x/work /job --chdir /job -- /usr/bin/ffmpeg -i a"
+		"--ro-bind /usr /usr --ro-bind /etc/ld.so.cache /etc/ld.so.cache --symlink usr/bin /bin --symlink usr/lib /lib --dev-bind /dev/null /dev/null --remount-ro /dev/null " +
+		"--bind /alloc/x/work /job --remount-ro / --chdir /job -- /usr/bin/ffmpeg -i a"
 	if got != want {
 		t.Fatalf("Args:\n got %s\nwant %s", got, want)
 	}
-	if g := strings.Join(Args(l, "/w", true, []string{"x"}), " "); !strings.Contains(g, "--proc /proc --bind /w /job") {
+	if g := strings.Join(Args(l, "/w", true, []string{"x"}), " "); !strings.Contains(g, "--proc /proc --bind /w /job --remount-ro /") {
 		t.Fatalf("a GPU sandbox has a private /proc for the CUDA driver: %s", g)
 	}
 }
@@ -83,8 +83,10 @@ echo "root: $(ls / | tr '\n' ' ')"
 echo "dev: $(ls /dev | tr '\n' ' ')"
 for p in /etc/passwd /etc/hostname /tmp /home /root /var /proc/self /sys/class /run ` + dir + `; do test -e "$p" && echo "visible: $p"; done
 cat in.txt > out.txt && echo wrote
-touch /usr/x 2>/dev/null && echo "wrote /usr"
-(echo x > /dev/tcp/127.0.0.1/` + strconv.Itoa(port) + `) 2>/dev/null && echo connected
+touch /usr/x 2>>err.log && echo "wrote /usr"
+mkdir /tmp 2>>err.log && echo "wrote /"
+chmod 000 /dev/null /dev/zero 2>>err.log && echo "chmod dev"
+(echo x > /dev/tcp/127.0.0.1/` + strconv.Itoa(port) + `) 2>>err.log && echo connected
 env | sort | tr '\n' ' '`
 	cmd, err := (&Bwrap{}).Command(context.Background(), dir, "bash", []string{"-c", script}, Env())
 	if err != nil {
@@ -100,7 +102,7 @@ env | sort | tr '\n' ' '`
 			t.Errorf("want %q in:\n%s", want, s)
 		}
 	}
-	for _, bad := range []string{"visible:", "wrote /usr", "connected", "runner secret", "NOMAD"} {
+	for _, bad := range []string{"visible:", "wrote /usr", "wrote /", "chmod dev", "connected", "runner secret", "NOMAD"} {
 		if strings.Contains(s, bad) {
 			t.Errorf("the sandbox let through %q:\n%s", bad, s)
 		}
