@@ -64,13 +64,9 @@ func checkGraph(w, g string, spec Spec) error {
 	}
 	for {
 		s = skipSpace(s)
-		for strings.HasPrefix(s, "[") {
-			var label string
-			label, s = getToken(s[1:], "]")
-			if label == "" || !strings.HasPrefix(s, "]") {
-				return fmt.Errorf("%s %q: bad or unterminated [label]", w, g)
-			}
-			s = skipSpace(s[1:])
+		var ok bool
+		if s, ok = skipLabels(s); !ok {
+			return fmt.Errorf("%s %q: bad or unterminated [label]", w, g)
 		}
 		var name, args string
 		name, s = getToken(s, "=,;[")
@@ -81,13 +77,8 @@ func checkGraph(w, g string, spec Spec) error {
 		if err := checkFilter(w, name, args, hasArgs, spec); err != nil {
 			return err
 		}
-		for strings.HasPrefix(s, "[") {
-			var label string
-			label, s = getToken(s[1:], "]")
-			if label == "" || !strings.HasPrefix(s, "]") {
-				return fmt.Errorf("%s %q: bad or unterminated [label]", w, g)
-			}
-			s = skipSpace(s[1:])
+		if s, ok = skipLabels(s); !ok {
+			return fmt.Errorf("%s %q: bad or unterminated [label]", w, g)
 		}
 		s = skipSpace(s)
 		if s == "" {
@@ -184,4 +175,18 @@ func filterArgs(args string) []keyVal {
 
 func isKeyChar(c byte) bool {
 	return c|32 >= 'a' && c|32 <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '/' || c == '.'
+}
+
+// skipLabels skips the [label]s at the start of s and the blanks after each; ok
+// is false for an empty or unterminated label.
+func skipLabels(s string) (rest string, ok bool) {
+	for strings.HasPrefix(s, "[") {
+		var label string
+		label, s = getToken(s[1:], "]")
+		if label == "" || !strings.HasPrefix(s, "]") {
+			return s, false
+		}
+		s = skipSpace(s[1:])
+	}
+	return s, true
 }

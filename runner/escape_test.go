@@ -102,6 +102,14 @@ func (e *escapeEnv) leaked(t *testing.T, work string, up *uploads) string {
 	return strings.Join(why, "; ")
 }
 
+// bypassChecker switches the command checker off for t: commands are split like
+// a shell splits them and nothing is refused.
+func bypassChecker(t *testing.T) {
+	orig := prepare
+	prepare = func(c string, _ command.Spec) ([]string, error) { return command.Split(c) }
+	t.Cleanup(func() { prepare = orig })
+}
+
 // TestSandboxHoldsWithTheCheckerBypassed runs hostile commands through the real
 // runner, ffmpeg and bubblewrap with the command checker switched off, and
 // asserts on effects: no host file, environment variable or loopback service is
@@ -110,10 +118,7 @@ func (e *escapeEnv) leaked(t *testing.T, work string, up *uploads) string {
 func TestSandboxHoldsWithTheCheckerBypassed(t *testing.T) {
 	testenv.Binary(t, "ffmpeg")
 	testenv.Binary(t, "bwrap")
-	// The checker off: split like a shell, nothing refused.
-	orig := prepare
-	prepare = func(c string, _ command.Spec) ([]string, error) { return command.Split(c) }
-	t.Cleanup(func() { prepare = orig })
+	bypassChecker(t)
 
 	type attack struct {
 		name    string
@@ -240,9 +245,7 @@ func TestSandboxHoldsWithTheCheckerBypassed(t *testing.T) {
 func TestSandboxZMQListensOnNothing(t *testing.T) {
 	testenv.Binary(t, "ffmpeg")
 	testenv.Binary(t, "bwrap")
-	orig := prepare
-	prepare = func(c string, _ command.Spec) ([]string, error) { return command.Split(c) }
-	t.Cleanup(func() { prepare = orig })
+	bypassChecker(t)
 	for _, sandboxed := range []bool{false, true} {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
