@@ -279,3 +279,45 @@ func TestProgressEndpoint(t *testing.T) {
 		t.Fatal("a finished job shows progress")
 	}
 }
+
+// Progress reports never rewrite the job record: they go to the job's own progress
+// key, are merged into GET and list, and the key goes with the job's end.
+func TestProgressKeepsOffTheJobRecord(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	_, body, _ := h.do("POST", "/api/ffmpeg", "alice", valid())
+	id := body["data"].(map[string]any)["id"].(string)
+	running, _ := h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status, j.Attempt = mj.StatusRunning, 1; return nil })
+	scope := fmt.Sprintf("jobs/%s/1/progress", id)
+	u, _ := url.Parse(h.gw.Signer.URLFor("/progress/", "PROGRESS", scope, scope, time.Now().Add(time.Hour)))
+	for i, pct := range []float64{10, 20, 30} {
+		h.gw.progressAt.Delete(id) // past the gap between stored reports
+		report := fmt.Sprintf(`{"percent": %v, "command_index": 1, "command_count": 1}`, pct)
+		if status, body, _ := h.do("POST", u.RequestURI(), "", report); status != 200 || body["data"].(map[string]any)["stored"] != true {
+			t.Fatalf("report %d: %d %v", i, status, body)
+		}
+	}
+	if j, err := h.store.Job(ctx, id); err != nil || j.Revision != running.Revision {
+		t.Fatalf("the job record was rewritten by progress reports (mod revision %d, want %d): %v", j.Revision, running.Revision, err)
+	}
+	pk, err := h.store.Client().Get(ctx, h.store.ProgressPrefix()+id)
+	if err != nil || len(pk.Kvs) != 1 || pk.Kvs[0].Lease == 0 {
+		t.Fatalf("progress key %v (%v): want one, on a lease", pk.Kvs, err)
+	}
+	testenv.Eventually(t, 10*time.Second, "GET shows the last report", func() bool {
+		_, body, _ := h.do("GET", "/api/jobs/"+id, "alice", nil)
+		p, _ := body["data"].(map[string]any)["progress"].(map[string]any)
+		return p != nil && p["percent"] == 30.0
+	})
+	_, body, _ = h.do("GET", "/api/jobs?status=running", "alice", nil)
+	if list := body["data"].([]any); len(list) != 1 || list[0].(map[string]any)["progress"].(map[string]any)["percent"] != 30.0 {
+		t.Fatalf("list: %v", list)
+	}
+	if j, err := h.store.Job(ctx, id); err != nil || j.Progress == nil || *j.Progress.Percent != 30 {
+		t.Fatalf("store.Job: %+v %v", j, err)
+	}
+	h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status = mj.StatusFailed; return nil })
+	if pk, _ := h.store.Client().Get(ctx, h.store.ProgressPrefix()+id); len(pk.Kvs) != 0 {
+		t.Fatal("the progress key outlived the job's end")
+	}
+}

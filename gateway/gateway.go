@@ -38,6 +38,8 @@ type Store interface {
 	WatchRevokedKeys(ctx context.Context, fn func(hash string))
 	SetWebhookSecret(ctx context.Context, accountID, secret string) error
 	WatchJobs(ctx context.Context, from int64, fn func(id string, j *mj.Job)) error
+	PutProgress(ctx context.Context, j *mj.Job, attempt int, p *mj.Progress) error
+	WatchProgress(ctx context.Context, from int64, fn func(id string, rec *store.ProgressRecord)) error
 	Revision(ctx context.Context) (int64, error)
 	Ping(ctx context.Context) error
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/store"
 )
 
 // jobCacheSize bounds the cached jobs; past it, an arbitrary entry is dropped.
@@ -19,7 +20,10 @@ type jobCache struct {
 	mu      sync.Mutex
 	jobs    map[string]*mj.Job
 	pending map[string]int // ids being read from etcd: watch events for them are kept
-	live    atomic.Bool
+	// progress holds the latest report of cached jobs, from the progress keys
+	// (a second watch): it is merged into the job on get.
+	progress map[string]*store.ProgressRecord
+	live     atomic.Bool
 }
 
 func (c *jobCache) get(id string) *mj.Job {
@@ -28,7 +32,31 @@ func (c *jobCache) get(id string) *mj.Job {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.jobs[id]
+	j := c.jobs[id]
+	if rec := c.progress[id]; j != nil && rec != nil && !j.Status.Terminal() && rec.Attempt == max(j.Attempt, 1) {
+		cp := *j
+		cp.Progress = &rec.Progress
+		return &cp
+	}
+	return j
+}
+
+// putProgress records a progress report (rec nil: the key was deleted) of a cached
+// job, or of one being read.
+func (c *jobCache) putProgress(id string, rec *store.ProgressRecord) {
+	if !c.live.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, cached := c.jobs[id]; rec == nil || (!cached && c.pending[id] == 0) {
+		delete(c.progress, id)
+		return
+	}
+	if c.progress == nil {
+		c.progress = map[string]*store.ProgressRecord{}
+	}
+	c.progress[id] = rec
 }
 
 // reading marks id as being read, so a change that lands during the read is kept.
@@ -69,8 +97,18 @@ func (c *jobCache) put(j *mj.Job, fromWatch bool) {
 	if !cached && len(c.jobs) >= jobCacheSize {
 		for k := range c.jobs { // map order is random: evict one
 			delete(c.jobs, k)
+			delete(c.progress, k)
 			break
 		}
+	}
+	if j.Progress != nil { // read from etcd with its progress: keep it beside
+		if c.progress == nil {
+			c.progress = map[string]*store.ProgressRecord{}
+		}
+		c.progress[j.ID] = &store.ProgressRecord{Attempt: max(j.Attempt, 1), Progress: *j.Progress}
+		cp := *j
+		cp.Progress = nil
+		j = &cp
 	}
 	c.jobs[j.ID] = j
 }
@@ -78,30 +116,40 @@ func (c *jobCache) put(j *mj.Job, fromWatch bool) {
 func (c *jobCache) drop(id string) {
 	c.mu.Lock()
 	delete(c.jobs, id)
+	delete(c.progress, id)
 	c.mu.Unlock()
 }
 
 func (c *jobCache) reset(live bool) {
 	c.mu.Lock()
-	c.jobs = nil
+	c.jobs, c.progress = nil, nil
 	c.live.Store(live)
 	c.mu.Unlock()
 }
 
-// watchJobs keeps the cache current; whenever the watch fails the cache is dropped
-// and bypassed until a new watch runs.
+// watchJobs keeps the cache current, jobs and their progress; whenever either
+// watch fails the cache is dropped and bypassed until new watches run.
 func (g *Gateway) watchJobs(ctx context.Context) {
 	for ctx.Err() == nil {
 		rev, err := g.Store.Revision(ctx)
 		if err == nil {
 			g.jobs.reset(true)
-			err = g.Store.WatchJobs(ctx, rev, func(id string, j *mj.Job) {
-				if j == nil {
-					g.jobs.drop(id)
-				} else {
-					g.jobs.put(j, true)
-				}
-			})
+			wctx, cancel := context.WithCancel(ctx)
+			errs := make(chan error, 2)
+			go func() {
+				errs <- g.Store.WatchJobs(wctx, rev, func(id string, j *mj.Job) {
+					if j == nil {
+						g.jobs.drop(id)
+					} else {
+						g.jobs.put(j, true)
+					}
+				})
+			}()
+			go func() { errs <- g.Store.WatchProgress(wctx, rev, g.jobs.putProgress) }()
+			err = <-errs
+			g.jobs.reset(false) // before the second watch stops: no update is lost
+			cancel()
+			<-errs
 		}
 		g.jobs.reset(false)
 		if ctx.Err() == nil {

@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"net/url"
 	"strconv"
 	"strings"
@@ -9,12 +11,14 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/store"
 )
 
-// progressMinGap bounds the etcd writes of one job's progress (runners send every 2 s).
-const progressMinGap = time.Second
+// progressMinGap bounds the etcd writes of one job's progress (runners send every
+// 2 s): a 60-second run costs at most 20 small writes.
+const progressMinGap = 3 * time.Second
 
-// progress stores a runner's progress report on its job. The link is signed for one
+// progress stores a runner's progress report on its job's progress key. The link is signed for one
 // attempt ("jobs/<id>/<attempt>/progress"); reports for another attempt or a
 // finished job, or closer together than progressMinGap, are dropped.
 func (g *Gateway) progress(c *fiber.Ctx) error {
@@ -51,26 +55,41 @@ func (g *Gateway) progress(c *fiber.Ctx) error {
 	g.progressAt.Store(id, now)
 	g.pruneProgressAt(now)
 	p.UpdatedAt = now.UTC()
-	_, err = g.Store.UpdateJob(c.UserContext(), id, func(j *mj.Job) error {
-		if j.Status.Terminal() || max(j.Attempt, 1) != attempt {
-			return errStale
-		}
-		j.Progress = &p
-		return nil
-	})
-	if err != nil {
+	stored, err := g.storeProgress(c.UserContext(), id, attempt, &p)
+	if err != nil || !stored {
 		g.progressAt.Delete(id) // finished, another attempt, or no such job
-	}
-	if err == errStale {
-		return c.JSON(fiber.Map{"data": fiber.Map{"stored": false}})
 	}
 	if err != nil {
 		return err
 	}
-	return c.JSON(fiber.Map{"data": fiber.Map{"stored": true}})
+	return c.JSON(fiber.Map{"data": fiber.Map{"stored": stored}})
 }
 
-var errStale = mj.Errorf(mj.EConflict, "stale progress")
+// storeProgress writes p on the job's progress key if attempt is the job's current,
+// unfinished attempt. The job comes from the cache; the write is conditioned on
+// its revision, so a stale copy costs one read from etcd, never a report stored
+// for a finished job.
+func (g *Gateway) storeProgress(ctx context.Context, id string, attempt int, p *mj.Progress) (bool, error) {
+	j, err := g.job(ctx, id)
+	for try := 0; ; try++ {
+		if err != nil {
+			return false, err
+		}
+		if j.Status.Terminal() || max(j.Attempt, 1) != attempt {
+			return false, nil
+		}
+		err = g.Store.PutProgress(ctx, j, attempt, p)
+		if err == nil {
+			return true, nil
+		}
+		if !errors.Is(err, store.ErrStale) || try == 2 {
+			return false, err
+		}
+		if j, err = g.Store.Job(ctx, id); err == nil {
+			g.jobs.put(j, false)
+		}
+	}
+}
 
 // progressPruneEvery is how often progressAt drops the times of jobs that stopped
 // reporting (finished, or their runner died): only the last progressMinGap matters.

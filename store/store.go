@@ -23,8 +23,9 @@ import (
 // Store is the etcd-backed store. Safe for concurrent use by any number of gateways
 // and dispatchers.
 type Store struct {
-	cli *clientv3.Client
-	p   string // key prefix, ends in "/"
+	cli      *clientv3.Client
+	p        string // key prefix, ends in "/"
+	progress progressLease
 }
 
 // New returns a store keeping its keys under prefix.
@@ -126,6 +127,10 @@ func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 			ops = append(ops, clientv3.OpDelete(s.statusIndexKey(old)))
 		}
 		ops = append(ops, clientv3.OpPut(s.statusIndexKey(j), j.ID))
+	}
+	// A finished job or attempt has no progress: its key goes with the transition.
+	if old != nil && (j.Status.Terminal() && !old.Status.Terminal() || j.Attempt != old.Attempt) {
+		ops = append(ops, clientv3.OpDelete(s.progressKey(j.ID)))
 	}
 	if j.Status.Terminal() && j.WebhookURL != "" && (old == nil || !old.Status.Terminal()) {
 		ops = append(ops, clientv3.OpPut(s.outboxKey(j.ID), string(j.Status)))
@@ -230,10 +235,23 @@ func (s *Store) SweepIdempotency(ctx context.Context, cutoff time.Time) (int, er
 	return n, nil
 }
 
-// Job returns the job with id, or mj.ErrNotFound.
+// Job returns the job with id, with its current progress, or mj.ErrNotFound.
 func (s *Store) Job(ctx context.Context, id string) (*mj.Job, error) {
-	j, _, err := s.job(ctx, id)
-	return j, err
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.jobKey(id)), clientv3.OpGet(s.progressKey(id))).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("get job: %w", err)
+	}
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
+		return nil, mj.ErrNotFound
+	}
+	var j mj.Job
+	if err := json.Unmarshal(kvs[0].Value, &j); err != nil {
+		return nil, fmt.Errorf("decode job %s: %w", id, err)
+	}
+	j.Revision = kvs[0].ModRevision
+	withProgress(&j, resp.Responses[1].GetResponseRange().Kvs)
+	return &j, nil
 }
 
 func (s *Store) job(ctx context.Context, id string) (*mj.Job, int64, error) {
@@ -291,10 +309,6 @@ func (s *Store) next(old *mj.Job, fn func(*mj.Job) error) (*mj.Job, []clientv3.O
 	if old.Webhook != nil {
 		w := *old.Webhook
 		j.Webhook = &w
-	}
-	if old.Progress != nil {
-		p := *old.Progress
-		j.Progress = &p
 	}
 	if err := fn(&j); err != nil {
 		return nil, nil, err
@@ -489,8 +503,12 @@ func (s *Store) ListJobs(ctx context.Context, account string, o ListOptions) (Pa
 			if err := json.Unmarshal(kv.Value, &j); err != nil {
 				return Page{}, fmt.Errorf("decode job: %w", err)
 			}
+			j.Revision = kv.ModRevision
 			page.Jobs = append(page.Jobs, &j)
 		}
+	}
+	if err := s.progressOf(ctx, page.Jobs); err != nil {
+		return Page{}, err
 	}
 	return page, nil
 }
@@ -574,7 +592,7 @@ func (s *Store) WaitJob(ctx context.Context, id string, done func(*mj.Job) bool)
 	// The wait ended (deadline, or the watch broke): report the latest state.
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer rcancel()
-	if latest, _, err := s.job(rctx, id); err == nil {
+	if latest, err := s.Job(rctx, id); err == nil {
 		return latest, nil
 	}
 	return j, nil
