@@ -54,6 +54,10 @@ type Job struct {
 	TotalInputBytes  int64 `json:"total_input_bytes,omitempty"`
 	TotalOutputBytes int64 `json:"total_output_bytes,omitempty"`
 
+	// IdemHash names the Idempotency-Key record that created the job, deleted with
+	// it (store.DeleteFinishedJobs).
+	IdemHash string `json:"idem_hash,omitempty"`
+
 	// Dispatch bookkeeping, not public.
 	NomadJobID   string     `json:"nomad_job_id,omitempty"`
 	Attempt      int        `json:"attempt,omitempty"`

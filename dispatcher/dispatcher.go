@@ -57,6 +57,8 @@ type Store interface {
 	Count(ctx context.Context, prefix string) (int, error)
 	DeleteOutbox(ctx context.Context, id string) error
 	SweepIdempotency(ctx context.Context, cutoff time.Time) (int, error)
+	DeleteFinishedJobs(ctx context.Context, cutoff time.Time, max int) (int, error)
+	BackfillDone(ctx context.Context) (int, error)
 	EventIndex(ctx context.Context) (uint64, error)
 	SaveEventIndex(ctx context.Context, idx uint64) error
 	QueuePrefix() string

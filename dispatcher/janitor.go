@@ -13,7 +13,7 @@ const idempotencyWindow = 24 * time.Hour
 
 // janitorLoop deletes what has outlived its use, at start and every sweep_every:
 // temporary files past tmp_file_ttl (their links have expired), job outputs past
-// output_retention, idempotency records past 24 h.
+// output_retention, idempotency records past 24 h, finished jobs past job_retention.
 func (d *Dispatcher) janitorLoop(ctx context.Context) {
 	for {
 		d.Sweep(ctx, time.Now())
@@ -42,10 +42,29 @@ func (d *Dispatcher) Sweep(ctx context.Context, now time.Time) {
 		}
 	}
 	d.purgeChildren(ctx, now)
+	d.deleteFinishedJobs(ctx, now)
 	if n, err := d.Store.SweepIdempotency(ctx, now.Add(-idempotencyWindow)); err != nil {
 		d.Log.Warn("janitor: sweep idempotency keys", "err", err)
 	} else if n > 0 {
 		d.Log.Info("janitor: forgot old idempotency keys", "keys", n)
+	}
+}
+
+// deleteFinishedJobs deletes the jobs that finished more than job_retention ago,
+// with every key derived from them. Jobs stored before the done index existed get
+// their done key first (once).
+func (d *Dispatcher) deleteFinishedJobs(ctx context.Context, now time.Time) {
+	if n, err := d.Store.BackfillDone(ctx); err != nil {
+		d.Log.Warn("janitor: index finished jobs", "err", err)
+		return
+	} else if n > 0 {
+		d.Log.Info("janitor: indexed finished jobs for retention", "jobs", n)
+	}
+	n, err := d.Store.DeleteFinishedJobs(ctx, now.Add(-d.Config.Storage.JobRetentionD), 0)
+	if err != nil {
+		d.Log.Warn("janitor: delete finished jobs", "err", err, "deleted", n)
+	} else if n > 0 {
+		d.Log.Info("janitor: deleted finished jobs past job_retention", "jobs", n)
 	}
 }
 

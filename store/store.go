@@ -132,6 +132,9 @@ func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 	if old != nil && (j.Status.Terminal() && !old.Status.Terminal() || j.Attempt != old.Attempt) {
 		ops = append(ops, clientv3.OpDelete(s.progressKey(j.ID)))
 	}
+	if j.Status.Terminal() && (old == nil || !old.Status.Terminal()) {
+		ops = append(ops, clientv3.OpPut(s.doneKey(j), j.ID))
+	}
 	if j.Status.Terminal() && j.WebhookURL != "" && (old == nil || !old.Status.Terminal()) {
 		ops = append(ops, clientv3.OpPut(s.outboxKey(j.ID), string(j.Status)))
 	}
@@ -174,6 +177,10 @@ func (s *Store) IdemPrefix() string { return s.p + "idem/" }
 // instead (created=false). The check and the write are one transaction, so two
 // racing retries create one job. Reusing a key with another request is a conflict.
 func (s *Store) CreateJobOnce(ctx context.Context, j *mj.Job, idem *Idempotency) (*mj.Job, error) {
+	if idem != nil {
+		sum := sha256.Sum256([]byte(idem.Key))
+		j.IdemHash = hex.EncodeToString(sum[:])
+	}
 	b, err := json.Marshal(j)
 	if err != nil {
 		return nil, err
