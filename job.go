@@ -64,6 +64,10 @@ type Job struct {
 	DispatchedAt *time.Time `json:"dispatched_at,omitempty"`
 	// PlacementReason is why Nomad could not place the current attempt yet.
 	PlacementReason string `json:"placement_reason,omitempty"`
+	// WaitingForCapacity: Nomad has nodes that can run the attempt, all busy. Such
+	// a job waits for one to free up; only a job no node can take fails at the
+	// pool's queue limit.
+	WaitingForCapacity bool `json:"waiting_for_capacity,omitempty"`
 	// AttemptStartedAt is when the current attempt's task started (StartedAt is the
 	// first attempt's); the timeout backstop measures from it.
 	AttemptStartedAt *time.Time `json:"attempt_started_at,omitempty"`

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	mj "github.com/mediajobs/mediajobs"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
 )
@@ -74,6 +75,12 @@ type Server struct {
 	SigningSecret string `hcl:"signing_secret,optional"`
 	WaitLimit     string `hcl:"wait_limit,optional"`
 	MaxCommands   int    `hcl:"max_commands,optional"`
+	// MaxCommandBytes caps the text of all of one job's commands together, in bytes
+	// as stored (mj.StoredLen).
+	MaxCommandBytes int `hcl:"max_command_bytes,optional"`
+	// MaxInputs and MaxOutputs cap a job's input_files and output_files entries.
+	MaxInputs  int `hcl:"max_inputs,optional"`
+	MaxOutputs int `hcl:"max_outputs,optional"`
 	// MaxOutputFiles caps the files one job may produce (sequence outputs).
 	MaxOutputFiles int    `hcl:"max_output_files,optional"`
 	MaxBodyBytes   int    `hcl:"max_body_bytes,optional"`
@@ -95,6 +102,11 @@ type Server struct {
 	TmpTTLRange    hcl.Range `hcl:"tmp_file_ttl,attr_range"`
 	UploadTORange  hcl.Range `hcl:"upload_timeout,attr_range"`
 	SecretRange    hcl.Range `hcl:"signing_secret,attr_range"`
+	CommandsRange  hcl.Range `hcl:"max_commands,attr_range"`
+	CmdBytesRange  hcl.Range `hcl:"max_command_bytes,attr_range"`
+	InputsRange    hcl.Range `hcl:"max_inputs,attr_range"`
+	OutputsRange   hcl.Range `hcl:"max_outputs,attr_range"`
+	OutFilesRange  hcl.Range `hcl:"max_output_files,attr_range"`
 
 	WaitLimitD      time.Duration
 	RequestTimeoutD time.Duration
@@ -115,9 +127,44 @@ type Etcd struct {
 	Username     string `hcl:"username,optional"`
 	Password     string `hcl:"password,optional"`
 
+	// CompactionRetention is how much history embedded etcd keeps: it compacts
+	// periodically (etcd's --auto-compaction-mode=periodic) to the revision of this
+	// long ago. An external cluster needs the same flags of its own.
+	CompactionRetention string `hcl:"compaction_retention,optional"`
+	// QuotaBackendBytes is embedded etcd's backend quota: past it etcd raises the
+	// NOSPACE alarm and refuses every write. For an external cluster set it to the
+	// cluster's --quota-backend-bytes: the dispatcher disarms NOSPACE only once a
+	// member's database is back below it.
+	QuotaBackendBytes int64 `hcl:"quota_backend_bytes,optional"`
+	// DefragEvery is how often the leading dispatcher reads every member's database
+	// size and defragments those that are mostly free space, one at a time.
+	DefragEvery string `hcl:"defrag_every,optional"`
+	// DefragFreeRatio: a member is defragmented when (size - in use) / size is at
+	// least this; DefragMinBytes: never one whose database is smaller than this.
+	DefragFreeRatio float64 `hcl:"defrag_free_ratio,optional"`
+	DefragMinBytes  int64   `hcl:"defrag_min_bytes,optional"`
+
 	DialTimeoutRange hcl.Range `hcl:"dial_timeout,attr_range"`
-	DialTimeoutD     time.Duration
+	CompactionRange  hcl.Range `hcl:"compaction_retention,attr_range"`
+	QuotaRange       hcl.Range `hcl:"quota_backend_bytes,attr_range"`
+	DefragEveryRange hcl.Range `hcl:"defrag_every,attr_range"`
+	DefragRatioRange hcl.Range `hcl:"defrag_free_ratio,attr_range"`
+	DefragMinRange   hcl.Range `hcl:"defrag_min_bytes,attr_range"`
+
+	DialTimeoutD         time.Duration
+	CompactionRetentionD time.Duration
+	DefragEveryD         time.Duration
 }
+
+// Bounds of etcd.quota_backend_bytes.
+const (
+	// MinQuotaBackendBytes: below this a burst of jobs plus the history kept until the
+	// next compaction trips NOSPACE in ordinary use.
+	MinQuotaBackendBytes = 64 << 20
+	// MaxQuotaBackendBytes: etcd recommends at most 8 GiB and warns above it; past
+	// this, snapshots, member recovery and defragmentation take too long.
+	MaxQuotaBackendBytes = 100 << 30
+)
 
 // Nomad is the cluster the dispatcher submits to. Unset fields fall back to the
 // Nomad client's own environment (NOMAD_ADDR, NOMAD_TOKEN, ...).
@@ -143,14 +190,20 @@ type Storage struct {
 	// janitor deletes expired temporary files and outputs.
 	OutputRetention string `hcl:"output_retention,optional"`
 	SweepEvery      string `hcl:"sweep_every,optional"`
+	// JobRetention is how long finished jobs are kept in etcd (then the janitor
+	// deletes them with every key derived from them); at least output_retention, so
+	// a job outlives its files.
+	JobRetention string `hcl:"job_retention,optional"`
 
 	TypeRange      hcl.Range `hcl:"type,attr_range"`
 	TTLRange       hcl.Range `hcl:"download_url_ttl,attr_range"`
 	RetentionRange hcl.Range `hcl:"output_retention,attr_range"`
 	SweepRange     hcl.Range `hcl:"sweep_every,attr_range"`
+	JobRetRange    hcl.Range `hcl:"job_retention,attr_range"`
 	TTL            time.Duration
 	Retention      time.Duration
 	Sweep          time.Duration
+	JobRetentionD  time.Duration
 }
 
 // Pool is one kind of hardware jobs can ask for with "machine".
@@ -247,12 +300,12 @@ func (c *Config) Pool(name string) *Pool {
 // embedded etcd, local blobs, a raw_exec cpu pool.
 func Default() *Config {
 	return &Config{
-		Server:     &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: 20, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", UploadTimeout: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
-		Etcd:       &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s"},
+		Server:     &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: mj.DefaultMaxCommands, MaxCommandBytes: mj.DefaultMaxCommandBytes, MaxInputs: mj.DefaultMaxInputs, MaxOutputs: mj.DefaultMaxOutputs, MaxOutputFiles: mj.DefaultMaxOutputFiles, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", UploadTimeout: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
+		Etcd:       &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s", CompactionRetention: "10m", QuotaBackendBytes: 8 << 30, DefragEvery: "10m", DefragFreeRatio: 0.5, DefragMinBytes: 64 << 20},
 		Nomad:      &Nomad{PurgeAfter: "1h"},
 		Webhooks:   &Webhooks{BackoffBase: "1s", BackoffCap: "30s", AttemptTimeout: "10s", Concurrency: 128},
 		Dispatcher: &Dispatcher{ReconcileEvery: "15s", LeaderTTL: "10s", TimeoutGrace: "60s"},
-		Storage:    &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m"},
+		Storage:    &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m", JobRetention: "720h"},
 	}
 }
 
@@ -320,12 +373,26 @@ func (c *Config) finish() hcl.Diagnostics {
 	if s.SigningSecret != "" && len(s.SigningSecret) < 16 {
 		bad(s.SecretRange, "Signing secret too short", "signing_secret must be at least 16 characters; use a long random string.")
 	}
-	if s.MaxCommands <= 0 {
-		s.MaxCommands = 20
+	// The settings that size a job: each at most its ceiling, so that the largest
+	// job record stays within etcd's request limit (see mediajobs' bounds.go).
+	jobBound := func(v *int, def, ceil int, rng hcl.Range, name, why string) {
+		switch {
+		case *v == 0 && rng.Filename == "": // unset in a Config built in code
+			*v = def
+		case *v <= 0 || *v > ceil:
+			bad(rng, "Invalid "+name, fmt.Sprintf("%s = %d must be between 1 and %d (default %d): a job is stored as one etcd value, which etcd refuses over 1.5 MiB; %s.", name, *v, ceil, def, why))
+		}
 	}
-	if s.MaxOutputFiles <= 0 {
-		s.MaxOutputFiles = 1000
-	}
+	jobBound(&s.MaxCommands, mj.DefaultMaxCommands, mj.CeilMaxCommands, s.CommandsRange, "max_commands",
+		"the largest job allowed is computed with this many commands")
+	jobBound(&s.MaxCommandBytes, mj.DefaultMaxCommandBytes, mj.CeilMaxCommandBytes, s.CmdBytesRange, "max_command_bytes",
+		"the commands' text is stored in the job record, beside 50 inputs of 4 KiB URLs and 1,000 output files")
+	jobBound(&s.MaxInputs, mj.DefaultMaxInputs, mj.CeilMaxInputs, s.InputsRange, "max_inputs",
+		fmt.Sprintf("each input may carry a URL of %d bytes, and %d of them already take a fifth of the job record's budget", mj.MaxURLBytes, mj.CeilMaxInputs))
+	jobBound(&s.MaxOutputs, mj.DefaultMaxOutputs, mj.CeilMaxOutputs, s.OutputsRange, "max_outputs",
+		"the declared output names are stored in the job record")
+	jobBound(&s.MaxOutputFiles, mj.DefaultMaxOutputFiles, mj.CeilMaxOutputFiles, s.OutFilesRange, "max_output_files",
+		"every file produced is stored in the job record with its name, key and probe, about 400 bytes each plus probe data")
 
 	e := c.Etcd
 	e.DialTimeoutD = dur(e.DialTimeout, e.DialTimeoutRange, "dial_timeout")
@@ -334,6 +401,23 @@ func (c *Config) finish() hcl.Diagnostics {
 	}
 	if !strings.HasSuffix(e.Prefix, "/") {
 		e.Prefix += "/"
+	}
+	e.CompactionRetentionD = dur(e.CompactionRetention, e.CompactionRange, "compaction_retention")
+	if e.CompactionRetentionD > 0 && e.CompactionRetentionD < time.Minute {
+		bad(e.CompactionRange, "Invalid compaction_retention", fmt.Sprintf("compaction_retention = %q is too short: watchers resume from revisions read moments earlier and would have to start over; use at least \"1m\" (default \"10m\").", e.CompactionRetention))
+	}
+	if e.QuotaBackendBytes < MinQuotaBackendBytes || e.QuotaBackendBytes > MaxQuotaBackendBytes {
+		bad(e.QuotaRange, "Invalid quota_backend_bytes", fmt.Sprintf("quota_backend_bytes = %d must be between %d (64 MiB: less trips etcd's NOSPACE alarm in ordinary bursts) and %d (100 GiB: etcd recommends at most 8 GiB; beyond this snapshots, recovery and defragmentation take too long). Default 8589934592 (8 GiB).", e.QuotaBackendBytes, int64(MinQuotaBackendBytes), int64(MaxQuotaBackendBytes)))
+	}
+	e.DefragEveryD = dur(e.DefragEvery, e.DefragEveryRange, "defrag_every")
+	if e.DefragEveryD > 0 && e.DefragEveryD < time.Minute {
+		bad(e.DefragEveryRange, "Invalid defrag_every", fmt.Sprintf("defrag_every = %q is too short: a defragmentation stalls its member; check at most every minute (default \"10m\").", e.DefragEvery))
+	}
+	if !(e.DefragFreeRatio > 0 && e.DefragFreeRatio < 1) {
+		bad(e.DefragRatioRange, "Invalid defrag_free_ratio", fmt.Sprintf("defrag_free_ratio = %g must be above 0 and below 1: the share of a member's database that must be free space before it is defragmented (default 0.5).", e.DefragFreeRatio))
+	}
+	if e.DefragMinBytes < 0 || e.DefragMinBytes >= e.QuotaBackendBytes {
+		bad(e.DefragMinRange, "Invalid defrag_min_bytes", fmt.Sprintf("defrag_min_bytes = %d must be at least 0 and below quota_backend_bytes (%d), or no member is ever defragmented before etcd refuses writes (default 67108864, 64 MiB).", e.DefragMinBytes, e.QuotaBackendBytes))
 	}
 
 	c.Nomad.PurgeAfterD = dur(c.Nomad.PurgeAfter, c.Nomad.PurgeRange, "purge_after")
@@ -361,6 +445,10 @@ func (c *Config) finish() hcl.Diagnostics {
 	st.TTL = dur(st.DownloadURLTTL, st.TTLRange, "download_url_ttl")
 	st.Retention = dur(st.OutputRetention, st.RetentionRange, "output_retention")
 	st.Sweep = dur(st.SweepEvery, st.SweepRange, "sweep_every")
+	st.JobRetentionD = dur(st.JobRetention, st.JobRetRange, "job_retention")
+	if st.JobRetentionD > 0 && st.JobRetentionD < st.Retention {
+		bad(st.JobRetRange, "Invalid job_retention", fmt.Sprintf("job_retention = %q is shorter than output_retention = %q: a job must outlive its output files, or their links would point at a deleted job's files.", st.JobRetention, st.OutputRetention))
+	}
 
 	if len(c.Pools) == 0 {
 		c.Pools = []*Pool{{Name: "cpu"}}

@@ -196,13 +196,14 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 		Payload:          payload,
 		IdPrefixTemplate: childPrefix(j.ID, attempt),
 	}
-	wo := *d.writeOpts
+	wo, cancel := d.write(ctx)
+	defer cancel()
 	wo.IdempotencyToken = fmt.Sprintf("%s/%d", j.ID, attempt)
-	resp, _, err := d.Jobs.DispatchOpts(opts, &wo)
+	resp, _, err := d.Jobs.DispatchOpts(opts, wo)
 	if err != nil && (isNotFound(err) || strings.Contains(err.Error(), "parameterized job not found")) {
 		// Nomad lost the parameterized job (a dev agent restarted): register again.
-		if pool := d.Config.Pool(j.Machine); pool != nil && d.registerPool(pool) == nil {
-			resp, _, err = d.Jobs.DispatchOpts(opts, &wo)
+		if pool := d.Config.Pool(j.Machine); pool != nil && d.registerPool(ctx, pool) == nil {
+			resp, _, err = d.Jobs.DispatchOpts(opts, wo)
 		}
 	}
 	if err != nil {
@@ -211,24 +212,33 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	}
 	metrics.Dispatches.WithLabelValues(j.Machine, "ok").Inc()
 	now := time.Now().UTC()
+	child, recorded := resp.DispatchedJobID, false
 	_, err = d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+		// The idempotency token gives a retried dispatch the same child: another
+		// leader (or an earlier pass) may have recorded it already.
+		recorded = j.NomadJobID == child
 		if j.Status.Terminal() || j.NomadJobID != "" || max(j.Attempt, 1) != attempt {
 			return errSkip // cancelled (or handled) meanwhile
 		}
-		j.NomadJobID, j.Attempt, j.DispatchedAt, j.PlacementReason = resp.DispatchedJobID, attempt, &now, ""
-		j.StatusDetail = "dispatched to Nomad as " + resp.DispatchedJobID + "; waiting for a node"
+		j.NomadJobID, j.Attempt, j.DispatchedAt, j.PlacementReason, j.WaitingForCapacity = child, attempt, &now, "", false
+		j.StatusDetail = "dispatched to Nomad as " + child + "; waiting for a node"
 		if attempt > 1 {
 			j.StatusDetail = fmt.Sprintf("attempt %d: %s", attempt, j.StatusDetail)
 		}
 		return nil
 	})
-	if err == errSkip {
-		// Cancelled between our read and the dispatch: stop what we just started.
-		d.Jobs.Deregister(resp.DispatchedJobID, false, d.writeOpts)
+	switch {
+	case err == nil:
+		d.Log.Info("dispatched", "job", id, "attempt", attempt, "nomad_job", child)
+	case err == errSkip && !recorded:
+		// Cancelled, finished or moved on between our read and the dispatch: stop
+		// what we just started. A child the job records is never stopped here, and
+		// neither is anything when the write failed (a deposed leader, etcd down):
+		// the next leader decides from what is stored.
+		d.stopChild(ctx, child, "dispatched for a job that no longer wants it", id)
 		return nil
-	}
-	if err == nil {
-		d.Log.Info("dispatched", "job", id, "attempt", attempt, "nomad_job", resp.DispatchedJobID)
+	case err == errSkip:
+		return nil
 	}
 	return err
 }
@@ -274,13 +284,15 @@ func (d *Dispatcher) cancelLoop(ctx context.Context) {
 		if err != nil || j.Status != mj.StatusCancelled {
 			return
 		}
-		d.stopChild(string(del.PrevKv.Value), "job cancelled", id)
+		d.stopChild(ctx, string(del.PrevKv.Value), "job cancelled", id)
 	})
 }
 
 // stopChild deregisters a Nomad child (not purged: the operator can still read it).
-func (d *Dispatcher) stopChild(child, why, id string) {
-	if _, _, err := d.Jobs.Deregister(child, false, d.writeOpts); err != nil && !isNotFound(err) {
+func (d *Dispatcher) stopChild(ctx context.Context, child, why, id string) {
+	wo, cancel := d.write(ctx)
+	defer cancel()
+	if _, _, err := d.Jobs.Deregister(child, false, wo); err != nil && !isNotFound(err) {
 		d.Log.Warn("could not stop nomad job", "job", id, "nomad_job", child, "why", why, "err", err)
 		return
 	}

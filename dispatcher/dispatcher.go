@@ -114,6 +114,22 @@ type Dispatcher struct {
 	registered map[string]bool
 }
 
+// NomadTimeout bounds every Nomad call, on top of the leader's context: a
+// half-open connection cannot stall dispatch or reconcile. (ParseHCLOpts takes no
+// options: the Nomad client's own HTTP timeout bounds it, see cmd/mediajobs.)
+const NomadTimeout = 30 * time.Second
+
+// query and write are the options of one Nomad call made on behalf of ctx.
+func (d *Dispatcher) query(ctx context.Context) (*api.QueryOptions, context.CancelFunc) {
+	c, cancel := context.WithTimeout(ctx, NomadTimeout)
+	return d.queryOpts.WithContext(c), cancel
+}
+
+func (d *Dispatcher) write(ctx context.Context) (*api.WriteOptions, context.CancelFunc) {
+	c, cancel := context.WithTimeout(ctx, NomadTimeout)
+	return d.writeOpts.WithContext(c), cancel
+}
+
 // maxPayload stays under Nomad's 16 KiB dispatch payload limit; a larger manifest
 // goes to the blob store and the payload carries a signed URL to it.
 const maxPayload = 15 * 1024
@@ -158,8 +174,8 @@ func (d *Dispatcher) setLeading(v bool) {
 
 // Run campaigns for leadership and, while leading, runs every loop; it returns when
 // ctx ends. Losing the etcd session (a partition, a long pause) stops the loops and
-// campaigns again; every write is a compare-and-swap, so a deposed leader's late
-// writes cannot break a job.
+// campaigns again; every write is conditioned on the election key, so a deposed
+// leader's late writes are refused.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	d.defaults()
 	for ctx.Err() == nil {
@@ -181,6 +197,9 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		d.Log.Info("dispatcher leading", "name", d.Name)
 		lctx, cancel := context.WithCancel(ctx)
+		// Every store write made while leading is conditioned on the election key:
+		// a paused leader whose session expired cannot write after the next took over.
+		lctx = store.WithGuard(lctx, el.Key(), el.Rev())
 		go func() {
 			select {
 			case <-sess.Done():
@@ -211,12 +230,12 @@ func (d *Dispatcher) lead(ctx context.Context) {
 	d.mu.Unlock()
 	var failed []*config.Pool
 	for _, pool := range d.Config.Pools {
-		if err := d.registerPool(pool); err != nil {
+		if err := d.registerPool(ctx, pool); err != nil {
 			d.Log.Warn("register pool failed; its jobs wait, the other pools run", "pool", pool.Name, "err", err)
 			failed = append(failed, pool)
 		}
 	}
-	loops := []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.janitorLoop}
+	loops := []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.janitorLoop, d.etcdMaintenanceLoop}
 	if len(failed) > 0 {
 		loops = append(loops, func(ctx context.Context) { d.retryPools(ctx, failed) })
 	}
@@ -238,7 +257,7 @@ func (d *Dispatcher) retryPools(ctx context.Context, pools []*config.Pool) {
 		backoff = min(backoff*2, time.Minute)
 		var still []*config.Pool
 		for _, pool := range pools {
-			if err := d.registerPool(pool); err != nil {
+			if err := d.registerPool(ctx, pool); err != nil {
 				d.Log.Warn("register pool failed; retrying", "pool", pool.Name, "err", err, "in", backoff)
 				still = append(still, pool)
 			}
@@ -255,7 +274,7 @@ func (d *Dispatcher) RegisterPools() error {
 	}
 	var errs []error
 	for _, pool := range d.Config.Pools {
-		if err := d.registerPool(pool); err != nil {
+		if err := d.registerPool(context.Background(), pool); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -264,7 +283,7 @@ func (d *Dispatcher) RegisterPools() error {
 
 // registerPool renders a pool's jobspec, has Nomad parse it, and registers it.
 // Registering an unchanged job is a no-op in Nomad, so this is idempotent.
-func (d *Dispatcher) registerPool(pool *config.Pool) error {
+func (d *Dispatcher) registerPool(ctx context.Context, pool *config.Pool) error {
 	r, err := jobspecs.Render(pool, d.RunnerCommand)
 	if err != nil {
 		return fmt.Errorf("pool %q: %w", pool.Name, err)
@@ -279,7 +298,9 @@ func (d *Dispatcher) registerPool(pool *config.Pool) error {
 	if rg := d.Config.Nomad.Region; rg != "" {
 		job.Region = &rg
 	}
-	if _, _, err := d.Jobs.Register(job, d.writeOpts); err != nil {
+	wo, cancel := d.write(ctx)
+	defer cancel()
+	if _, _, err := d.Jobs.Register(job, wo); err != nil {
 		return fmt.Errorf("pool %q: register nomad job %s: %w", pool.Name, r.JobID, err)
 	}
 	d.mu.Lock()

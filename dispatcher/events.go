@@ -139,14 +139,19 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 			continue
 		}
 		child := j.NomadJobID
-		if _, _, err := d.Jobs.Info(child, d.queryOpts); isNotFound(err) {
+		q, cancel := d.query(ctx)
+		_, _, err = d.Jobs.Info(child, q)
+		cancel()
+		if isNotFound(err) {
 			d.lost(ctx, id, child, "its Nomad job "+child+" no longer exists (was Nomad restarted without its state?)")
 			continue
 		} else if err != nil {
 			d.Log.Warn("reconcile: read nomad job", "job", id, "nomad_job", child, "err", err)
 			continue
 		}
-		stubs, _, err := d.Jobs.Allocations(child, true, d.queryOpts)
+		q, cancel = d.query(ctx)
+		stubs, _, err := d.Jobs.Allocations(child, true, q)
+		cancel()
 		if err != nil {
 			d.Log.Warn("reconcile: list allocations", "job", id, "nomad_job", child, "err", err)
 			continue
@@ -166,9 +171,10 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 // own timeout. A finished job never runs again, so stopping its child is always
 // right; the child is deregistered, not purged, as a cancel does.
 func (d *Dispatcher) stopFinishedChildren(ctx context.Context) {
-	q := *d.queryOpts
+	q, cancel := d.query(ctx)
+	defer cancel()
 	q.Prefix = "mediajobs-"
-	stubs, _, err := d.Jobs.List(&q)
+	stubs, _, err := d.Jobs.List(q)
 	if err != nil {
 		d.Log.Warn("reconcile: list nomad jobs", "err", err)
 		return
@@ -187,7 +193,7 @@ func (d *Dispatcher) stopFinishedChildren(ctx context.Context) {
 		// A job this store does not know may belong to another installation that
 		// shares the Nomad namespace: leave it alone.
 		if j, err := d.Store.Job(ctx, id); err == nil && j.Status.Terminal() {
-			d.stopChild(s.ID, "job "+string(j.Status), id)
+			d.stopChild(ctx, s.ID, "job "+string(j.Status), id)
 		}
 	}
 }
@@ -222,7 +228,7 @@ func (d *Dispatcher) overdue(ctx context.Context, id string, placed bool) {
 	if err == nil {
 		metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
 		d.Log.Info("job failed by the dispatcher", "job", id, "reason", j.ErrorMessage)
-		d.stopChild(child, "overdue", id)
+		d.stopChild(ctx, child, "overdue", id)
 	}
 }
 
@@ -334,7 +340,7 @@ func (d *Dispatcher) applied(ctx context.Context, id, child string, j *mj.Job, e
 			metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
 		}
 		if j.NomadJobID == "" && !j.Status.Terminal() {
-			d.stopChild(child, "re-dispatching", id) // usually dead already
+			d.stopChild(ctx, child, "re-dispatching", id) // usually dead already
 		}
 	case errors.Is(err, errSkip), mj.ErrorCode(err) == mj.ENotFound:
 	default:
@@ -352,6 +358,7 @@ func (d *Dispatcher) maxAttempts(j *mj.Job) int {
 // checked turns a successful result whose outputs j did not declare into a
 // failed one: the result was written by a worker that runs users' commands.
 func checked(r *mj.Result, j *mj.Job, maxOutputs int) *mj.Result {
+	r = mj.BoundResult(r) // error text and probe data within the job record's bounds
 	if r == nil || !r.Succeeded {
 		return r
 	}

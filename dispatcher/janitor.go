@@ -75,9 +75,10 @@ func (d *Dispatcher) purgeChildren(ctx context.Context, now time.Time) {
 	if d.Jobs == nil {
 		return
 	}
-	q := *d.queryOpts
+	q, cancel := d.query(ctx)
+	defer cancel()
 	q.Prefix = "mediajobs-"
-	stubs, _, err := d.Jobs.List(&q)
+	stubs, _, err := d.Jobs.List(q)
 	if err != nil {
 		d.Log.Warn("janitor: list nomad jobs", "err", err)
 		return
@@ -98,7 +99,10 @@ func (d *Dispatcher) purgeChildren(ctx context.Context, now time.Time) {
 		if err != nil && mj.ErrorCode(err) != mj.ENotFound {
 			continue
 		}
-		if _, _, err := d.Jobs.Deregister(s.ID, true, d.writeOpts); err == nil {
+		wo, cancel := d.write(ctx)
+		_, _, err = d.Jobs.Deregister(s.ID, true, wo)
+		cancel()
+		if err == nil {
 			n++
 		}
 	}

@@ -79,7 +79,7 @@ func (s *Store) deleteJobs(ctx context.Context, ids []string, done []*mvccpb.Key
 		if len(txns) == 0 {
 			return nil
 		}
-		resp, err := s.cli.Txn(ctx).Then(txns...).Commit()
+		resp, err := s.batch(ctx, txns)
 		if err != nil {
 			return fmt.Errorf("delete finished jobs: %w", err)
 		}
@@ -153,7 +153,7 @@ func (s *Store) BackfillDone(ctx context.Context) (int, error) {
 		}
 		for len(ops) > 0 {
 			k := min(len(ops), 100)
-			if _, err := s.cli.Txn(ctx).Then(ops[:k]...).Commit(); err != nil {
+			if _, err := s.batch(ctx, ops[:k]); err != nil {
 				return n, err
 			}
 			n, ops = n+k, ops[k:]
@@ -163,6 +163,6 @@ func (s *Store) BackfillDone(ctx context.Context) (int, error) {
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	_, err := s.cli.Put(ctx, marker, time.Now().UTC().Format(time.RFC3339))
+	_, err := s.batch(ctx, []clientv3.Op{clientv3.OpPut(marker, time.Now().UTC().Format(time.RFC3339))})
 	return n, err
 }

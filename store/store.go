@@ -232,8 +232,8 @@ func (s *Store) SweepIdempotency(ctx context.Context, cutoff time.Time) (int, er
 	for _, kv := range resp.Kvs {
 		var rec idemRecord
 		if json.Unmarshal(kv.Value, &rec) == nil && rec.CreatedAt.Before(cutoff) {
-			if _, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-				Then(clientv3.OpDelete(string(kv.Key))).Commit(); err != nil {
+			if _, err := s.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
+				[]clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil); err != nil {
 				return n, err
 			}
 			n++
@@ -292,9 +292,7 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error
 		if err != nil {
 			return nil, err
 		}
-		resp, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.ModRevision(s.jobKey(id)), "=", rev)).
-			Then(ops...).Commit()
+		resp, err := s.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.jobKey(id)), "=", rev)}, ops, nil)
 		if err != nil {
 			return nil, fmt.Errorf("update job: %w", err)
 		}
@@ -410,7 +408,7 @@ func (s *Store) UpdateJobs(ctx context.Context, us []JobUpdate) ([]*mj.Job, []er
 		if len(txns) == 0 {
 			return
 		}
-		resp, err := s.cli.Txn(ctx).Then(txns...).Commit()
+		resp, err := s.batch(ctx, txns)
 		for k, i := range txnIdx {
 			switch {
 			case err != nil:
@@ -545,7 +543,7 @@ func (s *Store) Count(ctx context.Context, prefix string) (int, error) {
 
 // DeleteOutbox removes a job's webhook outbox entry once it is settled.
 func (s *Store) DeleteOutbox(ctx context.Context, id string) error {
-	_, err := s.cli.Delete(ctx, s.outboxKey(id))
+	_, err := s.batch(ctx, []clientv3.Op{clientv3.OpDelete(s.outboxKey(id))})
 	return err
 }
 
@@ -563,7 +561,7 @@ func (s *Store) EventIndex(ctx context.Context) (uint64, error) {
 
 // SaveEventIndex records how far the Nomad event stream has been applied.
 func (s *Store) SaveEventIndex(ctx context.Context, idx uint64) error {
-	_, err := s.cli.Put(ctx, s.p+"dispatcher/event_index", strconv.FormatUint(idx, 10))
+	_, err := s.batch(ctx, []clientv3.Op{clientv3.OpPut(s.p+"dispatcher/event_index", strconv.FormatUint(idx, 10))})
 	return err
 }
 

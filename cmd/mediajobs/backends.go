@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/hashicorp/go-cleanhttp"
 	"github.com/hashicorp/nomad/api"
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/config"
@@ -36,7 +38,9 @@ func openBackends(cfg *config.Config, secretFile string) (*backends, error) {
 	var cli *clientv3.Client
 	var closeFn func()
 	if cfg.Etcd.Embedded {
-		e, err := store.StartEmbedded(cfg.Etcd.DataDir, cfg.Etcd.ListenClient, cfg.Etcd.ListenPeer)
+		e, err := store.StartEmbedded(cfg.Etcd.DataDir, cfg.Etcd.ListenClient, cfg.Etcd.ListenPeer, store.EmbeddedOptions{
+			CompactionRetention: cfg.Etcd.CompactionRetentionD, QuotaBackendBytes: cfg.Etcd.QuotaBackendBytes,
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -110,7 +114,16 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 	if n.Namespace != "" {
 		nc.Namespace = n.Namespace
 	}
-	client, err := api.NewClient(nc)
+	// The event stream is one long request; every other call is bounded, so a
+	// half-open connection to Nomad cannot stall the dispatcher (the calls also
+	// carry the leader's context). Two clients, then.
+	events, err := api.NewClient(nc)
+	if err != nil {
+		return nil, fmt.Errorf("nomad client: %w", err)
+	}
+	calls := *nc
+	calls.HttpClient = &http.Client{Timeout: dispatcher.NomadTimeout, Transport: cleanhttp.DefaultPooledTransport()}
+	client, err := api.NewClient(&calls)
 	if err != nil {
 		return nil, fmt.Errorf("nomad client: %w", err)
 	}
@@ -119,7 +132,7 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 		return nil, err
 	}
 	return &dispatcher.Dispatcher{
-		Config: b.cfg, Store: b.store, Jobs: client.Jobs(), Events: client.EventStream(),
+		Config: b.cfg, Store: b.store, Jobs: client.Jobs(), Events: events.EventStream(),
 		Blobs: b.blobs, Signer: b.signer, RunnerCommand: self, Log: log,
 		ReconcileEvery: b.cfg.Dispatcher.ReconcileD, LeaderTTL: b.cfg.Dispatcher.LeaderTTLD, TimeoutGrace: b.cfg.Dispatcher.TimeoutGraceD,
 		Accounts: b.store,
