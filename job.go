@@ -136,15 +136,16 @@ type WebhookState struct {
 
 // Result is what a runner reports at the end of an attempt.
 type Result struct {
-	JobID        string   `json:"job_id"`
-	Attempt      int      `json:"attempt"`
-	Succeeded    bool     `json:"succeeded"`
-	ErrorMessage string   `json:"error_message,omitempty"`
-	Outputs      []Output `json:"outputs,omitempty"`
-	// Progress is not part of the record: it lives on its own short-lived key
-	// and is merged in when the job is read (store.Job, ListJobs, the gateway's cache).
-	Progress   *Progress `json:"-"`
-	InputBytes int64     `json:"input_bytes"`
+	JobID   string `json:"job_id"`
+	Attempt int    `json:"attempt"`
+	// AllocID is the Nomad allocation that ran the attempt: its files are under
+	// jobs/<id>/<attempt>/<alloc>/ (empty: under the attempt's prefix).
+	AllocID      string    `json:"alloc_id,omitempty"`
+	Succeeded    bool      `json:"succeeded"`
+	ErrorMessage string    `json:"error_message,omitempty"`
+	Outputs      []Output  `json:"outputs,omitempty"`
+	Progress     *Progress `json:"progress,omitempty"`
+	InputBytes   int64     `json:"input_bytes"`
 }
 
 // Manifest is what the dispatcher hands a runner in the Nomad dispatch payload.

@@ -130,6 +130,29 @@ func (l *Local) ReadAll(ctx context.Context, key string) ([]byte, error) {
 // MaxSmall bounds what ReadAll reads: a runner's result.json, a large manifest.
 const MaxSmall = 8 << 20
 
+// List returns the keys under prefix (a folder: it ends in "/").
+func (l *Local) List(_ context.Context, prefix string) ([]string, error) {
+	root, err := l.path(strings.TrimSuffix(prefix, "/"))
+	if err != nil {
+		return nil, err
+	}
+	var keys []string
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		}
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err == nil {
+			keys = append(keys, prefix+filepath.ToSlash(rel))
+		}
+		return nil
+	})
+	return keys, err
+}
+
 // Sweep deletes the files under prefix last written before cutoff, and the
 // directories it leaves empty. It returns how many files it deleted.
 func (l *Local) Sweep(_ context.Context, prefix string, cutoff time.Time) (int, error) {

@@ -224,12 +224,16 @@ type Pool struct {
 	GPU            *GPU   `hcl:"gpu,block"`
 	DefaultTimeout string `hcl:"default_timeout,optional"`
 	MaxTimeout     string `hcl:"max_timeout,optional"`
-	// MaxInFlight caps this pool's Nomad children at once; the rest wait, first in
-	// first out. 0: no cap.
+	// MaxInFlight caps this pool's Nomad children at once; the rest wait in the
+	// etcd queue, first in first out, rather than as blocked evaluations in Nomad.
+	// Default DefaultMaxInFlight; -1: no cap.
 	MaxInFlight int `hcl:"max_in_flight,optional"`
 	// QueueLimit is how long a dispatched job may wait for Nomad to place it before
 	// it fails with the placement reason.
 	QueueLimit string `hcl:"queue_limit,optional"`
+	// StartTimeout is how long an allocation Nomad placed may take to start (image
+	// pull included) before the attempt counts as lost and is retried.
+	StartTimeout string `hcl:"start_timeout,optional"`
 	// MaxAttempts bounds the attempts of a job whose worker was lost or crashed
 	// (never a job whose command failed).
 	MaxAttempts int `hcl:"max_attempts,optional"`
@@ -247,11 +251,13 @@ type Pool struct {
 	CPURange       hcl.Range `hcl:"cpu,attr_range"`
 	MemoryRange    hcl.Range `hcl:"memory,attr_range"`
 	QueueLimRange  hcl.Range `hcl:"queue_limit,attr_range"`
+	StartTORange   hcl.Range `hcl:"start_timeout,attr_range"`
 	SandboxRange   hcl.Range `hcl:"sandbox,attr_range"`
 
 	DefaultTimeoutD time.Duration
 	MaxTimeoutD     time.Duration
 	QueueLimitD     time.Duration
+	StartTimeoutD   time.Duration
 }
 
 // Constraint is a Nomad placement constraint on the pool's nodes.
@@ -386,7 +392,7 @@ func (c *Config) finish() hcl.Diagnostics {
 	jobBound(&s.MaxCommands, mj.DefaultMaxCommands, mj.CeilMaxCommands, s.CommandsRange, "max_commands",
 		"the largest job allowed is computed with this many commands")
 	jobBound(&s.MaxCommandBytes, mj.DefaultMaxCommandBytes, mj.CeilMaxCommandBytes, s.CmdBytesRange, "max_command_bytes",
-		"the commands' text is stored in the job record, beside 50 inputs of 4 KiB URLs and 1,000 output files")
+		"the commands' text is stored in the job record, beside 50 inputs of 4 KiB URLs and 1,000 output files with their probe data")
 	jobBound(&s.MaxInputs, mj.DefaultMaxInputs, mj.CeilMaxInputs, s.InputsRange, "max_inputs",
 		fmt.Sprintf("each input may carry a URL of %d bytes, and %d of them already take a fifth of the job record's budget", mj.MaxURLBytes, mj.CeilMaxInputs))
 	jobBound(&s.MaxOutputs, mj.DefaultMaxOutputs, mj.CeilMaxOutputs, s.OutputsRange, "max_outputs",
@@ -499,12 +505,17 @@ func (c *Config) finish() hcl.Diagnostics {
 		p.DefaultTimeoutD = dur(p.DefaultTimeout, p.DefaultTORange, "default_timeout")
 		p.MaxTimeoutD = dur(p.MaxTimeout, p.MaxTORange, "max_timeout")
 		p.QueueLimitD = dur(p.QueueLimit, p.QueueLimRange, "queue_limit")
+		p.StartTimeoutD = dur(p.StartTimeout, p.StartTORange, "start_timeout")
 		if p.DefaultTimeoutD > p.MaxTimeoutD && p.MaxTimeoutD > 0 {
 			bad(p.DefaultTORange, "Invalid default_timeout", fmt.Sprintf("pool %q: default_timeout %s is above max_timeout %s.", p.Name, p.DefaultTimeout, p.MaxTimeout))
 		}
 	}
 	return diags
 }
+
+// DefaultMaxInFlight is a pool's max_in_flight when unset: enough to keep a
+// sizeable cluster busy, few enough that a burst waits in etcd, not in Nomad.
+const DefaultMaxInFlight = 256
 
 // supportedDrivers are the drivers with a jobspec in jobspecs/.
 var supportedDrivers = map[string]bool{"raw_exec": true, "docker": true}
@@ -552,6 +563,12 @@ func (p *Pool) applyDefaults() {
 	}
 	if p.QueueLimit == "" {
 		p.QueueLimit = "10m"
+	}
+	if p.StartTimeout == "" {
+		p.StartTimeout = "10m"
+	}
+	if p.MaxInFlight == 0 {
+		p.MaxInFlight = DefaultMaxInFlight
 	}
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = 3

@@ -80,25 +80,40 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 	if err != nil {
 		return true
 	}
-	var failed atomic.Bool
+	var failed, down atomic.Bool
 	sem := make(chan struct{}, dispatchConcurrency)
 	var wg sync.WaitGroup
 	for _, id := range ids {
 		sem <- struct{}{}
+		if down.Load() || ctx.Err() != nil {
+			<-sem // Nomad is unreachable: the pass stops, the queue waits in etcd
+			break
+		}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := d.dispatch(ctx, id); err != nil && ctx.Err() == nil {
-				failed.Store(true)
-				d.Log.Warn("dispatch failed; will retry", "job", id, "err", err)
-				d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
-					if j.Status.Terminal() || j.NomadJobID != "" {
-						return errSkip
-					}
-					j.StatusDetail = "waiting to reach Nomad: " + err.Error()
-					return nil
-				})
+			err := d.dispatch(ctx, id)
+			if err == nil || ctx.Err() != nil || errors.Is(err, store.ErrNotLeader) {
+				return
 			}
+			failed.Store(true)
+			detail := "waiting to reach Nomad: " + err.Error()
+			if unreachable(err) && !down.Swap(true) {
+				d.Log.Warn("nomad unreachable; dispatching stops until it answers", "pool", pool.Name, "err", err)
+				detail = "waiting for Nomad, which is unreachable; the job is dispatched when it answers again"
+			} else if unreachable(err) {
+				return
+			} else {
+				d.Log.Warn("dispatch failed; will retry", "job", id, "err", err)
+			}
+			// Only a new detail is written: an outage costs no etcd write per pass.
+			d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+				if j.Status.Terminal() || j.NomadJobID != "" || j.StatusDetail == detail {
+					return errSkip
+				}
+				j.StatusDetail = detail
+				return nil
+			})
 		}()
 	}
 	wg.Wait()

@@ -75,6 +75,7 @@ type Blobs interface {
 	ReadAll(ctx context.Context, key string) ([]byte, error)
 	Put(ctx context.Context, key string, r io.Reader, max int64) (int64, error)
 	Sweep(ctx context.Context, prefix string, cutoff time.Time) (int, error)
+	List(ctx context.Context, prefix string) ([]string, error)
 }
 
 // Dispatcher runs the loops above. Fill the fields and call Run.
@@ -102,6 +103,8 @@ type Dispatcher struct {
 	TimeoutGrace time.Duration
 	// Name identifies this dispatcher in the election (default host:pid).
 	Name string
+	// CallTimeout bounds each Nomad call (default NomadTimeout).
+	CallTimeout time.Duration
 
 	writeOpts *api.WriteOptions
 	queryOpts *api.QueryOptions
@@ -121,12 +124,12 @@ const NomadTimeout = 30 * time.Second
 
 // query and write are the options of one Nomad call made on behalf of ctx.
 func (d *Dispatcher) query(ctx context.Context) (*api.QueryOptions, context.CancelFunc) {
-	c, cancel := context.WithTimeout(ctx, NomadTimeout)
+	c, cancel := context.WithTimeout(ctx, d.CallTimeout)
 	return d.queryOpts.WithContext(c), cancel
 }
 
 func (d *Dispatcher) write(ctx context.Context) (*api.WriteOptions, context.CancelFunc) {
-	c, cancel := context.WithTimeout(ctx, NomadTimeout)
+	c, cancel := context.WithTimeout(ctx, d.CallTimeout)
 	return d.writeOpts.WithContext(c), cancel
 }
 
@@ -147,6 +150,9 @@ func (d *Dispatcher) defaults() {
 	}
 	if d.LeaderTTL == 0 {
 		d.LeaderTTL = 10 * time.Second
+	}
+	if d.CallTimeout == 0 {
+		d.CallTimeout = NomadTimeout
 	}
 	if d.TimeoutGrace == 0 {
 		d.TimeoutGrace = 60 * time.Second

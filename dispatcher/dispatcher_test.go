@@ -102,13 +102,21 @@ func TestAllocStateFromEventAndStub(t *testing.T) {
 }
 
 func TestPlacementReason(t *testing.T) {
-	got := placementReason(map[string]*api.AllocationMetric{"ffmpeg": {
+	got, capacity := placementReason(map[string]*api.AllocationMetric{"ffmpeg": {
 		NodesEvaluated: 1, NodesInPool: 1, ConstraintFiltered: map[string]int{"missing devices": 1},
 	}})
-	if got != "no node can run it (1 node(s) evaluated; 1 filtered by missing devices)" {
-		t.Fatalf("reason %q", got)
+	if got != "no node can run it (1 node(s) evaluated; 1 filtered by missing devices)" || capacity {
+		t.Fatalf("reason %q, capacity %v", got, capacity)
 	}
-	if got := placementReason(map[string]*api.AllocationMetric{"ffmpeg": {}}); !strings.Contains(got, "no nodes are available") {
-		t.Fatalf("empty pool: %q", got)
+	if got, capacity := placementReason(map[string]*api.AllocationMetric{"ffmpeg": {}}); !strings.Contains(got, "no nodes are available") || capacity {
+		t.Fatalf("empty pool: %q %v", got, capacity)
+	}
+	// Busy, not unable: one node passed the constraints and was out of memory.
+	got, capacity = placementReason(map[string]*api.AllocationMetric{"ffmpeg": {
+		NodesEvaluated: 2, NodesInPool: 2, NodesFiltered: 1, ConstraintFiltered: map[string]int{"${attr.kernel.name} = windows": 1},
+		NodesExhausted: 1, DimensionExhausted: map[string]int{"memory": 1},
+	}})
+	if !capacity || !strings.Contains(got, "1 filtered by memory") {
+		t.Fatalf("busy node: %q, capacity %v", got, capacity)
 	}
 }

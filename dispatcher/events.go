@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"sort"
 	"strings"
 	"time"
@@ -22,32 +23,50 @@ type allocState struct {
 	// TaskEvents are the runner task's event messages, oldest first.
 	TaskEvents []string
 	StartedAt  time.Time
+	// Reported: the task that reports the result (upload on docker pools, runner
+	// on raw_exec) exited 0 or 1, which it does only after the result went up;
+	// ReportedAt is when it ended. A result missing then is late, not lost.
+	Reported   bool
+	ReportedAt time.Time
 }
 
 func fromAlloc(a *api.Allocation) allocState {
 	s := allocState{ID: a.ID, NomadJobID: a.JobID, ClientStatus: a.ClientStatus}
-	s.TaskEvents, s.StartedAt = taskInfo(a.TaskStates)
+	s.taskInfo(a.TaskStates)
 	return s
 }
 
 func fromStub(a *api.AllocationListStub) allocState {
 	s := allocState{ID: a.ID, NomadJobID: a.JobID, ClientStatus: a.ClientStatus}
-	s.TaskEvents, s.StartedAt = taskInfo(a.TaskStates)
+	s.taskInfo(a.TaskStates)
 	return s
 }
 
-func taskInfo(states map[string]*api.TaskState) ([]string, time.Time) {
+func (s *allocState) taskInfo(states map[string]*api.TaskState) {
 	ts := states["runner"]
 	if ts == nil {
-		return nil, time.Time{}
+		return
 	}
-	var msgs []string
 	for _, e := range ts.Events {
 		if m := e.DisplayMessage; m != "" {
-			msgs = append(msgs, e.Type+": "+m)
+			s.TaskEvents = append(s.TaskEvents, e.Type+": "+m)
 		}
 	}
-	return msgs, ts.StartedAt
+	s.StartedAt = ts.StartedAt
+	rep := ts
+	if up := states["upload"]; up != nil {
+		rep = up
+	}
+	if rep.State != "dead" {
+		return
+	}
+	for i := len(rep.Events) - 1; i >= 0; i-- {
+		if e := rep.Events[i]; e.Type == api.TaskTerminated {
+			// cmd/mediajobs runner: 0 succeeded, 1 failed, both reported; 2 not.
+			s.Reported, s.ReportedAt = e.ExitCode == 0 || e.ExitCode == 1, rep.FinishedAt
+			return
+		}
+	}
 }
 
 // eventLoop follows Nomad's allocation and evaluation events from the saved index.
@@ -75,6 +94,9 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 		}
 		d.reconcile(ctx)
 		tick := time.NewTicker(d.ReconcileEvery)
+		// Nomad sends a heartbeat every 10 s: a stream silent for longer is a
+		// half-open connection, not a quiet cluster.
+		idle := time.NewTimer(streamIdle)
 	stream:
 		for {
 			select {
@@ -82,10 +104,14 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 				break stream
 			case <-tick.C:
 				d.reconcile(ctx)
+			case <-idle.C:
+				d.Log.Warn("nomad event stream silent; reconnecting", "for", streamIdle)
+				break stream
 			case evs, ok := <-events:
 				if !ok {
 					break stream
 				}
+				idle.Reset(streamIdle)
 				if evs.Err != nil {
 					d.Log.Warn("nomad event stream broke; resuming", "err", evs.Err)
 					break stream
@@ -103,10 +129,14 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 			}
 		}
 		tick.Stop()
+		idle.Stop()
 		cancel()
 		sleep(ctx, backoff)
 	}
 }
+
+// streamIdle is how long the event stream may stay silent, heartbeats included.
+const streamIdle = 45 * time.Second
 
 func (d *Dispatcher) handleEvent(ctx context.Context, ev api.Event) {
 	switch ev.Topic {
@@ -116,14 +146,16 @@ func (d *Dispatcher) handleEvent(ctx context.Context, ev api.Event) {
 		}
 	case api.TopicEvaluation:
 		if e, err := ev.Evaluation(); err == nil && e != nil && len(e.FailedTGAllocs) > 0 {
-			d.placementFailed(ctx, e.JobID, placementReason(e.FailedTGAllocs))
+			d.placementFailed(ctx, e.JobID, e.FailedTGAllocs)
 		}
 	}
 }
 
 // reconcile settles every unfinished dispatched job against Nomad: allocations the
 // stream missed, children Nomad no longer knows, jobs no node could place within the
-// queue limit, and children still alive well past the job's timeout.
+// queue limit, allocations that never started, children still alive well past the
+// job's timeout, and children no job wants any more. A pass stops at the first
+// connection error: Nomad is down, and nothing is decided from its silence.
 func (d *Dispatcher) reconcile(ctx context.Context) {
 	ids, _, err := d.Store.JobIDs(ctx, d.Store.ActivePrefix(), 0)
 	if err != nil {
@@ -143,10 +175,13 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		_, _, err = d.Jobs.Info(child, q)
 		cancel()
 		if isNotFound(err) {
-			d.lost(ctx, id, child, "its Nomad job "+child+" no longer exists (was Nomad restarted without its state?)")
+			d.vanished(ctx, j, child)
 			continue
 		} else if err != nil {
 			d.Log.Warn("reconcile: read nomad job", "job", id, "nomad_job", child, "err", err)
+			if unreachable(err) {
+				return
+			}
 			continue
 		}
 		q, cancel = d.query(ctx)
@@ -154,23 +189,61 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		cancel()
 		if err != nil {
 			d.Log.Warn("reconcile: list allocations", "job", id, "nomad_job", child, "err", err)
+			if unreachable(err) {
+				return
+			}
 			continue
 		}
-		for _, s := range stubs {
-			d.apply(ctx, fromStub(s))
+		allocs := make([]allocState, len(stubs))
+		for i, s := range stubs {
+			allocs[i] = fromStub(s)
+			d.apply(ctx, allocs[i])
 		}
-		d.overdue(ctx, id, len(stubs) > 0)
+		d.overdue(ctx, id, allocs)
 	}
-	d.stopFinishedChildren(ctx)
+	d.stopStrayChildren(ctx)
 }
 
-// stopFinishedChildren stops every live mediajobs child whose job is finished. The
-// cancel loop stops a cancelled job's child when it sees the job leave the active
-// set, but a delete that happened while no dispatcher led (or across a compaction)
-// is never seen; without this the child would run on, holding a node, until its
-// own timeout. A finished job never runs again, so stopping its child is always
-// right; the child is deregistered, not purged, as a cancel does.
-func (d *Dispatcher) stopFinishedChildren(ctx context.Context) {
+// unreachable tells a failure to reach Nomad (refused, reset, timed out: the HTTP
+// client's *url.Error) from an answer Nomad gave or a failure of our own.
+func unreachable(err error) bool {
+	var ue *url.Error
+	return errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// vanished settles a job whose current child Nomad no longer knows (garbage
+// collected, purged, an agent restarted without its state). The attempt may well
+// have reported before it went: its result counts. Only without one is the
+// attempt retried.
+func (d *Dispatcher) vanished(ctx context.Context, j *mj.Job, child string) {
+	r, prefix, err := d.anyResult(ctx, j.ID, j.Attempt)
+	if err != nil {
+		d.Log.Warn("read runner result failed; will retry", "job", j.ID, "nomad_job", child, "err", err)
+		return
+	}
+	if r == nil {
+		d.lost(ctx, j.ID, child, "its Nomad job "+child+" no longer exists (was Nomad restarted without its state?)")
+		return
+	}
+	a := allocState{ID: r.AllocID, NomadJobID: child, ClientStatus: api.AllocClientStatusComplete, Reported: true}
+	nj, err := d.Store.UpdateJob(ctx, j.ID, func(j *mj.Job) error {
+		if j.Status.Terminal() || j.NomadJobID != child {
+			return errSkip
+		}
+		return transition(j, a, checked(r, j, d.Config.Server.MaxOutputFiles), time.Now().UTC(), prefix, d.maxAttempts(j))
+	})
+	d.applied(ctx, j.ID, child, nj, err)
+}
+
+// stopStrayChildren stops every live mediajobs child no job wants: its job is
+// finished, or has moved on to a later attempt. The cancel loop stops a cancelled
+// job's child when it sees the job leave the active set, but a delete that happened
+// while no dispatcher led (or across a compaction) is never seen; and Nomad itself
+// may have replaced a lost allocation of an attempt the dispatcher already retried.
+// A child of the job's current attempt is left alone even when the job has not
+// recorded it yet: its dispatch may be in flight. Children are deregistered, not
+// purged, as a cancel does.
+func (d *Dispatcher) stopStrayChildren(ctx context.Context) {
 	q, cancel := d.query(ctx)
 	defer cancel()
 	q.Prefix = "mediajobs-"
@@ -186,49 +259,85 @@ func (d *Dispatcher) stopFinishedChildren(ctx context.Context) {
 		if s.ParentID == "" || !strings.HasPrefix(s.ParentID, "mediajobs-") || s.Stop || s.Status == "dead" {
 			continue
 		}
-		id, _, ok := ParseChildID(s.ID)
+		id, attempt, ok := ParseChildID(s.ID)
 		if !ok {
 			continue
 		}
 		// A job this store does not know may belong to another installation that
 		// shares the Nomad namespace: leave it alone.
-		if j, err := d.Store.Job(ctx, id); err == nil && j.Status.Terminal() {
+		j, err := d.Store.Job(ctx, id)
+		switch {
+		case err != nil:
+		case j.Status.Terminal():
 			d.stopChild(ctx, s.ID, "job "+string(j.Status), id)
+		case attempt < max(j.Attempt, 1):
+			d.stopChild(ctx, s.ID, fmt.Sprintf("attempt %d was superseded by attempt %d", attempt, j.Attempt), id)
 		}
 	}
 }
 
-// overdue fails a job whose child Nomad could not place within the pool's queue
-// limit, and one whose worker outlived its timeout by more than the grace period.
-func (d *Dispatcher) overdue(ctx context.Context, id string, placed bool) {
+// overdue ends an attempt that Nomad will not end by itself, judged from its
+// allocations: a child no node could place within the pool's queue limit (not one
+// waiting for a busy node to free up) fails; an allocation placed but never started
+// within start_timeout (an image pull that hangs, a wedged client) is a lost worker;
+// a worker still alive well past the job's timeout is stopped and fails the job. A
+// finished allocation is never overdue: its result, maybe late, settles the job.
+func (d *Dispatcher) overdue(ctx context.Context, id string, allocs []allocState) {
 	now := time.Now().UTC()
-	var child string
+	placed, alive, started := len(allocs) > 0, false, false
+	for _, a := range allocs {
+		switch a.ClientStatus {
+		case api.AllocClientStatusPending:
+			alive = true
+		case api.AllocClientStatusRunning:
+			alive, started = true, true
+		default:
+			started = true
+		}
+	}
+	var child, why string
 	j, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID == "" {
 			return errSkip
 		}
 		pool := d.Config.Pool(j.Machine)
+		if pool == nil {
+			return errSkip
+		}
+		var waited time.Duration
+		if j.DispatchedAt != nil {
+			waited = now.Sub(*j.DispatchedAt)
+		}
+		child = j.NomadJobID
 		switch {
-		case attemptStart(j) == nil && !placed && pool != nil && j.DispatchedAt != nil && now.Sub(*j.DispatchedAt) > pool.QueueLimitD:
+		case attemptStart(j) == nil && !placed && !j.WaitingForCapacity && waited > pool.QueueLimitD:
 			reason := j.PlacementReason
 			if reason == "" {
 				reason = "Nomad did not place it"
 			}
 			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
 			j.ErrorMessage = fmt.Sprintf("no worker could take the job within the %s queue limit of machine %q: %s", pool.QueueLimitD, j.Machine, reason)
-		case j.Status == mj.StatusRunning && attemptStart(j) != nil && now.Sub(*attemptStart(j)) > time.Duration(j.TimeoutSeconds)*time.Second+d.TimeoutGrace:
+			why = "overdue"
+		case attemptStart(j) == nil && placed && !started && waited > pool.StartTimeoutD:
+			retryOrFail(j, fmt.Sprintf("its Nomad allocation was placed but did not start within the %s start_timeout of machine %q (an image pull or a client that hangs)", pool.StartTimeoutD, j.Machine), now, pool.MaxAttempts)
+			why = "did not start"
+		case j.Status == mj.StatusRunning && alive && attemptStart(j) != nil && now.Sub(*attemptStart(j)) > time.Duration(j.TimeoutSeconds)*time.Second+d.TimeoutGrace:
 			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
 			j.ErrorMessage = fmt.Sprintf("job timed out after %ds (timeout_seconds); its worker did not stop by itself and was stopped", j.TimeoutSeconds)
+			why = "overdue"
 		default:
 			return errSkip
 		}
-		child = j.NomadJobID
 		return nil
 	})
-	if err == nil {
+	switch {
+	case err == nil && j.Status.Terminal():
 		metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
 		d.Log.Info("job failed by the dispatcher", "job", id, "reason", j.ErrorMessage)
-		d.stopChild(ctx, child, "overdue", id)
+		d.stopChild(ctx, child, why, id)
+	case err == nil:
+		d.Log.Info("attempt ended by the dispatcher", "job", id, "detail", j.StatusDetail)
+		d.stopChild(ctx, child, why, id)
 	}
 }
 
@@ -242,28 +351,44 @@ func attemptStart(j *mj.Job) *time.Time {
 }
 
 // placementFailed records why Nomad cannot place a child yet; the job stays queued
-// with the reason visible, until it is placed or the queue limit fails it.
-func (d *Dispatcher) placementFailed(ctx context.Context, child, reason string) {
+// with the reason visible. When nodes that could run it exist but are busy, it
+// waits for one to free up (Nomad's blocked evaluation places it then); otherwise
+// the pool's queue limit fails it.
+func (d *Dispatcher) placementFailed(ctx context.Context, child string, failed map[string]*api.AllocationMetric) {
 	id, attempt, ok := ParseChildID(child)
 	if !ok {
 		return
 	}
+	reason, capacity := placementReason(failed)
 	d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
-		if j.Status != mj.StatusQueued || j.NomadJobID != child || j.Attempt != attempt || j.PlacementReason == reason {
+		if j.Status.Terminal() || attemptStart(j) != nil || j.NomadJobID != child || j.Attempt != attempt ||
+			(j.PlacementReason == reason && j.WaitingForCapacity == capacity) {
 			return errSkip
 		}
-		j.PlacementReason = reason
+		j.PlacementReason, j.WaitingForCapacity = reason, capacity
 		j.StatusDetail = "waiting for a node: " + reason
+		if capacity {
+			j.StatusDetail = "waiting for a free node: every node that can run it is busy; " + reason
+		}
+		if j.Attempt > 1 {
+			j.StatusDetail = fmt.Sprintf("attempt %d: %s", j.Attempt, j.StatusDetail)
+		}
 		return nil
 	})
 }
 
-// placementReason turns Nomad's placement metrics into one sentence.
-func placementReason(failed map[string]*api.AllocationMetric) string {
+// placementReason turns Nomad's placement metrics into one sentence, and says
+// whether the cause is capacity: some node passed every constraint and was only
+// out of resources (CPU, memory, disk, free GPUs) at the time.
+func placementReason(failed map[string]*api.AllocationMetric) (string, bool) {
 	var parts []string
+	capacity := len(failed) > 0
 	for _, m := range failed {
 		if m == nil {
 			continue
+		}
+		if m.NodesExhausted == 0 {
+			capacity = false
 		}
 		if m.NodesEvaluated == 0 && m.NodesInPool == 0 {
 			parts = append(parts, "no nodes are available in the node pool")
@@ -285,9 +410,9 @@ func placementReason(failed map[string]*api.AllocationMetric) string {
 		}
 	}
 	if len(parts) == 0 {
-		return "no node can run it"
+		return "no node can run it", false
 	}
-	return "no node can run it (" + strings.Join(parts, "; ") + ")"
+	return "no node can run it (" + strings.Join(parts, "; ") + ")", capacity
 }
 
 // apply moves a job according to one allocation's state. Events for other Nomad
@@ -298,11 +423,12 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) {
 		return
 	}
 	var result *mj.Result
+	prefix := runScope(id, attempt)
 	switch a.ClientStatus {
 	case api.AllocClientStatusRunning:
 	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
 		var err error
-		if result, err = d.readResult(ctx, id, attempt); err != nil {
+		if result, prefix, err = d.readResult(ctx, id, attempt, a.ID); err != nil {
 			// Not "no result": the store could not say. Leave the job as it is; the
 			// next reconcile reads the allocation, and the result, again.
 			d.Log.Warn("read runner result failed; will retry", "job", id, "nomad_job", a.NomadJobID, "err", err)
@@ -315,7 +441,7 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) {
 		if j.Status.Terminal() || j.Attempt != attempt || j.NomadJobID != a.NomadJobID {
 			return errSkip
 		}
-		return transition(j, a, checked(result, j, d.Config.Server.MaxOutputFiles), time.Now().UTC(), runScope(id, attempt), d.maxAttempts(j))
+		return transition(j, a, checked(result, j, d.Config.Server.MaxOutputFiles), time.Now().UTC(), prefix, d.maxAttempts(j))
 	})
 	d.applied(ctx, id, a.NomadJobID, j, err)
 }
@@ -368,10 +494,16 @@ func checked(r *mj.Result, j *mj.Job, maxOutputs int) *mj.Result {
 	return r
 }
 
+// resultGrace is how long a result the runner reported (its reporting task exited
+// 0 or 1) may take to become readable before it counts as missing.
+const resultGrace = 2 * time.Minute
+
 // transition is the pure part of apply: how an allocation state and the runner's
 // result (nil when it reported none) change a job. A result, success or failure, is
-// final; no result means the worker was lost or crashed, which is retried.
-func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, scope string, maxAttempts int) error {
+// final, and its outputs are the ones under prefix (the allocation's own). No
+// result means the worker was lost or crashed, which is retried, unless the runner
+// said it reported: then the result is late, and the next pass reads it again.
+func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix string, maxAttempts int) error {
 	if a.ClientStatus == api.AllocClientStatusRunning {
 		// A retried attempt of a running job stays running but starts a new clock.
 		// (Attempt 1 with no AttemptStartedAt was stored before it existed: its
@@ -408,7 +540,7 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, scope stri
 		}
 		j.TotalInputBytes, j.TotalOutputBytes, j.Outputs = r.InputBytes, 0, nil
 		for _, o := range r.Outputs {
-			o.Key = scope + "outputs/" + o.Name
+			o.Key = prefix + "outputs/" + o.Name
 			j.Outputs = append(j.Outputs, o)
 			j.TotalOutputBytes += o.Size
 		}
@@ -417,6 +549,8 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, scope stri
 		j.ErrorMessage, j.TotalInputBytes = r.ErrorMessage, r.InputBytes
 	case a.ClientStatus == api.AllocClientStatusLost:
 		retryOrFail(j, "the Nomad node running it was lost (allocation "+a.ID+")", now, maxAttempts)
+	case a.Reported && now.Sub(a.ReportedAt) < resultGrace:
+		return errSkip // reported, not readable yet: read it again, never re-run it
 	default:
 		why := fmt.Sprintf("its worker ended without reporting a result (Nomad allocation %s, %s)", a.ID, a.ClientStatus)
 		if len(a.TaskEvents) > 0 {
@@ -445,11 +579,52 @@ func retryOrFail(j *mj.Job, why string, now time.Time, maxAttempts int) {
 	j.StatusDetail = fmt.Sprintf("attempt %d of %d: retrying because %s", attempt+1, maxAttempts, why)
 }
 
-// readResult reads the runner's result for one attempt. Nil and no error means the
-// runner reported none (or an unreadable one); an error means the blob store could
-// not answer, which says nothing about the result.
-func (d *Dispatcher) readResult(ctx context.Context, id string, attempt int) (*mj.Result, error) {
-	b, err := d.Blobs.ReadAll(ctx, runScope(id, attempt)+"result.json")
+// readResult reads the result allocation alloc of an attempt reported, and returns
+// the prefix its files are under. Runners upload under their allocation's own
+// prefix (jobs/<id>/<attempt>/<alloc>/), so a replacement Nomad placed for a lost
+// allocation never mixes its files with the original's; a runner that knew no
+// allocation id used the attempt's prefix. Nil and no error means no result (or an
+// unreadable one); an error means the blob store could not answer, which says
+// nothing about the result.
+func (d *Dispatcher) readResult(ctx context.Context, id string, attempt int, alloc string) (*mj.Result, string, error) {
+	scope := runScope(id, attempt)
+	if alloc != "" {
+		r, err := d.resultAt(ctx, id, attempt, scope+alloc+"/")
+		if r != nil || err != nil {
+			return r, scope + alloc + "/", err
+		}
+	}
+	r, err := d.resultAt(ctx, id, attempt, scope)
+	return r, scope, err
+}
+
+// anyResult finds a result of the attempt when the allocation that wrote it is
+// no longer known (its child vanished from Nomad): the first readable one.
+func (d *Dispatcher) anyResult(ctx context.Context, id string, attempt int) (*mj.Result, string, error) {
+	scope := runScope(id, attempt)
+	keys, err := d.Blobs.List(ctx, scope)
+	if err != nil {
+		return nil, "", err
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		prefix, ok := strings.CutSuffix(k, "result.json")
+		if !ok || (prefix != scope && strings.Count(strings.TrimPrefix(prefix, scope), "/") != 1) {
+			continue
+		}
+		r, err := d.resultAt(ctx, id, attempt, prefix)
+		if r != nil || err != nil {
+			if r != nil && r.AllocID == "" {
+				r.AllocID = strings.TrimSuffix(strings.TrimPrefix(prefix, scope), "/")
+			}
+			return r, prefix, err
+		}
+	}
+	return nil, "", nil
+}
+
+func (d *Dispatcher) resultAt(ctx context.Context, id string, attempt int, prefix string) (*mj.Result, error) {
+	b, err := d.Blobs.ReadAll(ctx, prefix+"result.json")
 	if errors.Is(err, blob.ErrNotFound) {
 		return nil, nil
 	}

@@ -66,7 +66,7 @@ func TestReconcileBackstops(t *testing.T) {
 		child(4): nil,                                                    // dispatched just now, not placed yet
 		// child(3) vanished
 	}}
-	d := &Dispatcher{Config: cfg, Store: s, Jobs: nomad, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d := &Dispatcher{Config: cfg, Store: s, Jobs: nomad, Blobs: &fakeBlobs{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	d.defaults()
 	ctx := context.Background()
 	now := time.Now().UTC()

@@ -37,6 +37,21 @@ func (f *fakeBlobs) ReadAll(_ context.Context, key string) ([]byte, error) {
 	return nil, blob.ErrNotFound
 }
 
+func (f *fakeBlobs) List(_ context.Context, prefix string) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return nil, f.err
+	}
+	var keys []string
+	for k := range f.data {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
+}
+
 func fixDispatcher(t *testing.T, maxAttempts int, nomad NomadJobs, blobs Blobs) (*Dispatcher, context.Context) {
 	t.Helper()
 	s, _ := testenv.Etcd(t)

@@ -1,10 +1,12 @@
 package gateway
 
 import (
+	"context"
 	"errors"
 	"mime"
 	"net/url"
 	"path"
+	"strconv"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -68,6 +70,9 @@ func (g *Gateway) upload(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if err := g.attemptOpen(c.UserContext(), key); err != nil {
+		return err
+	}
 	max := g.Config.Server.MaxUploadBytes
 	if cl := c.Request().Header.ContentLength(); cl > 0 && int64(cl) > max {
 		return mj.Errorf(mj.EPayloadTooLarge, "the file is over max_upload_bytes (%d)", max)
@@ -93,4 +98,37 @@ func (g *Gateway) createTmpFile(c *fiber.Ctx) error {
 		"download_url": g.Signer.URL("GET", key, key, exp),
 		"expires_at":   exp.UTC().Format("2006-01-02T15:04:05Z07:00"),
 	}})
+}
+
+// attemptOpen refuses a runner's upload (jobs/<id>/<attempt>/...) once the job is
+// finished or has moved on to another attempt: a worker the dispatcher gave up on
+// (stopped, timed out, or a copy Nomad started of a lost allocation) cannot add
+// files to a job after the fact. The cache may lag behind a new attempt, so a
+// refusal is confirmed from etcd first.
+func (g *Gateway) attemptOpen(ctx context.Context, key string) error {
+	rest, ok := strings.CutPrefix(key, "jobs/")
+	if !ok {
+		return nil
+	}
+	parts := strings.SplitN(rest, "/", 3)
+	attempt, err := strconv.Atoi(parts[min(1, len(parts)-1)])
+	if len(parts) < 3 || err != nil {
+		return nil
+	}
+	open := func(j *mj.Job) bool { return !j.Status.Terminal() && max(j.Attempt, 1) == attempt }
+	j, err := g.job(ctx, parts[0])
+	if err == nil && !open(j) {
+		j, err = g.Store.Job(ctx, parts[0])
+	}
+	switch {
+	case mj.ErrorCode(err) == mj.ENotFound:
+		return mj.Errorf(mj.EConflict, "job %s no longer exists; the upload was refused", parts[0])
+	case err != nil:
+		return err
+	case j.Status.Terminal():
+		return mj.Errorf(mj.EConflict, "job %s is already %s; the upload was refused", j.ID, j.Status)
+	case !open(j):
+		return mj.Errorf(mj.EConflict, "attempt %d of job %s is over (the job is on attempt %d); the upload was refused", attempt, j.ID, max(j.Attempt, 1))
+	}
+	return nil
 }

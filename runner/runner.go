@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
+	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/command"
 	"github.com/mediajobs/mediajobs/netguard"
@@ -310,6 +311,7 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 	client := r.client(nil)
 	uctx, cancel := r.deadline(ctx, st)
 	defer cancel()
+	alloc := allocPrefix()
 	if !st.Failed && !st.Done {
 		// The exec task ended without saving its state: killed outright (most
 		// often the pool's memory limit), or it never started.
@@ -344,7 +346,7 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 				}
 			}
 			if err == nil {
-				err = put(uctx, client, uploadURL(m, "outputs/"+o.Name), fh, o.Size)
+				err = put(uctx, client, uploadURL(m, alloc+"outputs/"+o.Name), fh, o.Size)
 				fh.Close()
 			}
 			if err != nil {
@@ -359,13 +361,13 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 			fmt.Fprintf(r.Log, "uploaded output %s: %d bytes\n", o.Name, o.Size)
 		}
 	}
-	res := &mj.Result{JobID: m.JobID, Attempt: m.Attempt, Succeeded: !st.Failed, ErrorMessage: st.Error, InputBytes: st.InputBytes}
+	res := &mj.Result{JobID: m.JobID, Attempt: m.Attempt, AllocID: strings.TrimSuffix(alloc, "/"), Succeeded: !st.Failed, ErrorMessage: st.Error, InputBytes: st.InputBytes}
 	if !st.Failed {
 		res.Outputs = st.Outputs
 		fmt.Fprintf(r.Log, "job succeeded: %d output file(s)\n", len(res.Outputs))
 	}
 	// The result goes up even past the deadline: it says the job timed out.
-	if err := put(ctx, client, uploadURL(m, "result.json"), strings.NewReader(mustJSON(res)), -1); err != nil {
+	if err := put(ctx, client, uploadURL(m, alloc+"result.json"), strings.NewReader(mustJSON(res)), -1); err != nil {
 		return res, fmt.Errorf("report result: %w", err)
 	}
 	return res, nil
@@ -683,6 +685,18 @@ func serviceFiles(upload string) string {
 		return ""
 	}
 	return upload[:i+len("/files/")]
+}
+
+// allocPrefix is where this allocation's files go within the attempt's upload
+// scope: "<alloc id>/". Nomad may run an attempt twice (it replaces an allocation
+// whose node was lost, whatever the reschedule policy), and each copy keeps its
+// files apart; the dispatcher publishes those of the allocation it applies.
+func allocPrefix() string {
+	id := os.Getenv("NOMAD_ALLOC_ID")
+	if _, err := uuid.Parse(id); err != nil || len(id) != 36 {
+		return ""
+	}
+	return id + "/"
 }
 
 func uploadURL(m *mj.Manifest, path string) string {
