@@ -20,8 +20,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/hashicorp/go-retryablehttp"
 	"github.com/google/uuid"
+	"github.com/hashicorp/go-retryablehttp"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/command"
 	"github.com/mediajobs/mediajobs/netguard"
