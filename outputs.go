@@ -20,8 +20,9 @@ func OutputPattern(name string) *regexp.Regexp {
 
 // CheckOutputs checks the outputs a worker reports against the job's declared
 // output_files: every file stands for a declared name, none comes twice, there are
-// at most max of them (0: no cap), and no size is negative. A worker's report is
-// written where the user's ffmpeg could write too, so it is checked, not trusted.
+// at most max of them (0: no cap), no name is over MaxOutputNameBytes, and no size
+// is negative. A worker's report is written where the user's ffmpeg could write
+// too, so it is checked, not trusted. The error quotes at most a clipped name.
 func CheckOutputs(outs []Output, declared []string, max int) error {
 	if max > 0 && len(outs) > max {
 		return fmt.Errorf("the worker reported %d output files, more than the limit of %d", len(outs), max)
@@ -32,6 +33,9 @@ func CheckOutputs(outs []Output, declared []string, max int) error {
 	}
 	seen := make(map[string]bool, len(outs))
 	for _, o := range outs {
+		if len(o.Name) > MaxOutputNameBytes {
+			return fmt.Errorf("the worker reported an output name of %d bytes %q, longer than %d; nothing was published", len(o.Name), Clip(o.Name, 80), MaxOutputNameBytes)
+		}
 		ok := !strings.ContainsAny(o.Name, "/\\") && o.Size >= 0 && !seen[o.Name]
 		if ok {
 			ok = false

@@ -18,10 +18,27 @@ server {
   # Keep it below your clients' read timeout (VGF's Python SDK uses 30s).
   wait_limit = "25s"
 
-  # Most commands in one job.
+  # A job is stored as one etcd value, which etcd refuses over 1.5 MiB: these bound
+  # what one job holds, and each has a ceiling that keeps the largest job possible
+  # within two thirds of that (see bounds.go). Over a bound, a create is a 400
+  # validationError naming the field.
+
+  # Most commands in one job (at most 1000).
   max_commands = 20
 
-  # Most files one job may produce (sequence outputs such as seg_%03d.ts).
+  # Most bytes of command text in one job, all commands together, counted as stored
+  # (JSON escapes count: &, < and > take 6 bytes each). At most 98304.
+  max_command_bytes = 65536
+
+  # Most input_files entries in one job. At most 50: each may carry a URL of 4 KiB
+  # (a long presigned S3 link), and 50 of them take a fifth of the job's budget.
+  max_inputs = 50
+
+  # Most output_files names in one job (at most 100).
+  max_outputs = 50
+
+  # Most files one job may produce (sequence outputs such as seg_%03d.ts). At most
+  # 1000: each is stored in the job with its name, key and probe data.
   max_output_files = 1000
 
   # Largest JSON request body, in bytes (413 payloadTooLarge above it).
@@ -64,6 +81,26 @@ etcd {
   # Key prefix for everything mediajobs stores.
   prefix       = "/mediajobs/"
   dial_timeout = "5s"
+
+  # Keeping etcd small. etcd keeps every revision of every key until it is compacted,
+  # and compaction only frees space inside the database file; the file shrinks when
+  # a member is defragmented. At the quota etcd raises the NOSPACE alarm and refuses
+  # every write.
+  # Embedded etcd compacts to the revision of this long ago, every this long
+  # (--auto-compaction-mode=periodic). At least "1m". An external cluster needs
+  # --auto-compaction-mode=periodic --auto-compaction-retention=10m of its own.
+  compaction_retention = "10m"
+  # Embedded etcd's backend quota, 64 MiB to 100 GiB (etcd's own default is 2 GiB).
+  # With an external cluster, set it to the cluster's --quota-backend-bytes: the
+  # dispatcher disarms a NOSPACE alarm once the member is back below it.
+  quota_backend_bytes = 8589934592
+  # How often the leading dispatcher reads every member's database size (embedded or
+  # external) and defragments, one member at a time, those at least defrag_min_bytes
+  # large of which at least defrag_free_ratio is free space. While NOSPACE is active
+  # it defragments any member with defrag_free_ratio or defrag_min_bytes to give back.
+  defrag_every      = "10m"
+  defrag_free_ratio = 0.5
+  defrag_min_bytes  = 67108864
 }
 
 nomad {

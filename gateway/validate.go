@@ -28,13 +28,6 @@ type createRequest struct {
 	Metadata       map[string]string `json:"metadata"`
 }
 
-const (
-	maxMetadataKeys  = 32
-	maxMetadataBytes = 4096
-	maxInputs        = 50
-	maxOutputs       = 50
-)
-
 // decodeCreate parses a create body whatever its Content-Type says (VGF's
 // TypeScript SDK sends JSON as text/plain).
 func decodeCreate(body []byte) (*createRequest, error) {
@@ -84,9 +77,11 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 		bad("machine", "unknown machine %q; this server offers: %s", machine, poolNames(cfg))
 	}
 
+	// Every field stored in the job is bounded (see mediajobs' bounds.go): lengths
+	// are counted as stored, JSON escapes included (mj.StoredLen).
 	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool != nil && pool.GPUs() > 0}
-	if len(req.InputFiles) > maxInputs {
-		bad("input_files", "at most %d inputs", maxInputs)
+	if max := cfg.Server.MaxInputs; len(req.InputFiles) > max {
+		bad("input_files", "%d inputs; at most %d (server.max_inputs)", len(req.InputFiles), max)
 	}
 	for _, name := range sortedKeys(req.InputFiles) {
 		field := "input_files." + name
@@ -102,8 +97,8 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 	switch {
 	case len(req.OutputFiles) == 0:
 		bad("output_files", "list at least one output file name")
-	case len(req.OutputFiles) > maxOutputs:
-		bad("output_files", "at most %d outputs", maxOutputs)
+	case len(req.OutputFiles) > cfg.Server.MaxOutputs:
+		bad("output_files", "%d outputs; at most %d (server.max_outputs)", len(req.OutputFiles), cfg.Server.MaxOutputs)
 	}
 	for i, name := range req.OutputFiles {
 		field := fmt.Sprintf("output_files[%d]", i)
@@ -118,19 +113,27 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 		spec.Outputs[name] = true
 	}
 
-	cmds := req.FFmpegCommands
+	cmds, cmdField := req.FFmpegCommands, "ffmpeg_commands"
 	if len(cmds) == 0 && req.FFmpegCommand != "" {
-		cmds = []string{req.FFmpegCommand}
+		cmds, cmdField = []string{req.FFmpegCommand}, "ffmpeg_command"
+	}
+	cmdBytes := 0
+	for _, c := range cmds {
+		cmdBytes += mj.StoredLen(c)
 	}
 	switch max := cfg.Server.MaxCommands; {
 	case len(cmds) == 0:
 		bad("ffmpeg_commands", "give at least one command (ffmpeg_commands, or ffmpeg_command for one)")
 	case len(cmds) > max:
-		bad("ffmpeg_commands", "at most %d commands", max)
-	}
-	for i, c := range cmds {
-		if _, err := command.Prepare(c, spec); err != nil {
-			bad(fmt.Sprintf("ffmpeg_commands[%d]", i), "%v", err)
+		bad("ffmpeg_commands", "%d commands; at most %d (server.max_commands)", len(cmds), max)
+	case cmdBytes > cfg.Server.MaxCommandBytes:
+		// Too long to be worth checking word by word.
+		bad(cmdField, "the command text is %s; at most %d bytes in all (server.max_command_bytes)", storedBytes(cmdBytes), cfg.Server.MaxCommandBytes)
+	default:
+		for i, c := range cmds {
+			if _, err := command.Prepare(c, spec); err != nil {
+				bad(fmt.Sprintf("ffmpeg_commands[%d]", i), "%v", err)
+			}
 		}
 	}
 
@@ -152,15 +155,15 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 		}
 	}
 
-	if len(req.Metadata) > maxMetadataKeys {
-		bad("metadata", "at most %d keys", maxMetadataKeys)
-	}
 	size := 0
 	for k, v := range req.Metadata {
-		size += len(k) + len(v)
+		size += mj.StoredLen(k) + mj.StoredLen(v)
 	}
-	if size > maxMetadataBytes {
-		bad("metadata", "keys and values may hold %d bytes in all", maxMetadataBytes)
+	switch {
+	case len(req.Metadata) > mj.MaxMetadataKeys:
+		bad("metadata", "%d keys; at most %d", len(req.Metadata), mj.MaxMetadataKeys)
+	case size > mj.MaxMetadataBytes:
+		bad("metadata", "keys and values hold %s; at most %d bytes in all", storedBytes(size), mj.MaxMetadataBytes)
 	}
 
 	if len(problems) > 0 {
@@ -186,7 +189,17 @@ func validationError(problems map[string]string) *mj.Error {
 	return &mj.Error{Code: mj.EValidation, Message: msg, Details: problems}
 }
 
+// storedBytes says n bytes, as mj.StoredLen counts them.
+func storedBytes(n int) string {
+	return fmt.Sprintf("%d bytes (as stored: JSON escapes count, so &, < and > take 6 bytes each)", n)
+}
+
+// checkURL checks an input or webhook URL: an absolute http(s) URL of at most
+// mj.MaxURLBytes.
 func checkURL(raw string) error {
+	if n := mj.StoredLen(raw); n > mj.MaxURLBytes {
+		return fmt.Errorf("URL %q is %s; at most %d", mj.Clip(raw, 64), storedBytes(n), mj.MaxURLBytes)
+	}
 	u, err := url.Parse(raw)
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("%q is not an absolute URL", raw)

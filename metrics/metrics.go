@@ -38,4 +38,27 @@ var (
 	Webhooks = promauto.NewCounterVec(prometheus.CounterOpts{
 		Name: "mediajobs_webhook_deliveries_total", Help: "Webhook deliveries by result.",
 	}, []string{"result"})
+
+	// EtcdDBSize is each etcd member's database file size, by client endpoint, as
+	// the leading dispatcher last read it.
+	EtcdDBSize = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mediajobs_etcd_db_size_bytes", Help: "Size of each etcd member's database file, by endpoint (leading dispatcher).",
+	}, []string{"endpoint"})
+
+	// EtcdDBSizeInUse is the part of EtcdDBSize that holds data; the rest is free
+	// space a defragmentation gives back.
+	EtcdDBSizeInUse = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mediajobs_etcd_db_size_in_use_bytes", Help: "Bytes of each etcd member's database that hold data, by endpoint (leading dispatcher).",
+	}, []string{"endpoint"})
+
+	// EtcdDefrags counts defragmentations by endpoint and result (ok, error).
+	EtcdDefrags = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "mediajobs_etcd_defrags_total", Help: "etcd member defragmentations by endpoint and result.",
+	}, []string{"endpoint", "result"})
+
+	// EtcdAlarm is 1 while etcd has an alarm of the type (NOSPACE: the quota is
+	// reached and every write is refused; CORRUPT), else 0.
+	EtcdAlarm = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mediajobs_etcd_alarm", Help: "1 while etcd has an active alarm of the type (NOSPACE, CORRUPT), else 0 (leading dispatcher).",
+	}, []string{"type"})
 )

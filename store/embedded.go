@@ -17,20 +17,32 @@ type Embedded struct {
 	Client *clientv3.Client
 }
 
+// Defaults of EmbeddedOptions (and of the etcd.compaction_retention and
+// etcd.quota_backend_bytes settings).
+const (
+	DefaultCompactionRetention = 10 * time.Minute
+	DefaultQuotaBackendBytes   = int64(8 << 30)
+)
+
+// EmbeddedOptions keep the embedded etcd small. Zero fields take the defaults above.
+type EmbeddedOptions struct {
+	// CompactionRetention: etcd compacts periodically to the revision of this long
+	// ago (--auto-compaction-mode=periodic); under an hour it compacts that often.
+	CompactionRetention time.Duration
+	// QuotaBackendBytes: past this database size etcd raises the NOSPACE alarm and
+	// refuses writes (--quota-backend-bytes).
+	QuotaBackendBytes int64
+}
+
 // StartEmbedded starts etcd keeping its data in dir, serving clients on clientAddr
-// (host:port; port 0 picks a free one) and peers on peerAddr.
-func StartEmbedded(dir, clientAddr, peerAddr string) (*Embedded, error) {
-	cfg := embed.NewConfig()
-	cfg.Dir = dir
-	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cu, _ := url.Parse("http://" + clientAddr)
-	pu, _ := url.Parse("http://" + peerAddr)
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.Name + "=" + pu.String()
-	e, err := embed.StartEtcd(cfg)
+// (host:port; port 0 picks a free one) and peers on peerAddr. At most one opts is
+// used; without one, the defaults apply.
+func StartEmbedded(dir, clientAddr, peerAddr string, opts ...EmbeddedOptions) (*Embedded, error) {
+	var o EmbeddedOptions
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	e, err := embed.StartEtcd(embedConfig(dir, clientAddr, peerAddr, o))
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd: %w", err)
 	}
@@ -50,6 +62,31 @@ func StartEmbedded(dir, clientAddr, peerAddr string) (*Embedded, error) {
 		return nil, err
 	}
 	return &Embedded{etcd: e, Client: cli}, nil
+}
+
+// embedConfig is the etcd configuration StartEmbedded starts.
+func embedConfig(dir, clientAddr, peerAddr string, o EmbeddedOptions) *embed.Config {
+	if o.CompactionRetention <= 0 {
+		o.CompactionRetention = DefaultCompactionRetention
+	}
+	if o.QuotaBackendBytes <= 0 {
+		o.QuotaBackendBytes = DefaultQuotaBackendBytes
+	}
+	cfg := embed.NewConfig()
+	cfg.Dir = dir
+	cfg.Logger = "zap"
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cu, _ := url.Parse("http://" + clientAddr)
+	pu, _ := url.Parse("http://" + peerAddr)
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = cfg.Name + "=" + pu.String()
+	// etcd's default retention "0" keeps every revision forever.
+	cfg.AutoCompactionMode = embed.CompactorModePeriodic
+	cfg.AutoCompactionRetention = o.CompactionRetention.String()
+	cfg.QuotaBackendBytes = o.QuotaBackendBytes
+	return cfg
 }
 
 // Endpoint is the client URL the server actually listens on.

@@ -57,6 +57,17 @@ func Etcd(t testing.TB) (*store.Store, *store.Embedded) {
 	return store.New(e.Client, "/test/"), e
 }
 
+// EtcdWith is Etcd with the embedded server's compaction and quota settings.
+func EtcdWith(t testing.TB, opts store.EmbeddedOptions) (*store.Store, *store.Embedded) {
+	t.Helper()
+	e, err := store.StartEmbedded(t.TempDir(), "127.0.0.1:0", FreeAddr(t), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	return store.New(e.Client, "/test/"), e
+}
+
 // FreeAddr returns a loopback host:port nobody listens on right now.
 func FreeAddr(t testing.TB) string {
 	t.Helper()

@@ -1,0 +1,79 @@
+package dispatcher
+
+import (
+	"context"
+	"time"
+
+	"github.com/mediajobs/mediajobs/metrics"
+	"github.com/mediajobs/mediajobs/store"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+)
+
+// etcdMaintenanceLoop keeps etcd small while this dispatcher leads: at start and
+// every etcd.defrag_every it runs MaintainEtcd. When leadership ends it drops the
+// etcd gauges, so only the leader reports them.
+func (d *Dispatcher) etcdMaintenanceLoop(ctx context.Context) {
+	every := d.Config.Etcd.DefragEveryD
+	if every <= 0 {
+		every = 10 * time.Minute
+	}
+	reported := map[string]bool{}
+	defer func() {
+		for ep := range reported {
+			metrics.EtcdDBSize.DeleteLabelValues(ep)
+			metrics.EtcdDBSizeInUse.DeleteLabelValues(ep)
+		}
+		metrics.EtcdAlarm.Reset()
+	}()
+	for {
+		for _, m := range d.MaintainEtcd(ctx).Members {
+			reported[m.Endpoint] = true
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(every):
+		}
+	}
+}
+
+// MaintainEtcd runs one etcd maintenance pass (see store.Maintain) with the
+// etcd.defrag_* and quota settings, and records what it saw in the etcd metrics.
+func (d *Dispatcher) MaintainEtcd(ctx context.Context) *store.MaintainReport {
+	cli := d.Store.Client()
+	if cli == nil {
+		return &store.MaintainReport{}
+	}
+	e := d.Config.Etcd
+	policy := store.DefragPolicy{FreeRatio: e.DefragFreeRatio, MinBytes: e.DefragMinBytes}
+	if policy.FreeRatio <= 0 { // a Config that was never finished
+		policy = store.DefaultDefragPolicy
+	}
+	quota := e.QuotaBackendBytes
+	if quota <= 0 {
+		quota = store.DefaultQuotaBackendBytes
+	}
+	r := store.Maintain(ctx, cli, store.MaintainOptions{Policy: policy, Quota: quota, Log: d.Log})
+	for _, m := range r.Members {
+		if m.StatusErr != nil {
+			metrics.EtcdDBSize.DeleteLabelValues(m.Endpoint)
+			metrics.EtcdDBSizeInUse.DeleteLabelValues(m.Endpoint)
+			continue
+		}
+		metrics.EtcdDBSize.WithLabelValues(m.Endpoint).Set(float64(m.Size))
+		metrics.EtcdDBSizeInUse.WithLabelValues(m.Endpoint).Set(float64(m.InUse))
+		if m.Defrag != "" {
+			metrics.EtcdDefrags.WithLabelValues(m.Endpoint, m.Defrag).Inc()
+		}
+	}
+	if r.AlarmErr == nil {
+		for _, t := range []pb.AlarmType{pb.AlarmType_NOSPACE, pb.AlarmType_CORRUPT} {
+			v := 0.0
+			if r.AlarmActive(t) {
+				v = 1
+			}
+			metrics.EtcdAlarm.WithLabelValues(t.String()).Set(v)
+		}
+	}
+	return r
+}
