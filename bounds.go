@@ -202,3 +202,15 @@ func boundProbe(p *Probe) *Probe {
 	}
 	return &q
 }
+
+// BoundJob clips the texts the dispatcher and the gateway write on a job (they may
+// quote Nomad, an HTTP client or a runner) to their bounds. The store applies it
+// to every write, so no writer can forget it.
+func BoundJob(j *Job) {
+	j.ErrorMessage = Clip(j.ErrorMessage, MaxErrorBytes)
+	j.StatusDetail = Clip(j.StatusDetail, MaxDetailBytes)
+	j.PlacementReason = Clip(j.PlacementReason, MaxDetailBytes)
+	if j.Webhook != nil {
+		j.Webhook.LastError = Clip(j.Webhook.LastError, MaxDetailBytes)
+	}
+}

@@ -97,7 +97,7 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 				return
 			}
 			failed.Store(true)
-			detail := "waiting to reach Nomad: " + err.Error()
+			detail := mj.Clip("waiting to reach Nomad: "+err.Error(), mj.MaxDetailBytes)
 			if unreachable(err) && !down.Swap(true) {
 				d.Log.Warn("nomad unreachable; dispatching stops until it answers", "pool", pool.Name, "err", err)
 				detail = "waiting for Nomad, which is unreachable; the job is dispatched when it answers again"

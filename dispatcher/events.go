@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/google/uuid"
 	"net/url"
 	"sort"
 	"strings"
@@ -412,7 +413,8 @@ func placementReason(failed map[string]*api.AllocationMetric) (string, bool) {
 	if len(parts) == 0 {
 		return "no node can run it", false
 	}
-	return "no node can run it (" + strings.Join(parts, "; ") + ")", capacity
+	// Clipped as stored, so an unchanged reason compares equal and is not rewritten.
+	return mj.Clip("no node can run it ("+strings.Join(parts, "; ")+")", mj.MaxDetailBytes-100), capacity
 }
 
 // apply moves a job according to one allocation's state. Events for other Nomad
@@ -609,13 +611,16 @@ func (d *Dispatcher) anyResult(ctx context.Context, id string, attempt int) (*mj
 	sort.Strings(keys)
 	for _, k := range keys {
 		prefix, ok := strings.CutSuffix(k, "result.json")
-		if !ok || (prefix != scope && strings.Count(strings.TrimPrefix(prefix, scope), "/") != 1) {
+		alloc := strings.TrimSuffix(strings.TrimPrefix(prefix, scope), "/")
+		// The attempt's own result, or an allocation's: its directory is a Nomad
+		// allocation id (the runner chose it: a longer name would not be bounded).
+		if _, err := uuid.Parse(alloc); !ok || (alloc != "" && (err != nil || len(alloc) != 36)) {
 			continue
 		}
 		r, err := d.resultAt(ctx, id, attempt, prefix)
 		if r != nil || err != nil {
-			if r != nil && r.AllocID == "" {
-				r.AllocID = strings.TrimSuffix(strings.TrimPrefix(prefix, scope), "/")
+			if r != nil {
+				r.AllocID = alloc
 			}
 			return r, prefix, err
 		}

@@ -321,3 +321,33 @@ func TestProgressKeepsOffTheJobRecord(t *testing.T) {
 		t.Fatal("the progress key outlived the job's end")
 	}
 }
+
+// A runner's upload goes in only while its attempt is the job's current one: a
+// worker of a superseded attempt, or of a finished job, adds nothing.
+func TestUploadsOnlyToTheCurrentAttempt(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	_, body, _ := h.do("POST", "/api/ffmpeg", "alice", valid())
+	id := body["data"].(map[string]any)["id"].(string)
+	put := func(attempt int) int {
+		key := fmt.Sprintf("jobs/%s/%d/0b8e7f5e-3c1a-4d2b-9f00-1234567890ab/result.json", id, attempt)
+		scope := fmt.Sprintf("jobs/%s/%d/", id, attempt)
+		u, _ := url.Parse(h.gw.Signer.URL("PUT", scope, key, time.Now().Add(time.Hour)))
+		status, _, _ := h.do("PUT", u.RequestURI(), "", "{}")
+		return status
+	}
+	if s := put(1); s != 200 {
+		t.Fatalf("attempt 1 of a queued job: %d", s)
+	}
+	h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Attempt = 2; return nil })
+	if s := put(1); s != 409 {
+		t.Fatalf("a superseded attempt's upload: %d, want 409", s)
+	}
+	if s := put(2); s != 200 {
+		t.Fatalf("the current attempt's upload: %d", s)
+	}
+	h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status = mj.StatusCancelled; return nil })
+	if s := put(2); s != 409 {
+		t.Fatalf("an upload to a cancelled job: %d, want 409", s)
+	}
+}

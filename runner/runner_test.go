@@ -268,3 +268,28 @@ func TestFFmpegEnvKeepsGPUsApart(t *testing.T) {
 		t.Fatalf("env %q", env)
 	}
 }
+
+// Under Nomad each allocation uploads under its own directory of the attempt and
+// names itself in the result: a replacement Nomad starts for a lost allocation
+// never overwrites the original's files.
+func TestUploadsUnderTheAllocation(t *testing.T) {
+	alloc := "0b8e7f5e-3c1a-4d2b-9f00-1234567890ab"
+	t.Setenv("NOMAD_ALLOC_ID", alloc)
+	srv, up := newServer(t, nil)
+	res := run(t, srv, mj.Manifest{OutputNames: []string{"a.wav"},
+		FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"}})
+	if !res.Succeeded || res.AllocID != alloc {
+		t.Fatalf("result %+v", res)
+	}
+	var reported mj.Result
+	if err := json.Unmarshal(up.files[alloc+"/result.json"], &reported); err != nil || reported.AllocID != alloc {
+		t.Fatalf("result under the allocation: %s (%v); files %v", up.files[alloc+"/result.json"], err, len(up.files))
+	}
+	if len(up.files[alloc+"/outputs/a.wav"]) == 0 || up.files["result.json"] != nil || up.files["outputs/a.wav"] != nil {
+		t.Fatal("outputs not under the allocation's directory")
+	}
+	t.Setenv("NOMAD_ALLOC_ID", "../../elsewhere") // not an allocation id: ignored
+	if allocPrefix() != "" {
+		t.Fatal("a non-UUID allocation id was used in a path")
+	}
+}

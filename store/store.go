@@ -321,6 +321,7 @@ func (s *Store) next(old *mj.Job, fn func(*mj.Job) error) (*mj.Job, []clientv3.O
 	if err := mj.ValidateTransition(old.Status, j.Status); err != nil {
 		return nil, nil, err
 	}
+	mj.BoundJob(&j)
 	j.UpdatedAt = time.Now().UTC()
 	if j.Status.Terminal() && !old.Status.Terminal() && j.WebhookURL != "" && j.Webhook == nil {
 		j.Webhook = &mj.WebhookState{Status: "pending", DeliveryID: uuid.NewString()}

@@ -101,9 +101,7 @@ type Nomad struct {
 	dir    string
 	bin    string
 	cfg    string
-	// orphans are processes of agents that Restart killed.
-	orphans []int
-	exited  chan struct{} // closed when the agent process has exited
+	exited chan struct{} // closed when the agent process has exited
 }
 
 // StartNomad starts a Nomad dev agent on free loopback ports, with the cloud
@@ -184,14 +182,20 @@ plugin "raw_exec" {
 	return n, nil
 }
 
-// Restart kills the agent and starts it again on the same ports with its state
-// wiped, as a dev agent that crashed and came back would.
+// Restart kills the agent and its tasks and starts it again on the same ports
+// with its state wiped, as a machine that rebooted and lost its disk would: the
+// tasks it ran reported nothing. (A task left running would report, and a
+// dispatcher applies what a vanished child reported.)
 func (n *Nomad) Restart() error {
-	// Like a crash, this leaves the old agent's tasks running; Close stops them.
+	var tasks []int
 	if n.cmd != nil && n.cmd.Process != nil {
-		n.orphans = append(n.orphans, descendants(n.cmd.Process.Pid)...)
+		tasks = descendants(n.cmd.Process.Pid)
 	}
 	n.stop(true)
+	for _, pid := range tasks {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	KillUnder(filepath.Join(n.dir, "data"))
 	os.RemoveAll(filepath.Join(n.dir, "data"))
 	return n.start()
 }
@@ -240,9 +244,9 @@ func (n *Nomad) Log() string {
 
 // Close stops the agent, the task processes it leaves behind, and removes its files.
 func (n *Nomad) Close() {
-	children := n.orphans
+	var children []int
 	if n.cmd != nil && n.cmd.Process != nil {
-		children = append(children, descendants(n.cmd.Process.Pid)...) // logmon and executors
+		children = descendants(n.cmd.Process.Pid) // logmon and executors
 	}
 	n.stop(false)
 	for _, pid := range children {
