@@ -74,6 +74,10 @@ type Message struct {
 	Done int
 	// OnAttempt is called before each attempt with its number (1-based, in all).
 	OnAttempt func(n int)
+	// Slot, when set, is taken after OnAttempt, before each attempt, and given back
+	// as soon as the attempt's outcome is known: the waits between attempts hold
+	// none. It may fail only when ctx has ended; the attempt is then not made.
+	Slot func(ctx context.Context) (release func(), err error)
 }
 
 // Backoff is the wait before retry n (1-based): Base·2^(n-1), capped at Cap, of which
@@ -110,15 +114,38 @@ func (w *WebhookSender) Send(ctx context.Context, m Message) Delivery {
 		defer rmu.Unlock()
 		return w.Backoff(n+1, rnd)
 	}
+	// The request's own context: cancelled when no slot could be had, so that
+	// attempt fails at once and nothing is sent without a slot.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The slot of the attempt in flight. The hooks below run one after another on
+	// Do's goroutine: RequestLogHook before each attempt, CheckRetry after it.
+	var release func()
+	done := func() {
+		if release != nil {
+			release()
+			release = nil
+		}
+	}
+	defer done() // whatever path Do takes, no slot outlives Send
 	c.RequestLogHook = func(_ retryablehttp.Logger, req *http.Request, _ int) {
 		n := int(attempts.Add(1))
+		if m.OnAttempt != nil {
+			m.OnAttempt(n)
+		}
+		if m.Slot != nil {
+			r, err := m.Slot(req.Context())
+			if err != nil {
+				cancel()
+				return
+			}
+			release = r
+		}
+		// Signed once the slot is had, so the timestamp is the sending time.
 		if m.Secret != "" {
 			ts := strconv.FormatInt(time.Now().Unix(), 10)
 			req.Header.Set("X-Mediajobs-Timestamp", ts)
 			req.Header.Set("X-Mediajobs-Signature", "v1="+Sign(m.Secret, ts, m.Body))
-		}
-		if m.OnAttempt != nil {
-			m.OnAttempt(n)
 		}
 	}
 	c.ResponseLogHook = func(_ retryablehttp.Logger, r *http.Response) { last.Store(int32(r.StatusCode)) }
@@ -127,6 +154,7 @@ func (w *WebhookSender) Send(ctx context.Context, m Message) Delivery {
 	// 404); a 3xx is final, since redirects are never followed. Transport errors
 	// keep retryablehttp's judgement (a bad certificate is not retried).
 	c.CheckRetry = func(ctx context.Context, resp *http.Response, err error) (bool, error) {
+		done() // the attempt's outcome is known: the wait before the next holds no slot
 		if ctx.Err() != nil {
 			return false, ctx.Err()
 		}
@@ -179,14 +207,14 @@ type AccountSecrets interface {
 	Account(ctx context.Context, id string) (*mj.Account, error)
 }
 
-// webhookLoop delivers every entry of the etcd outbox, up to Concurrency at once.
-// The entry was written in the same transaction that made the job terminal; each
-// attempt is counted on the job before it is made, and the entry is removed only
-// after the outcome is recorded, so a crash or failover resumes the delivery with
-// the attempts it has left, under the same delivery id.
+// webhookLoop delivers every entry of the etcd outbox (see hookLimits for how many
+// at once). The entry was written in the same transaction that made the job
+// terminal; each attempt is counted on the job before it is made, and the entry is
+// removed only after the outcome is recorded, so a crash or failover resumes the
+// delivery with the attempts it has left, under the same delivery id.
 func (d *Dispatcher) webhookLoop(ctx context.Context) {
-	sem := make(chan struct{}, d.Config.Webhooks.Concurrency)
-	var inflight sync.Map
+	h := newHookLimits(d.Config.Webhooks.Concurrency)
+	var inflight sync.Map // ids in progress or parked: passes skip them
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	d.watchPrefix(ctx, d.Store.OutboxPrefix(), time.Minute, func(ctx context.Context, id string, del *clientv3.Event) {
@@ -197,37 +225,184 @@ func (d *Dispatcher) webhookLoop(ctx context.Context) {
 			return
 		}
 		select {
-		case sem <- struct{}{}:
+		case h.running <- struct{}{}:
 		case <-ctx.Done():
 			inflight.Delete(id)
 			return
 		}
 		wg.Add(1)
 		go func() {
-			defer func() { <-sem; inflight.Delete(id); wg.Done() }()
-			d.deliver(ctx, id)
+			defer func() { <-h.running; wg.Done() }()
+			j := d.pendingWebhook(ctx, id)
+			if j == nil {
+				inflight.Delete(id)
+				return
+			}
+			a := h.start(j.AccountID, id)
+			if a == nil {
+				return // parked: one of the account's deliveries runs it when it ends
+			}
+			slot := func(ctx context.Context) (func(), error) { return h.slot(ctx, a) }
+			for {
+				if j != nil {
+					d.deliver(ctx, j, slot)
+				}
+				inflight.Delete(id)
+				if id = h.next(a); id == "" || ctx.Err() != nil {
+					return
+				}
+				j = d.pendingWebhook(ctx, id)
+			}
 		}()
 	})
 }
 
-func (d *Dispatcher) deliver(ctx context.Context, id string) {
+// hookLimits keeps one account's dead or slow receiver from delaying the other
+// accounts' deliveries.
+//
+// Attempts in flight (each holds a connection for up to attempt_timeout) are at
+// most webhooks.concurrency, and one account's at most an eighth of them (at least
+// one), so the others always find free slots. A slot is held only during an
+// attempt, never during the wait before the next.
+//
+// Deliveries in progress (a goroutine and the job each, mostly waiting) are at most
+// 8×concurrency, and one account's at most concurrency: an account's further
+// deliveries are parked, by id only, and run one by one as its own deliveries end.
+type hookLimits struct {
+	running  chan struct{} // deliveries in progress, all accounts
+	slots    chan struct{} // attempts in flight, all accounts
+	perRun   int
+	perSlots int
+
+	mu sync.Mutex
+	// Only accounts with a delivery in progress have an entry.
+	accounts map[string]*hookAccount
+}
+
+type hookAccount struct {
+	id      string
+	running int
+	parked  []string      // outbox ids waiting for one of running to end
+	slots   chan struct{} // the account's attempts in flight
+}
+
+func newHookLimits(concurrency int) *hookLimits {
+	c := max(concurrency, 1)
+	return &hookLimits{running: make(chan struct{}, 8*c), slots: make(chan struct{}, c),
+		perRun: c, perSlots: max(1, c/8), accounts: map[string]*hookAccount{}}
+}
+
+// start counts a delivery of the account as in progress, or parks its id and
+// returns nil when the account already has its share in progress.
+func (h *hookLimits) start(account, id string) *hookAccount {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	a := h.accounts[account]
+	if a == nil {
+		a = &hookAccount{id: account, slots: make(chan struct{}, h.perSlots)}
+		h.accounts[account] = a
+	}
+	if a.running >= h.perRun {
+		a.parked = append(a.parked, id)
+		return nil
+	}
+	a.running++
+	return a
+}
+
+// next ends a delivery of a: it returns the account's next parked id, which takes
+// the ended one's place, or "" (and forgets the account once none is in progress).
+func (h *hookLimits) next(a *hookAccount) string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(a.parked) > 0 {
+		id := a.parked[0]
+		if a.parked = a.parked[1:]; len(a.parked) == 0 {
+			a.parked = nil
+		}
+		return id
+	}
+	if a.running--; a.running == 0 {
+		delete(h.accounts, a.id)
+	}
+	return ""
+}
+
+// slot waits for an attempt slot of a's: its account's first, so at most its
+// share of one account's attempts ever wait in the shared queue, then a shared
+// one. It fails only when ctx ends.
+func (h *hookLimits) slot(ctx context.Context, a *hookAccount) (func(), error) {
+	select {
+	case a.slots <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case h.slots <- struct{}{}:
+	case <-ctx.Done():
+		<-a.slots
+		return nil, ctx.Err()
+	}
+	var once sync.Once
+	return func() { once.Do(func() { <-h.slots; <-a.slots }) }, nil
+}
+
+// pendingWebhook reads the job of an outbox entry. It returns nil when there is
+// nothing to send (a stale entry is removed) or the read failed (the entry stays
+// for the next pass).
+func (d *Dispatcher) pendingWebhook(ctx context.Context, id string) *mj.Job {
 	j, err := d.hookReads.Do(ctx, id)
 	if err != nil {
 		if mj.ErrorCode(err) == mj.ENotFound {
 			d.Store.DeleteOutbox(ctx, id)
 		}
-		return
+		return nil
 	}
-	w := j.Webhook
-	if w == nil || w.Status != "pending" || j.WebhookURL == "" {
+	if w := j.Webhook; w == nil || w.Status != "pending" || j.WebhookURL == "" {
 		d.Store.DeleteOutbox(ctx, id) // settled before a crash
-		return
+		return nil
 	}
-	var secret string
-	if d.Accounts != nil {
-		if a, err := d.Accounts.Account(ctx, j.AccountID); err == nil {
-			secret = a.WebhookSecret
+	return j
+}
+
+// secretRetry is the first wait after a failed read of a signing secret (then
+// doubled); after secretTries reads the delivery waits for the loop's next pass.
+const secretRetry, secretTries = 500 * time.Millisecond, 4
+
+// webhookSecret reads the account's signing secret: "" when the account has none,
+// or no longer exists. An account with a secret must never be sent an unsigned
+// webhook, so any other failure is an error: the caller sends nothing.
+func (d *Dispatcher) webhookSecret(ctx context.Context, account string) (string, error) {
+	if d.Accounts == nil {
+		return "", nil
+	}
+	for try := 1; ; try++ {
+		a, err := d.Accounts.Account(ctx, account)
+		switch {
+		case err == nil && a != nil:
+			return a.WebhookSecret, nil
+		case err == nil || mj.ErrorCode(err) == mj.ENotFound:
+			return "", nil
+		case try == secretTries || ctx.Err() != nil:
+			return "", err
 		}
+		sleep(ctx, secretRetry<<(try-1))
+	}
+}
+
+// deliver sends j's pending webhook, each attempt in a slot from slot, and records
+// the outcome.
+func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.Context) (func(), error)) {
+	id, w := j.ID, j.Webhook
+	secret, err := d.webhookSecret(ctx, j.AccountID)
+	if err != nil {
+		// Before any attempt, holding no slot: the entry stays in the outbox and the
+		// loop's next pass (within a minute) tries again.
+		if ctx.Err() == nil {
+			d.Log.Warn("webhook not sent: the account's signing secret could not be read; the next pass tries again",
+				"job", id, "account", j.AccountID, "err", err)
+		}
+		return
 	}
 	exp := time.Now().Add(d.Config.Storage.TTL)
 	view := mj.View(j, func(key string) string { return d.Signer.URL("GET", key, key, exp) })
@@ -242,7 +417,7 @@ func (d *Dispatcher) deliver(ctx context.Context, id string) {
 	var aborted error
 	res := d.Webhook.Send(sctx, Message{
 		URL: j.WebhookURL, Event: "job." + string(j.Status), DeliveryID: w.DeliveryID,
-		Body: mustJSON(view), Secret: secret, Done: w.Attempts,
+		Body: mustJSON(view), Secret: secret, Done: w.Attempts, Slot: slot,
 		OnAttempt: func(n int) {
 			nj, err := d.hookWrites.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
 				if j.Webhook == nil || j.Webhook.Status != "pending" {
