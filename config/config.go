@@ -36,7 +36,8 @@ type Webhooks struct {
 	BackoffBase    string `hcl:"backoff_base,optional"`
 	BackoffCap     string `hcl:"backoff_cap,optional"`
 	AttemptTimeout string `hcl:"attempt_timeout,optional"`
-	// Concurrency is how many deliveries run at once.
+	// Concurrency is how many attempts run at once (a slot is held only during an
+	// attempt); one account holds at most an eighth of them.
 	Concurrency int `hcl:"concurrency,optional"`
 
 	BaseRange    hcl.Range `hcl:"backoff_base,attr_range"`

@@ -128,6 +128,9 @@ storage {
   # and temporary files older than server.tmp_file_ttl, every sweep_every.
   output_retention = "168h"
   sweep_every      = "10m"
+  # Finished jobs are deleted from etcd, with every key derived from them, this long
+  # after they finished (at least output_retention).
+  job_retention = "720h"
 }
 
 webhooks {
@@ -138,7 +141,8 @@ webhooks {
   backoff_cap     = "30s"
   # One attempt's deadline (connect to last byte).
   attempt_timeout = "10s"
-  # Deliveries in flight at once.
+  # Attempts in flight at once (a slot is held only during an attempt, not while
+  # waiting for the next); one account holds at most an eighth of them.
   concurrency     = 128
 }
 
@@ -194,13 +198,18 @@ pool "cpu" {
   default_timeout = "1h"
   max_timeout     = "6h"
 
-  # Nomad children of this pool in flight at once; the rest wait, first in first out.
-  # 0: no cap.
-  max_in_flight = 0
+  # Nomad children of this pool in flight at once; the rest wait in the etcd queue,
+  # first in first out, not as blocked evaluations in Nomad. -1: no cap.
+  max_in_flight = 256
 
-  # A dispatched job Nomad cannot place (no node with the resources or devices) waits
-  # this long, with the reason in status_detail, then fails with that reason.
+  # A dispatched job no node can run (constraints, missing devices, an empty node
+  # pool) waits this long, with the reason in status_detail, then fails with that
+  # reason. A job whose nodes are only busy waits for one, however long.
   queue_limit = "10m"
+
+  # An allocation Nomad placed that has not started after this long (an image pull
+  # or a client that hangs) counts as a lost worker: a new attempt.
+  start_timeout = "10m"
 
   # Attempts of a job whose worker was lost or crashed (a failing command is never
   # retried).
