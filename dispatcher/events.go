@@ -29,16 +29,19 @@ type allocState struct {
 	// ReportedAt is when it ended. A result missing then is late, not lost.
 	Reported   bool
 	ReportedAt time.Time
+	// Modified is when Nomad last changed the allocation: for an "unknown" one,
+	// when its node went away.
+	Modified time.Time
 }
 
 func fromAlloc(a *api.Allocation) allocState {
-	s := allocState{ID: a.ID, NomadJobID: a.JobID, ClientStatus: a.ClientStatus}
+	s := allocState{ID: a.ID, NomadJobID: a.JobID, ClientStatus: a.ClientStatus, Modified: time.Unix(0, a.ModifyTime)}
 	s.taskInfo(a.TaskStates)
 	return s
 }
 
 func fromStub(a *api.AllocationListStub) allocState {
-	s := allocState{ID: a.ID, NomadJobID: a.JobID, ClientStatus: a.ClientStatus}
+	s := allocState{ID: a.ID, NomadJobID: a.JobID, ClientStatus: a.ClientStatus, Modified: time.Unix(0, a.ModifyTime)}
 	s.taskInfo(a.TaskStates)
 	return s
 }
@@ -428,7 +431,7 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) {
 	prefix := runScope(id, attempt)
 	switch a.ClientStatus {
 	case api.AllocClientStatusRunning:
-	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost, api.AllocClientStatusUnknown:
 		var err error
 		if result, prefix, err = d.readResult(ctx, id, attempt, a.ID); err != nil {
 			// Not "no result": the store could not say. Leave the job as it is; the
@@ -496,6 +499,12 @@ func checked(r *mj.Result, j *mj.Job, maxOutputs int) *mj.Result {
 	return r
 }
 
+// disconnectGrace is how long an allocation whose node stopped heartbeating
+// ("unknown": the jobspecs' disconnect block keeps Nomad from replacing it for an
+// hour) may stay so before the attempt counts as lost: the next attempt is a new
+// child, and this one is stopped.
+const disconnectGrace = 5 * time.Minute
+
 // resultGrace is how long a result the runner reported (its reporting task exited
 // 0 or 1) may take to become readable before it counts as missing.
 const resultGrace = 2 * time.Minute
@@ -551,6 +560,10 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 		j.ErrorMessage, j.TotalInputBytes = r.ErrorMessage, r.InputBytes
 	case a.ClientStatus == api.AllocClientStatusLost:
 		retryOrFail(j, "the Nomad node running it was lost (allocation "+a.ID+")", now, maxAttempts)
+	case a.ClientStatus == api.AllocClientStatusUnknown && now.Sub(a.Modified) < disconnectGrace:
+		return errSkip // its node may be back in a moment, with the run intact
+	case a.ClientStatus == api.AllocClientStatusUnknown:
+		retryOrFail(j, fmt.Sprintf("the Nomad node running it has been disconnected for over %s (allocation %s)", disconnectGrace, a.ID), now, maxAttempts)
 	case a.Reported && now.Sub(a.ReportedAt) < resultGrace:
 		return errSkip // reported, not readable yet: read it again, never re-run it
 	default:

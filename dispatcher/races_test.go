@@ -254,3 +254,19 @@ func TestNomadCallsHaveDeadlines(t *testing.T) {
 		t.Fatalf("a silent Nomad changed the job: %+v", j)
 	}
 }
+
+// An allocation whose node stopped heartbeating ("unknown") is waited for a few
+// minutes, then the attempt is retried as a new child and the old one stopped.
+func TestDisconnectedAllocation(t *testing.T) {
+	now := time.Now().UTC()
+	unknown := func(since time.Time) allocState {
+		return allocState{ID: "a", NomadJobID: "c", ClientStatus: api.AllocClientStatusUnknown, Modified: since}
+	}
+	j := &mj.Job{Status: mj.StatusRunning, Attempt: 1, NomadJobID: "c"}
+	if err := transition(j, unknown(now.Add(-time.Minute)), nil, now, "p/", 3); err != errSkip {
+		t.Fatalf("a node gone for a minute: %v", err)
+	}
+	if err := transition(j, unknown(now.Add(-disconnectGrace-time.Second)), nil, now, "p/", 3); err != nil || j.Attempt != 2 || j.NomadJobID != "" || !strings.Contains(j.StatusDetail, "disconnected") {
+		t.Fatalf("a node gone past the grace: %v %+v", err, j)
+	}
+}

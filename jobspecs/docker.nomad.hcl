@@ -131,6 +131,19 @@ job "mediajobs" {
       unlimited = false
     }
 
+    # Nomad replaces an allocation whose node is lost whatever the reschedule block
+    # says (its scheduler never asks it for lost allocations). With lost_after, a node
+    # that stops heartbeating is "disconnected" instead, its allocation "unknown", and
+    # nothing is placed for an hour: the dispatcher, which gives up on an unknown
+    # allocation after a few minutes, starts the next attempt as a new child and
+    # stops this one, which stops when its node comes back. Should Nomad ever place
+    # a replacement, the returning original is the one stopped.
+    disconnect {
+      lost_after = "1h"
+      replace    = false
+      reconcile  = "keep_replacement"
+    }
+
     ephemeral_disk {
       size = var.disk
     }
