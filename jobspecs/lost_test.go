@@ -1,13 +1,11 @@
 package jobspecs
 
 import (
-	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -399,7 +397,7 @@ func (a *lostAgent) kill(bin string) {
 	if a.cmd == nil || a.cmd.Process == nil {
 		return
 	}
-	below := lostDescendants(a.cmd.Process.Pid)
+	below := testenv.Descendants(a.cmd.Process.Pid)
 	a.cmd.Process.Kill()
 	<-a.exited
 	for _, pid := range below {
@@ -418,56 +416,8 @@ func (a *lostAgent) close() {
 		a.kill(a.bin)
 	}
 	testenv.KillUnder(a.dir)
-	unmountUnder(a.dir)
+	testenv.UnmountUnder(a.dir)
 	os.RemoveAll(a.dir)
-}
-
-// unmountUnder detaches every mount point inside dir, deepest first.
-func unmountUnder(dir string) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	var points []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			points = append(points, fields[4])
-		}
-	}
-	sort.Sort(sort.Reverse(sort.StringSlice(points)))
-	for _, p := range points {
-		syscall.Unmount(p, syscall.MNT_DETACH)
-	}
-}
-
-// lostDescendants lists the processes below pid.
-func lostDescendants(pid int) []int {
-	parent := map[int]int{}
-	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
-	for _, f := range stats {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		fields := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		p, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
-		if len(fields) > 1 {
-			parent[p], _ = strconv.Atoi(fields[1])
-		}
-	}
-	var out []int
-	for p := range parent {
-		for q := parent[p]; q > 1; q = parent[q] {
-			if q == pid {
-				out = append(out, p)
-				break
-			}
-		}
-	}
-	return out
 }
 
 // dispatchOn registers the job with the disconnect block, dispatches one child

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -189,13 +190,14 @@ plugin "raw_exec" {
 func (n *Nomad) Restart() error {
 	var tasks []int
 	if n.cmd != nil && n.cmd.Process != nil {
-		tasks = descendants(n.cmd.Process.Pid)
+		tasks = Descendants(n.cmd.Process.Pid)
 	}
 	n.stop(true)
 	for _, pid := range tasks {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
 	KillUnder(filepath.Join(n.dir, "data"))
+	UnmountUnder(filepath.Join(n.dir, "data"))
 	os.RemoveAll(filepath.Join(n.dir, "data"))
 	return n.start()
 }
@@ -246,7 +248,7 @@ func (n *Nomad) Log() string {
 func (n *Nomad) Close() {
 	var children []int
 	if n.cmd != nil && n.cmd.Process != nil {
-		children = descendants(n.cmd.Process.Pid) // logmon and executors
+		children = Descendants(n.cmd.Process.Pid) // logmon and executors
 	}
 	n.stop(false)
 	for _, pid := range children {
@@ -256,11 +258,12 @@ func (n *Nomad) Close() {
 		}
 	}
 	KillUnder(n.dir)
+	UnmountUnder(n.dir)
 	os.RemoveAll(n.dir)
 }
 
-// descendants lists the processes below pid.
-func descendants(pid int) []int {
+// Descendants lists the processes below pid.
+func Descendants(pid int) []int {
 	parent := map[int]int{}
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, f := range stats {
@@ -287,6 +290,27 @@ func descendants(pid int) []int {
 		}
 	}
 	return out
+}
+
+// UnmountUnder detaches every mount point inside dir, deepest first: a Nomad
+// client run as root mounts a tmpfs on each task's secrets and private dirs, and
+// leaves them mounted when it stops.
+func UnmountUnder(dir string) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	var points []string
+	for _, line := range strings.Split(string(b), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
+			points = append(points, fields[4])
+		}
+	}
+	sort.Sort(sort.Reverse(sort.StringSlice(points)))
+	for _, p := range points {
+		syscall.Unmount(p, syscall.MNT_DETACH)
+	}
 }
 
 // KillUnder SIGKILLs every process whose command line names dir or whose working
