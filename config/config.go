@@ -37,8 +37,10 @@ type Webhooks struct {
 	BackoffCap     string `hcl:"backoff_cap,optional"`
 	AttemptTimeout string `hcl:"attempt_timeout,optional"`
 	// Concurrency is how many attempts run at once (a slot is held only during an
-	// attempt); one account holds at most an eighth of them.
-	Concurrency int `hcl:"concurrency,optional"`
+	// attempt); AccountConcurrency how many of them one account may hold (default an
+	// eighth of Concurrency), so one account's dead receiver cannot hold them all.
+	Concurrency        int `hcl:"concurrency,optional"`
+	AccountConcurrency int `hcl:"account_concurrency,optional"`
 
 	BaseRange    hcl.Range `hcl:"backoff_base,attr_range"`
 	CapRange     hcl.Range `hcl:"backoff_cap,attr_range"`
@@ -435,6 +437,9 @@ func (c *Config) finish() hcl.Diagnostics {
 	wh.TimeoutD = dur(wh.AttemptTimeout, wh.TimeoutRange, "attempt_timeout")
 	if wh.Concurrency <= 0 {
 		wh.Concurrency = 128
+	}
+	if wh.AccountConcurrency <= 0 || wh.AccountConcurrency > wh.Concurrency {
+		wh.AccountConcurrency = max(1, wh.Concurrency/8)
 	}
 
 	dd := c.Dispatcher

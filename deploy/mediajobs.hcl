@@ -142,8 +142,10 @@ webhooks {
   # One attempt's deadline (connect to last byte).
   attempt_timeout = "10s"
   # Attempts in flight at once (a slot is held only during an attempt, not while
-  # waiting for the next); one account holds at most an eighth of them.
-  concurrency     = 128
+  # waiting for the next), and how many of them one account may hold (so one
+  # account's dead receiver cannot delay the others; default an eighth).
+  concurrency         = 128
+  account_concurrency = 16
 }
 
 dispatcher {

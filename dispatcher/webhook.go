@@ -213,7 +213,7 @@ type AccountSecrets interface {
 // removed only after the outcome is recorded, so a crash or failover resumes the
 // delivery with the attempts it has left, under the same delivery id.
 func (d *Dispatcher) webhookLoop(ctx context.Context) {
-	h := newHookLimits(d.Config.Webhooks.Concurrency)
+	h := newHookLimits(d.Config.Webhooks.Concurrency, d.Config.Webhooks.AccountConcurrency)
 	var inflight sync.Map // ids in progress or parked: passes skip them
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -286,10 +286,15 @@ type hookAccount struct {
 	slots   chan struct{} // the account's attempts in flight
 }
 
-func newHookLimits(concurrency int) *hookLimits {
+// newHookLimits: concurrency attempts in all, perAccount of them for one account
+// (0: an eighth of concurrency, at least one).
+func newHookLimits(concurrency, perAccount int) *hookLimits {
 	c := max(concurrency, 1)
+	if perAccount <= 0 || perAccount > c {
+		perAccount = max(1, c/8)
+	}
 	return &hookLimits{running: make(chan struct{}, 8*c), slots: make(chan struct{}, c),
-		perRun: c, perSlots: max(1, c/8), accounts: map[string]*hookAccount{}}
+		perRun: c, perSlots: perAccount, accounts: map[string]*hookAccount{}}
 }
 
 // start counts a delivery of the account as in progress, or parks its id and

@@ -197,7 +197,7 @@ func TestWebhookSendSlotPerAttempt(t *testing.T) {
 // order as its own end); the others still find slots; an idle account leaves no
 // entry, and a cancelled wait holds nothing.
 func TestWebhookLimitsShareAndForget(t *testing.T) {
-	h := newHookLimits(16) // 16 slots, 2 per account; 16 in progress per account
+	h := newHookLimits(16, 0) // 16 slots, 2 per account; 16 in progress per account
 	var as []*hookAccount
 	for i := range 16 {
 		a := h.start("A", fmt.Sprint(i))
