@@ -10,6 +10,9 @@
 //     deliveries per second and the time from the terminal transition to receipt;
 //     then 1,000 more made terminal one after another, as the dispatcher's event
 //     loop finishes jobs.
+//   - BenchmarkEtcdCost (etcdcost_test.go): the etcd revisions and bytes one job
+//     with a webhook costs from create to delivered webhook, per kind of key, for a
+//     short job and one that runs 60 s reporting progress.
 //
 // Everything is real and on loopback: a Nomad dev agent (testenv.StartNomad) whose
 // raw_exec tasks run the real `mediajobs runner` and ffmpeg, embedded etcd, the

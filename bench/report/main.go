@@ -9,6 +9,10 @@
 //   - end to end (./bench/e2e): latency added over raw Nomad, throughput against
 //     raw Nomad, webhook delivery rate and latency; each figure is the median over
 //     the rounds (per-round ratios for the throughput), with its target.
+//   - etcd cost of one job (BenchmarkEtcdCost in ./bench/e2e): revisions and bytes
+//     from create to delivered webhook, per kind of key, for a short job and a 60 s
+//     one with progress, and the old design's estimate for a job that stored
+//     progress reports (no target).
 //
 // Rounds pair best when each round runs all benchmarks back to back:
 //
@@ -114,8 +118,12 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 	for _, n := range E2EBenchmarks {
 		e2e = e2e || res[n] != nil
 	}
+	cost := false
+	for _, j := range EtcdCostJobs {
+		cost = cost || res["EtcdCost/"+j.Name] != nil
+	}
 	complete, met = true, true
-	if gw || !e2e {
+	if gw || !e2e && !cost {
 		complete, met = GatewayTable(w, res)
 	}
 	if e2e {
@@ -124,6 +132,12 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 		}
 		c, m := E2ETable(w, res)
 		complete, met = complete && c, met && m
+	}
+	if cost {
+		if gw || e2e {
+			fmt.Fprintln(w)
+		}
+		complete = EtcdCostTable(w, res) && complete
 	}
 	return complete, met
 }
@@ -243,6 +257,78 @@ func E2ETable(w io.Writer, res Result) (complete, met bool) {
 		missing("webhooks", "Webhooks")
 	}
 	return complete, met
+}
+
+// EtcdCostJobs are BenchmarkEtcdCost's sub-benchmarks (EtcdCost/<Name>).
+var EtcdCostJobs = []struct{ Name, What string }{
+	{"short", "short job (1 s testsrc → x264)"},
+	{"60s", "60 s job with progress (-re)"},
+}
+
+// KeyKinds are the kinds of key BenchmarkEtcdCost reports apart (<kind>-B, <kind>-ev).
+var KeyKinds = []string{"jobs", "progress", "idx", "sidx", "queue", "active", "outbox", "done", "dispatcher", "other"}
+
+// EtcdCostTable writes what one job cost etcd: revisions, bytes and writes, in all
+// and per kind of key ("bytes (writes)", medians over the rounds), and for a job
+// that stored progress reports the old design's estimate beside it. It reports
+// whether every job was found.
+func EtcdCostTable(w io.Writer, res Result) (complete bool) {
+	complete = true
+	fmt.Fprint(w, "| job | create → delivered (s) | revisions | bytes | puts + deletes |")
+	sep := "|---|---:|---:|---:|---:|"
+	for _, k := range KeyKinds {
+		fmt.Fprintf(w, " %s/ |", k)
+		sep += "---:|"
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, sep)
+	var olds, notes []string
+	for _, j := range EtcdCostJobs {
+		r := res["EtcdCost/"+j.Name]
+		if !has(r, "revs", "B", "puts", "dels") {
+			complete = false
+			fmt.Fprintf(w, "| %s | missing (BenchmarkEtcdCost/%s) |\n", j.What, j.Name)
+			continue
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s + %s |", j.What, fmtVals(r["s"], 1), fmtVals(r["revs"], 0), fmtVals(r["B"], 0),
+			fmtVals(r["puts"], 0), fmtVals(r["dels"], 0))
+		for _, k := range KeyKinds {
+			fmt.Fprintf(w, " %s |", kindCell(Median(r[k+"-B"]), Median(r[k+"-ev"])))
+		}
+		fmt.Fprintln(w)
+		if n := Median(r["progress-stored"]); n > 0 && has(r, "record-B", "old-B", "old-progress-B") {
+			olds = append(olds, fmt.Sprintf("| %s, old design (estimate) | %s | %s | %s | – |", j.What, fmtVals(r["s"], 1),
+				fmtVals(r["revs"], 0), fmtVals(r["old-B"], 0)))
+			for _, k := range KeyKinds {
+				switch k {
+				case "jobs":
+					olds[len(olds)-1] += " " + kindCell(Median(r["jobs-B"])+Median(r["old-progress-B"]), Median(r["jobs-ev"])+n) + " |"
+				case "progress":
+					olds[len(olds)-1] += " – |"
+				default:
+					olds[len(olds)-1] += " " + kindCell(Median(r[k+"-B"]), Median(r[k+"-ev"])) + " |"
+				}
+			}
+			notes = append(notes, fmt.Sprintf("Old design, %s: progress reports stored: %.0f, each rewriting the job's key and record (its last before the end, the report in it: %.0f B) = %.0f B on jobs/, against %.0f B on progress/: %.0f B in all, %.1f × the measured; the same revisions.",
+				j.What, n, Median(r["record-B"]), Median(r["old-progress-B"]), Median(r["progress-B"]), Median(r["old-B"]), Median(r["old-B"])/Median(r["B"])))
+		}
+	}
+	for _, l := range olds {
+		fmt.Fprintln(w, l)
+	}
+	for _, l := range notes {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, l)
+	}
+	return complete
+}
+
+// kindCell is "bytes (writes)", or "–" for none.
+func kindCell(bytes, n float64) string {
+	if n == 0 {
+		return "–"
+	}
+	return fmt.Sprintf("%.0f (%.0f)", bytes, n)
 }
 
 func has(m map[string][]float64, units ...string) bool {

@@ -105,3 +105,40 @@ func TestE2ETable(t *testing.T) {
 		t.Errorf("tables:\n%s", out.String())
 	}
 }
+
+const etcdCostSample = `BenchmarkEtcdCost/short-2         	       1	10551577777 ns/op	      7922 B	       198.0 active-B	         2.000 active-ev	         6.000 dels	       175.0 dispatcher-B	         5.000 dispatcher-ev	       108.0 done-B	         1.000 done-ev	         0 foreign-revs	       113.0 idx-B	         1.000 idx-ev	      6190 jobs-B	         6.000 jobs-ev	      8672 old-B	      1043 old-progress-B	         0 other-B	         0 other-ev	       117.0 outbox-B	         2.000 outbox-ev	       293.0 progress-B	         2.000 progress-ev	         1.000 progress-stored	        20.00 puts	       190.0 queue-B	         2.000 queue-ev	      1043 record-B	        12.00 revs	         2.474 s	       538.0 sidx-B	         5.000 sidx-ev
+BenchmarkEtcdCost/60s-2           	       1	68518884740 ns/op	     11701 B	       198.0 active-B	         2.000 active-ev	         6.000 dels	       210.0 dispatcher-B	         6.000 dispatcher-ev	       108.0 done-B	         1.000 done-ev	         0 foreign-revs	       113.0 idx-B	         1.000 idx-ev	      6181 jobs-B	         6.000 jobs-ev	     24551 old-B	     16896 old-progress-B	         0 other-B	         0 other-ev	       117.0 outbox-B	         2.000 outbox-ev	      4046 progress-B	        17.00 progress-ev	        16.00 progress-stored	        36.00 puts	       190.0 queue-B	         2.000 queue-ev	      1056 record-B	        28.00 revs	        60.46 s	       538.0 sidx-B	         5.000 sidx-ev
+`
+
+func TestEtcdCostTable(t *testing.T) {
+	res, failed, err := Parse(strings.NewReader(etcdCostSample), nil)
+	if err != nil || failed {
+		t.Fatal(err, failed)
+	}
+	var out strings.Builder
+	if complete, _ := Table(&out, res); !complete {
+		t.Fatalf("incomplete:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "CreateJob") || strings.Contains(out.String(), "latency") {
+		t.Errorf("other suites' tables printed:\n%s", out.String())
+	}
+	for _, want := range []string{
+		"| 60 s job with progress (-re) | 60.5 | 28 | 11701 | 36 + 6 | 6181 (6) | 4046 (17) | 113 (1) | 538 (5) | 190 (2) | 198 (2) | 117 (2) | 108 (1) | 210 (6) | – |",
+		"| 60 s job with progress (-re), old design (estimate) | 60.5 | 28 | 24551 | – | 23077 (22) | – |",
+		"progress reports stored: 16, each rewriting the job's key and record (its last before the end, the report in it: 1056 B) = 16896 B on jobs/",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// With the end-to-end suite: both tables; one job missing: incomplete.
+	res, _, _ = Parse(strings.NewReader(e2eSample+strings.Split(etcdCostSample, "\n")[0]), nil)
+	out.Reset()
+	if complete, _ := Table(&out, res); complete {
+		t.Fatalf("missing EtcdCost/60s reported complete:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "latency") || !strings.Contains(out.String(), "missing (BenchmarkEtcdCost/60s)") {
+		t.Errorf("tables:\n%s", out.String())
+	}
+}
