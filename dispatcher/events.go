@@ -101,12 +101,27 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 		// Nomad sends a heartbeat every 10 s: a stream silent for longer is a
 		// half-open connection, not a quiet cluster.
 		idle := time.NewTimer(streamIdle)
+		// The index is only where a new stream resumes (re-applying an event changes
+		// nothing), so it is saved at most every eventIndexEvery, not per batch: each
+		// save is an etcd revision.
+		applied, saved, savedAt := index, index, time.Now()
+		save := func(force bool) {
+			if applied == saved || (!force && time.Since(savedAt) < eventIndexEvery) {
+				return
+			}
+			if err := d.Store.SaveEventIndex(ctx, applied); err != nil {
+				d.Log.Warn("save event index", "err", err)
+				return
+			}
+			saved, savedAt = applied, time.Now()
+		}
 	stream:
 		for {
 			select {
 			case <-ctx.Done():
 				break stream
 			case <-tick.C:
+				save(true)
 				d.reconcile(ctx)
 			case <-idle.C:
 				d.Log.Warn("nomad event stream silent; reconnecting", "for", streamIdle)
@@ -121,17 +136,18 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 					break stream
 				}
 				if evs.IsHeartbeat() {
+					save(true) // a quiet stream: keep the resume point current
 					continue
 				}
 				backoff = time.Second
 				for _, ev := range evs.Events {
 					d.handleEvent(ctx, ev)
 				}
-				if err := d.Store.SaveEventIndex(ctx, evs.Index); err != nil {
-					d.Log.Warn("save event index", "err", err)
-				}
+				applied = max(applied, evs.Index)
+				save(false)
 			}
 		}
+		save(true)
 		tick.Stop()
 		idle.Stop()
 		cancel()
@@ -141,6 +157,9 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 
 // streamIdle is how long the event stream may stay silent, heartbeats included.
 const streamIdle = 45 * time.Second
+
+// eventIndexEvery is how often, at most, a busy stream's index is saved.
+const eventIndexEvery = 5 * time.Second
 
 func (d *Dispatcher) handleEvent(ctx context.Context, ev api.Event) {
 	switch ev.Topic {
