@@ -47,9 +47,11 @@ type Job struct {
 	Outputs []Output `json:"outputs,omitempty"`
 	// Progress is not part of the record: it lives on its own short-lived key
 	// and is merged in when the job is read (store.Job, ListJobs, the gateway's cache).
-	Progress     *Progress `json:"-"`
-	ErrorMessage string    `json:"error_message,omitempty"`
-	StatusDetail string    `json:"status_detail,omitempty"`
+	Progress *Progress `json:"-"`
+	// ProgressRevision is the etcd revision of Progress (not stored).
+	ProgressRevision int64  `json:"-"`
+	ErrorMessage     string `json:"error_message,omitempty"`
+	StatusDetail     string `json:"status_detail,omitempty"`
 
 	TotalInputBytes  int64 `json:"total_input_bytes,omitempty"`
 	TotalOutputBytes int64 `json:"total_output_bytes,omitempty"`

@@ -505,6 +505,9 @@ func (c *Config) finish() hcl.Diagnostics {
 		if p.CPU < 100 {
 			bad(p.CPURange, "Invalid cpu", fmt.Sprintf("pool %q: cpu = %d MHz is below Nomad's minimum of 100.", p.Name, p.CPU))
 		}
+		if p.MaxInFlight < -1 {
+			bad(p.DefRange, "Invalid max_in_flight", fmt.Sprintf("pool %q: max_in_flight = %d; use a positive number, or -1 for no cap.", p.Name, p.MaxInFlight))
+		}
 		if p.Memory < 64 {
 			bad(p.MemoryRange, "Invalid memory", fmt.Sprintf("pool %q: memory = %d MiB is too small for ffmpeg; use at least 64.", p.Name, p.Memory))
 		}

@@ -93,16 +93,24 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 		go func() {
 			defer func() { <-sem; wg.Done() }()
 			err := d.dispatch(ctx, id)
-			if err == nil || ctx.Err() != nil || errors.Is(err, store.ErrNotLeader) {
+			if err == nil {
+				d.nomadDown.Store(false)
+				return
+			}
+			if ctx.Err() != nil || errors.Is(err, store.ErrNotLeader) {
 				return
 			}
 			failed.Store(true)
 			detail := mj.Clip("waiting to reach Nomad: "+err.Error(), mj.MaxDetailBytes)
-			if unreachable(err) && !down.Swap(true) {
+			if unreachable(err) {
+				down.Store(true)
+				// One job says so, once per outage: the passes that follow while
+				// Nomad stays down write nothing.
+				if d.nomadDown.Swap(true) {
+					return
+				}
 				d.Log.Warn("nomad unreachable; dispatching stops until it answers", "pool", pool.Name, "err", err)
 				detail = "waiting for Nomad, which is unreachable; the job is dispatched when it answers again"
-			} else if unreachable(err) {
-				return
 			} else {
 				d.Log.Warn("dispatch failed; will retry", "job", id, "err", err)
 			}

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -40,6 +41,7 @@ type NomadJobs interface {
 	Info(jobID string, q *api.QueryOptions) (*api.Job, *api.QueryMeta, error)
 	List(q *api.QueryOptions) ([]*api.JobListStub, *api.QueryMeta, error)
 	Allocations(jobID string, allAllocs bool, q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error)
+	Evaluations(jobID string, q *api.QueryOptions) ([]*api.Evaluation, *api.QueryMeta, error)
 }
 
 // NomadEvents is Nomad's event stream; *api.EventStream has it.
@@ -111,8 +113,10 @@ type Dispatcher struct {
 	// Webhook deliveries read and write their jobs in groups (see group).
 	hookReads  *group[string, *mj.Job]
 	hookWrites *group[store.JobUpdate, *mj.Job]
-	mu         sync.Mutex
-	leading    bool
+	// nomadDown: a dispatch found Nomad unreachable, and none has succeeded since.
+	nomadDown atomic.Bool
+	mu        sync.Mutex
+	leading   bool
 	// registered holds the pools whose parameterized job Nomad accepted.
 	registered map[string]bool
 }

@@ -30,18 +30,18 @@ type allocState struct {
 	Reported   bool
 	ReportedAt time.Time
 	// Modified is when Nomad last changed the allocation: for an "unknown" one,
-	// when its node went away.
-	Modified time.Time
+	// when its node went away. Created is when it was placed.
+	Modified, Created time.Time
 }
 
 func fromAlloc(a *api.Allocation) allocState {
-	s := allocState{ID: a.ID, NomadJobID: a.JobID, ClientStatus: a.ClientStatus, Modified: time.Unix(0, a.ModifyTime)}
+	s := allocState{ID: a.ID, NomadJobID: a.JobID, ClientStatus: a.ClientStatus, Modified: time.Unix(0, a.ModifyTime), Created: time.Unix(0, a.CreateTime)}
 	s.taskInfo(a.TaskStates)
 	return s
 }
 
 func fromStub(a *api.AllocationListStub) allocState {
-	s := allocState{ID: a.ID, NomadJobID: a.JobID, ClientStatus: a.ClientStatus, Modified: time.Unix(0, a.ModifyTime)}
+	s := allocState{ID: a.ID, NomadJobID: a.JobID, ClientStatus: a.ClientStatus, Modified: time.Unix(0, a.ModifyTime), Created: time.Unix(0, a.CreateTime)}
 	s.taskInfo(a.TaskStates)
 	return s
 }
@@ -220,11 +220,35 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		allocs := make([]allocState, len(stubs))
 		for i, s := range stubs {
 			allocs[i] = fromStub(s)
-			d.apply(ctx, allocs[i])
 		}
-		d.overdue(ctx, id, allocs)
+		// Where Nomad ran the attempt twice (it replaced a lost allocation), the
+		// allocation that finished, and may have reported, is applied first: a lost
+		// sibling applied before it would start a new attempt and drop its result.
+		sort.SliceStable(allocs, func(a, b int) bool { return applyOrder(allocs[a]) < applyOrder(allocs[b]) })
+		for _, a := range allocs {
+			d.apply(ctx, a)
+		}
+		if len(allocs) == 0 {
+			// Not placed: the stream may have dropped the evaluation that says why
+			// (capacity or infeasibility), and the queue limit depends on it.
+			d.refreshPlacement(ctx, child)
+		}
+		d.overdue(ctx, id, child, allocs)
 	}
 	d.stopStrayChildren(ctx)
+}
+
+// applyOrder ranks allocations for apply: finished ones first, lost ones last.
+func applyOrder(a allocState) int {
+	switch a.ClientStatus {
+	case api.AllocClientStatusComplete:
+		return 0
+	case api.AllocClientStatusFailed:
+		return 1
+	case api.AllocClientStatusRunning, api.AllocClientStatusPending:
+		return 2
+	}
+	return 3
 }
 
 // unreachable tells a failure to reach Nomad (refused, reset, timed out: the HTTP
@@ -305,22 +329,27 @@ func (d *Dispatcher) stopStrayChildren(ctx context.Context) {
 // within start_timeout (an image pull that hangs, a wedged client) is a lost worker;
 // a worker still alive well past the job's timeout is stopped and fails the job. A
 // finished allocation is never overdue: its result, maybe late, settles the job.
-func (d *Dispatcher) overdue(ctx context.Context, id string, allocs []allocState) {
+func (d *Dispatcher) overdue(ctx context.Context, id, child string, allocs []allocState) {
 	now := time.Now().UTC()
 	placed, alive, started := len(allocs) > 0, false, false
+	var pendingSince time.Time // the earliest placement of a pending allocation
 	for _, a := range allocs {
 		switch a.ClientStatus {
 		case api.AllocClientStatusPending:
 			alive = true
+			if pendingSince.IsZero() || a.Created.Before(pendingSince) {
+				pendingSince = a.Created
+			}
 		case api.AllocClientStatusRunning:
 			alive, started = true, true
 		default:
 			started = true
 		}
 	}
-	var child, why string
+	var why string
 	j, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
-		if j.Status.Terminal() || j.NomadJobID == "" {
+		// Judged on the allocations of child: the job must still be on it.
+		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
 		}
 		pool := d.Config.Pool(j.Machine)
@@ -331,7 +360,6 @@ func (d *Dispatcher) overdue(ctx context.Context, id string, allocs []allocState
 		if j.DispatchedAt != nil {
 			waited = now.Sub(*j.DispatchedAt)
 		}
-		child = j.NomadJobID
 		switch {
 		case attemptStart(j) == nil && !placed && !j.WaitingForCapacity && waited > pool.QueueLimitD:
 			reason := j.PlacementReason
@@ -341,7 +369,7 @@ func (d *Dispatcher) overdue(ctx context.Context, id string, allocs []allocState
 			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
 			j.ErrorMessage = fmt.Sprintf("no worker could take the job within the %s queue limit of machine %q: %s", pool.QueueLimitD, j.Machine, reason)
 			why = "overdue"
-		case attemptStart(j) == nil && placed && !started && waited > pool.StartTimeoutD:
+		case attemptStart(j) == nil && placed && !started && !pendingSince.IsZero() && now.Sub(pendingSince) > pool.StartTimeoutD:
 			retryOrFail(j, fmt.Sprintf("its Nomad allocation was placed but did not start within the %s start_timeout of machine %q (an image pull or a client that hangs)", pool.StartTimeoutD, j.Machine), now, pool.MaxAttempts)
 			why = "did not start"
 		case j.Status == mj.StatusRunning && alive && attemptStart(j) != nil && now.Sub(*attemptStart(j)) > time.Duration(j.TimeoutSeconds)*time.Second+d.TimeoutGrace:
@@ -371,6 +399,26 @@ func attemptStart(j *mj.Job) *time.Time {
 		return j.AttemptStartedAt
 	}
 	return j.StartedAt // attempt 1, stored before AttemptStartedAt existed
+}
+
+// refreshPlacement reads the child's latest evaluation and records its placement
+// failure, as the event stream would have.
+func (d *Dispatcher) refreshPlacement(ctx context.Context, child string) {
+	q, cancel := d.query(ctx)
+	evals, _, err := d.Jobs.Evaluations(child, q)
+	cancel()
+	if err != nil {
+		return
+	}
+	var latest *api.Evaluation
+	for _, e := range evals {
+		if len(e.FailedTGAllocs) > 0 && (latest == nil || e.ModifyIndex > latest.ModifyIndex) {
+			latest = e
+		}
+	}
+	if latest != nil {
+		d.placementFailed(ctx, child, latest.FailedTGAllocs)
+	}
 }
 
 // placementFailed records why Nomad cannot place a child yet; the job stays queued
@@ -641,6 +689,8 @@ func (d *Dispatcher) anyResult(ctx context.Context, id string, attempt int) (*mj
 		return nil, "", err
 	}
 	sort.Strings(keys)
+	var first *mj.Result
+	var firstPrefix string
 	for _, k := range keys {
 		prefix, ok := strings.CutSuffix(k, "result.json")
 		alloc := strings.TrimSuffix(strings.TrimPrefix(prefix, scope), "/")
@@ -650,14 +700,21 @@ func (d *Dispatcher) anyResult(ctx context.Context, id string, attempt int) (*mj
 			continue
 		}
 		r, err := d.resultAt(ctx, id, attempt, prefix)
-		if r != nil || err != nil {
-			if r != nil {
-				r.AllocID = alloc
-			}
-			return r, prefix, err
+		if err != nil {
+			return nil, "", err
+		}
+		if r == nil {
+			continue
+		}
+		r.AllocID = alloc
+		if r.Succeeded { // a copy that succeeded wins over one that failed
+			return r, prefix, nil
+		}
+		if first == nil {
+			first, firstPrefix = r, prefix
 		}
 	}
-	return nil, "", nil
+	return first, firstPrefix, nil
 }
 
 func (d *Dispatcher) resultAt(ctx context.Context, id string, attempt int, prefix string) (*mj.Result, error) {

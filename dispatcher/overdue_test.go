@@ -22,6 +22,7 @@ type fakeJobs struct {
 	NomadJobs
 	mu       sync.Mutex
 	children map[string][]*api.AllocationListStub
+	evals    map[string][]*api.Evaluation
 	stopped  []string
 }
 
@@ -45,6 +46,12 @@ func (f *fakeJobs) Deregister(id string, _ bool, _ *api.WriteOptions) (string, *
 	defer f.mu.Unlock()
 	f.stopped = append(f.stopped, id)
 	return "", nil, nil
+}
+
+func (f *fakeJobs) Evaluations(id string, _ *api.QueryOptions) ([]*api.Evaluation, *api.QueryMeta, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.evals[id], nil, nil
 }
 
 func (f *fakeJobs) List(*api.QueryOptions) ([]*api.JobListStub, *api.QueryMeta, error) {

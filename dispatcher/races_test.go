@@ -33,7 +33,16 @@ func TestCapacityIsNotInfeasibility(t *testing.T) {
 	d.placementFailed(ctx, child(never, 1), map[string]*api.AllocationMetric{"ffmpeg": {
 		NodesEvaluated: 3, NodesInPool: 3, NodesFiltered: 3, ConstraintFiltered: map[string]int{"missing devices": 3},
 	}})
+	// A third job's evaluation never arrived on the stream: reconcile reads it.
+	missed := "00000000-0000-4000-8000-0000000000cd"
+	nomad.children[child(missed, 1)] = nil
+	nomad.evals = map[string][]*api.Evaluation{child(missed, 1): {{ID: "e1", ModifyIndex: 7, FailedTGAllocs: map[string]*api.AllocationMetric{"ffmpeg": {
+		NodesEvaluated: 1, NodesInPool: 1, NodesExhausted: 1, DimensionExhausted: map[string]int{"memory": 1}}}}}}
+	fixJob(t, d, &mj.Job{ID: missed, Status: mj.StatusQueued, NomadJobID: child(missed, 1), Attempt: 1, DispatchedAt: &long})
 	d.reconcile(ctx)
+	if j, _ := d.Store.Job(ctx, missed); j.Status != mj.StatusQueued || !j.WaitingForCapacity {
+		t.Fatalf("busy cluster, event missed: %s %q %q", j.Status, j.StatusDetail, j.ErrorMessage)
+	}
 	if j, _ := d.Store.Job(ctx, busy); j.Status != mj.StatusQueued || !j.WaitingForCapacity || !strings.Contains(j.StatusDetail, "waiting for a free node") {
 		t.Fatalf("busy cluster: %s %q %q", j.Status, j.StatusDetail, j.ErrorMessage)
 	}
@@ -66,17 +75,20 @@ func TestVanishedChildResultCounts(t *testing.T) {
 }
 
 // An allocation placed but never started (an image pull that hangs) ends at the
-// pool's start_timeout as a lost worker: a new attempt, the child stopped.
+// pool's start_timeout, counted from its placement, as a lost worker: a new
+// attempt, the child stopped.
 func TestPendingPastStartTimeoutIsRetried(t *testing.T) {
 	stuck, fresh := "00000000-0000-4000-8000-0000000000c4", "00000000-0000-4000-8000-0000000000c5"
+	long, now := time.Now().UTC().Add(-time.Hour), time.Now().UTC()
 	nomad := &fakeJobs{children: map[string][]*api.AllocationListStub{
-		child(stuck, 1): {{ID: "p1", JobID: child(stuck, 1), ClientStatus: "pending"}},
-		child(fresh, 1): {{ID: "p2", JobID: child(fresh, 1), ClientStatus: "pending"}},
+		child(stuck, 1): {{ID: "p1", JobID: child(stuck, 1), ClientStatus: "pending", CreateTime: long.UnixNano()}},
+		// Waited an hour for a free node, placed just now: its start is timed from
+		// the placement, not the dispatch.
+		child(fresh, 1): {{ID: "p2", JobID: child(fresh, 1), ClientStatus: "pending", CreateTime: now.UnixNano()}},
 	}}
 	d, ctx := fixDispatcher(t, 2, nomad, &fakeBlobs{})
-	long, now := time.Now().UTC().Add(-time.Hour), time.Now().UTC()
 	fixJob(t, d, &mj.Job{ID: stuck, Status: mj.StatusQueued, NomadJobID: child(stuck, 1), Attempt: 1, DispatchedAt: &long})
-	fixJob(t, d, &mj.Job{ID: fresh, Status: mj.StatusQueued, NomadJobID: child(fresh, 1), Attempt: 1, DispatchedAt: &now})
+	fixJob(t, d, &mj.Job{ID: fresh, Status: mj.StatusQueued, NomadJobID: child(fresh, 1), Attempt: 1, DispatchedAt: &long, WaitingForCapacity: true})
 	d.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, stuck); j.Status != mj.StatusQueued || j.Attempt != 2 || j.NomadJobID != "" || !strings.Contains(j.StatusDetail, "did not start within") {
 		t.Fatalf("stuck allocation: %s attempt %d %q", j.Status, j.Attempt, j.StatusDetail)
@@ -268,5 +280,30 @@ func TestDisconnectedAllocation(t *testing.T) {
 	}
 	if err := transition(j, unknown(now.Add(-disconnectGrace-time.Second)), nil, now, "p/", 3); err != nil || j.Attempt != 2 || j.NomadJobID != "" || !strings.Contains(j.StatusDetail, "disconnected") {
 		t.Fatalf("a node gone past the grace: %v %+v", err, j)
+	}
+}
+
+// Where Nomad ran an attempt twice, the copy that finished with a result is
+// applied, whatever order Nomad lists them in; a lost sibling does not start a new
+// attempt over it.
+func TestReplacementResultIsApplied(t *testing.T) {
+	id := "00000000-0000-4000-8000-0000000000cc"
+	lost, done := "11111111-2222-4333-8444-000000000001", "11111111-2222-4333-8444-000000000002"
+	nomad := &fakeJobs{children: map[string][]*api.AllocationListStub{child(id, 1): {
+		{ID: lost, JobID: child(id, 1), ClientStatus: "lost"},
+		{ID: done, JobID: child(id, 1), ClientStatus: "complete"},
+	}}}
+	blobs := &fakeBlobs{data: map[string][]byte{
+		runScope(id, 1) + done + "/result.json": mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: done, Succeeded: true,
+			Outputs: []mj.Output{{Name: "out.mp4", Size: 5}}}),
+	}}
+	d, ctx := fixDispatcher(t, 3, nomad, blobs)
+	started := time.Now().UTC().Add(-time.Minute)
+	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: child(id, 1), Attempt: 1, StartedAt: &started,
+		TimeoutSeconds: 600, OutputNames: []string{"out.mp4"}})
+	d.reconcile(ctx)
+	j, _ := d.Store.Job(ctx, id)
+	if j.Status != mj.StatusSucceeded || j.Attempt != 1 || j.Outputs[0].Key != runScope(id, 1)+done+"/outputs/out.mp4" {
+		t.Fatalf("replacement's result: %s attempt %d %+v", j.Status, j.Attempt, j.Outputs)
 	}
 }

@@ -351,3 +351,40 @@ func TestUploadsOnlyToTheCurrentAttempt(t *testing.T) {
 		t.Fatalf("an upload to a cancelled job: %d, want 409", s)
 	}
 }
+
+// The same with the gateway's job cache live (the watch on jobs and progress
+// keys): GET follows each stored report, and a finished job shows none.
+func TestProgressThroughTheCache(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.gw.Watch(ctx)
+	testenv.Eventually(t, 10*time.Second, "the job cache to go live", h.gw.jobs.live.Load)
+	_, body, _ := h.do("POST", "/api/ffmpeg", "alice", valid())
+	id := body["data"].(map[string]any)["id"].(string)
+	h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status, j.Attempt = mj.StatusRunning, 1; return nil })
+	scope := fmt.Sprintf("jobs/%s/1/progress", id)
+	u, _ := url.Parse(h.gw.Signer.URLFor("/progress/", "PROGRESS", scope, scope, time.Now().Add(time.Hour)))
+	percent := func() any {
+		_, body, _ := h.do("GET", "/api/jobs/"+id, "alice", nil)
+		if p, ok := body["data"].(map[string]any)["progress"].(map[string]any); ok {
+			return p["percent"]
+		}
+		return nil
+	}
+	for _, pct := range []float64{10, 20} {
+		h.gw.progressAt.Delete(id)
+		if status, body, _ := h.do("POST", u.RequestURI(), "", fmt.Sprintf(`{"percent": %v}`, pct)); status != 200 || body["data"].(map[string]any)["stored"] != true {
+			t.Fatalf("report %v: %d %v", pct, status, body)
+		}
+		testenv.Eventually(t, 10*time.Second, fmt.Sprintf("GET to show %v%%", pct), func() bool { return percent() == pct })
+	}
+	if h.gw.jobs.get(id) == nil {
+		t.Fatal("the job is not served from the cache")
+	}
+	h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status = mj.StatusSucceeded; return nil })
+	testenv.Eventually(t, 10*time.Second, "a finished job to show no progress", func() bool {
+		_, body, _ := h.do("GET", "/api/jobs/"+id, "alice", nil)
+		return body["data"].(map[string]any)["status"] == "succeeded" && body["data"].(map[string]any)["progress"] == nil
+	})
+}

@@ -56,7 +56,9 @@ func (c *jobCache) putProgress(id string, rec *store.ProgressRecord) {
 	if c.progress == nil {
 		c.progress = map[string]*store.ProgressRecord{}
 	}
-	c.progress[id] = rec
+	if old := c.progress[id]; old == nil || old.Revision < rec.Revision {
+		c.progress[id] = rec
+	}
 }
 
 // reading marks id as being read, so a change that lands during the read is kept.
@@ -101,11 +103,13 @@ func (c *jobCache) put(j *mj.Job, fromWatch bool) {
 			break
 		}
 	}
-	if j.Progress != nil { // read from etcd with its progress: keep it beside
+	if j.Progress != nil { // read from etcd with its progress: keep it beside, unless newer is
 		if c.progress == nil {
 			c.progress = map[string]*store.ProgressRecord{}
 		}
-		c.progress[j.ID] = &store.ProgressRecord{Attempt: max(j.Attempt, 1), Progress: *j.Progress}
+		if old := c.progress[j.ID]; old == nil || old.Revision < j.ProgressRevision {
+			c.progress[j.ID] = &store.ProgressRecord{Attempt: max(j.Attempt, 1), Progress: *j.Progress, Revision: j.ProgressRevision}
+		}
 		cp := *j
 		cp.Progress = nil
 		j = &cp

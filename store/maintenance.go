@@ -170,6 +170,15 @@ func Maintain(ctx context.Context, cli *clientv3.Client, o MaintainOptions) *Mai
 		if m.StatusErr != nil || !ShouldDefrag(m.Size, m.InUse, noSpace, o.Policy) {
 			continue
 		}
+		// A lone member (embedded etcd) serves nothing while it is defragmented, and
+		// the time grows with what it holds: past maxSoloDefrag it could outlast the
+		// dispatcher's session and the gateways' patience. Then only NOSPACE (when
+		// nothing is served anyway) justifies it.
+		if len(r.Members) == 1 && !noSpace && m.InUse > maxSoloDefrag {
+			log.Warn("etcd: the only member is mostly free space but too large to defragment without a long stall; run etcdctl defrag at a quiet time",
+				"endpoint", m.Endpoint, "db_size_bytes", m.Size, "db_size_in_use_bytes", m.InUse)
+			continue
+		}
 		defragment(ctx, cli, m, log)
 	}
 
@@ -184,8 +193,10 @@ func Maintain(ctx context.Context, cli *clientv3.Client, o MaintainOptions) *Mai
 			continue
 		}
 		m := r.Members[i]
-		if m.Size >= o.Quota {
-			log.Error("etcd: NOSPACE alarm stays: the member's database is still at its quota; delete data, compact and defragment, or raise the quota",
+		// Disarmed only with headroom: just under the quota, the next writes would
+		// raise the alarm again at once.
+		if m.Size >= o.Quota/10*9 {
+			log.Error("etcd: NOSPACE alarm stays: the member's database is still within 10% of its quota; delete data, compact and defragment, or raise the quota",
 				"endpoint", m.Endpoint, "db_size_bytes", m.Size, "db_size_in_use_bytes", m.InUse, "quota_bytes", o.Quota)
 			continue
 		}
@@ -203,6 +214,10 @@ func Maintain(ctx context.Context, cli *clientv3.Client, o MaintainOptions) *Mai
 	}
 	return r
 }
+
+// maxSoloDefrag is the most data a lone member is defragmented with while it
+// still serves (see Maintain).
+const maxSoloDefrag = 512 << 20
 
 // defragment defragments one member and reads its sizes again.
 func defragment(ctx context.Context, cli *clientv3.Client, m *MemberReport, log *slog.Logger) {

@@ -35,6 +35,8 @@ const (
 type ProgressRecord struct {
 	Attempt  int         `json:"attempt"`
 	Progress mj.Progress `json:"progress"`
+	// Revision is the key's etcd revision (not stored): the newer report wins.
+	Revision int64 `json:"-"`
 }
 
 // ErrStale means the job changed since the caller read it: read it again.
@@ -107,7 +109,7 @@ func withProgress(j *mj.Job, kvs []*mvccpb.KeyValue) {
 	}
 	var rec ProgressRecord
 	if json.Unmarshal(kvs[0].Value, &rec) == nil && rec.Attempt == max(j.Attempt, 1) {
-		j.Progress = &rec.Progress
+		j.Progress, j.ProgressRevision = &rec.Progress, kvs[0].ModRevision
 	}
 }
 
@@ -150,6 +152,7 @@ func (s *Store) WatchProgress(ctx context.Context, from int64, fn func(id string
 				fn(id, nil)
 				continue
 			}
+			rec.Revision = ev.Kv.ModRevision
 			fn(id, &rec)
 		}
 	}

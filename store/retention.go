@@ -26,11 +26,12 @@ func (s *Store) doneKey(j *mj.Job) string {
 // DonePrefix holds one key per finished job, ordered by when it finished.
 func (s *Store) DonePrefix() string { return s.p + "done/" }
 
-// deleteBatch is how many jobs one pass of DeleteFinishedJobs reads at a time;
+// deleteBatch is how many jobs one pass of DeleteFinishedJobs reads at a time (a
+// job may be up to mj.JobRecordBudget, so a read stays a few MiB at worst);
 // deleteTxn how many go in one etcd transaction (each is about eight operations,
 // and etcd allows 128 in a request by default).
 const (
-	deleteBatch = 100
+	deleteBatch = 25
 	deleteTxn   = 12
 )
 
@@ -140,7 +141,7 @@ func (s *Store) BackfillDone(ctx context.Context) (int, error) {
 	prefix, n := s.p+"jobs/", 0
 	end := clientv3.GetPrefixRangeEnd(prefix)
 	for from := prefix; ; {
-		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(500))
+		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(deleteBatch))
 		if err != nil {
 			return n, err
 		}

@@ -122,7 +122,13 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 		return nil, fmt.Errorf("nomad client: %w", err)
 	}
 	calls := *nc
-	calls.HttpClient = &http.Client{Timeout: dispatcher.NomadTimeout, Transport: cleanhttp.DefaultPooledTransport()}
+	if !strings.HasPrefix(calls.Address, "unix:") { // a socket keeps the api's own client; contexts bound its calls
+		calls.HttpClient = &http.Client{Timeout: dispatcher.NomadTimeout, Transport: cleanhttp.DefaultPooledTransport()}
+		// NewClient configures TLS only on a client it makes itself.
+		if err := api.ConfigureTLS(calls.HttpClient, calls.TLSConfig); err != nil {
+			return nil, fmt.Errorf("nomad client TLS: %w", err)
+		}
+	}
 	client, err := api.NewClient(&calls)
 	if err != nil {
 		return nil, fmt.Errorf("nomad client: %w", err)
