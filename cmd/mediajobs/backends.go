@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -123,7 +124,9 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 	}
 	calls := *nc
 	if !strings.HasPrefix(calls.Address, "unix:") { // a socket keeps the api's own client; contexts bound its calls
-		calls.HttpClient = &http.Client{Timeout: dispatcher.NomadTimeout, Transport: cleanhttp.DefaultPooledTransport()}
+		tr := cleanhttp.DefaultPooledTransport()
+		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12} // as the api's own client
+		calls.HttpClient = &http.Client{Timeout: dispatcher.NomadTimeout, Transport: tr}
 		// NewClient configures TLS only on a client it makes itself.
 		if err := api.ConfigureTLS(calls.HttpClient, calls.TLSConfig); err != nil {
 			return nil, fmt.Errorf("nomad client TLS: %w", err)
