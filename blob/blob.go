@@ -1,6 +1,8 @@
-// Package blob stores temporary files and job outputs, and signs the URLs through
-// which clients and runners reach them. Clients and runners never see the store
-// itself, only signed URLs served by the gateway.
+// Package blob stores temporary files and job outputs in a gocloud.dev/blob bucket
+// chosen by URL (storage.url): file:///dir, a local directory (the default), or
+// s3://bucket?... (AWS S3 or any S3-compatible store: MinIO, Ceph, R2, ...). It also
+// signs the URLs through which clients and runners reach files served by the
+// gateway (Signer).
 package blob
 
 import (
@@ -8,31 +10,80 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+
+	gcblob "gocloud.dev/blob"
+	_ "gocloud.dev/blob/fileblob" // file://
+	_ "gocloud.dev/blob/s3blob"   // s3://
+	"gocloud.dev/gcerrors"
 )
 
 // ErrNotFound is returned for a key that holds nothing.
 var ErrNotFound = errors.New("blob not found")
 
-// Local is a blob store in a local directory. Writes go to a temporary file first
-// and are renamed into place, so a reader never sees half a file.
-type Local struct{ dir string }
+// ErrTooLarge is returned by Put when the body exceeds the limit, and by ReadAll
+// for a blob larger than MaxSmall.
+var ErrTooLarge = errors.New("blob too large")
 
-// NewLocal returns a store rooted at dir, creating it.
-func NewLocal(dir string) (*Local, error) {
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		return nil, err
+// MaxSmall bounds what ReadAll reads: a runner's result.json, a large manifest.
+const MaxSmall = 8 << 20
+
+// Bucket is the blob store. Writes are atomic: a reader never sees half a file.
+type Bucket struct {
+	b *gcblob.Bucket
+	// dir is a file bucket's directory (empty for others): the janitor removes the
+	// directories its sweeps leave empty.
+	dir string
+	// scheme is the URL scheme the bucket was opened with.
+	scheme string
+}
+
+// Open opens the bucket at rawURL: "file:///abs/dir" (created if missing) or a
+// gocloud.dev/blob URL such as "s3://bucket?endpoint=...&use_path_style=true".
+// Credentials come from the driver's usual environment (AWS_ACCESS_KEY_ID, ...),
+// never from the URL.
+func Open(ctx context.Context, rawURL string) (*Bucket, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("storage url: %w", err)
 	}
+	if u.Scheme == "file" {
+		return NewLocal(u.Path)
+	}
+	b, err := gcblob.OpenBucket(ctx, rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("open storage %s://%s: %w", u.Scheme, u.Host, err)
+	}
+	return &Bucket{b: b, scheme: u.Scheme}, nil
+}
+
+// NewLocal returns a file bucket rooted at dir, creating it. Temporary files are
+// written next to their final path and renamed into place; no metadata sidecars.
+func NewLocal(dir string) (*Bucket, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, err
 	}
-	return &Local{dir: abs}, nil
+	if err := os.MkdirAll(abs, 0o750); err != nil {
+		return nil, err
+	}
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: "no_tmp_dir=1&metadata=skip"}
+	b, err := gcblob.OpenBucket(context.Background(), u.String())
+	if err != nil {
+		return nil, fmt.Errorf("open storage %s: %w", abs, err)
+	}
+	return &Bucket{b: b, dir: abs, scheme: "file"}, nil
 }
+
+// Close releases the bucket.
+func (l *Bucket) Close() error { return l.b.Close() }
+
+// Scheme is the kind of store: "file", "s3", ...
+func (l *Bucket) Scheme() string { return l.scheme }
 
 // ValidKey reports whether key is a clean relative path ("a/b/c"): no "..", no
 // empty or dot segments, no backslashes.
@@ -48,73 +99,57 @@ func ValidKey(key string) bool {
 	return true
 }
 
-func (l *Local) path(key string) (string, error) {
-	if !ValidKey(key) {
-		return "", fmt.Errorf("invalid blob key %q", key)
+func notFound(err error) error {
+	if gcerrors.Code(err) == gcerrors.NotFound {
+		return ErrNotFound
 	}
-	return filepath.Join(l.dir, filepath.FromSlash(key)), nil
+	return err
 }
 
 // Put writes r to key, up to max bytes (0: no limit). It returns the bytes written;
-// ErrTooLarge when r holds more than max.
-func (l *Local) Put(_ context.Context, key string, r io.Reader, max int64) (int64, error) {
-	p, err := l.path(key)
+// ErrTooLarge, with nothing stored, when r holds more than max.
+func (l *Bucket) Put(ctx context.Context, key string, r io.Reader, max int64) (int64, error) {
+	if !ValidKey(key) {
+		return 0, fmt.Errorf("invalid blob key %q", key)
+	}
+	// Cancelling the writer's context before Close abandons the write.
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := l.b.NewWriter(wctx, key, nil)
 	if err != nil {
 		return 0, err
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o750); err != nil {
-		return 0, err
-	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".upload-*")
-	if err != nil {
-		return 0, err
-	}
-	defer os.Remove(f.Name())
 	src := r
 	if max > 0 {
 		src = io.LimitReader(r, max+1)
 	}
-	n, err := io.Copy(f, src)
-	if cerr := f.Close(); err == nil {
-		err = cerr
+	n, err := io.Copy(w, src)
+	if err == nil && max > 0 && n > max {
+		err = ErrTooLarge
 	}
 	if err != nil {
+		cancel()
+		w.Close()
 		return n, err
 	}
-	if max > 0 && n > max {
-		return n, ErrTooLarge
-	}
-	return n, os.Rename(f.Name(), p)
+	return n, w.Close()
 }
 
-// ErrTooLarge is returned by Put when the body exceeds the limit, and by ReadAll
-// for a blob larger than MaxSmall.
-var ErrTooLarge = errors.New("blob too large")
-
-// Open returns the file at key and its size.
-func (l *Local) Open(_ context.Context, key string) (io.ReadSeekCloser, int64, error) {
-	p, err := l.path(key)
+// Open returns the blob at key, to read and seek, and its size.
+func (l *Bucket) Open(ctx context.Context, key string) (io.ReadSeekCloser, int64, error) {
+	if !ValidKey(key) {
+		return nil, 0, ErrNotFound
+	}
+	r, err := l.b.NewReader(ctx, key, nil)
 	if err != nil {
-		return nil, 0, ErrNotFound
+		return nil, 0, notFound(err)
 	}
-	f, err := os.Open(p)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, 0, ErrNotFound
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	st, err := f.Stat()
-	if err != nil || st.IsDir() {
-		f.Close()
-		return nil, 0, ErrNotFound
-	}
-	return f, st.Size(), nil
+	return r, r.Size(), nil
 }
 
 // ReadAll reads the whole blob at key, a small one: at most MaxSmall bytes, and
 // ErrTooLarge past that.
-func (l *Local) ReadAll(ctx context.Context, key string) ([]byte, error) {
+func (l *Bucket) ReadAll(ctx context.Context, key string) ([]byte, error) {
 	f, _, err := l.Open(ctx, key)
 	if err != nil {
 		return nil, err
@@ -127,67 +162,64 @@ func (l *Local) ReadAll(ctx context.Context, key string) ([]byte, error) {
 	return b, err
 }
 
-// MaxSmall bounds what ReadAll reads: a runner's result.json, a large manifest.
-const MaxSmall = 8 << 20
-
 // List returns the keys under prefix (a folder: it ends in "/").
-func (l *Local) List(_ context.Context, prefix string) ([]string, error) {
-	root, err := l.path(strings.TrimSuffix(prefix, "/"))
-	if err != nil {
-		return nil, err
-	}
+func (l *Bucket) List(ctx context.Context, prefix string) ([]string, error) {
 	var keys []string
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
+	it := l.b.List(&gcblob.ListOptions{Prefix: prefix})
+	for {
+		obj, err := it.Next(ctx)
+		if err == io.EOF {
+			return keys, nil
 		}
-		if err != nil || d.IsDir() {
-			return err
+		if err != nil {
+			return keys, err
 		}
-		rel, err := filepath.Rel(root, p)
-		if err == nil {
-			keys = append(keys, prefix+filepath.ToSlash(rel))
+		if !obj.IsDir && !strings.HasSuffix(obj.Key, ".tmp") { // a file bucket's write in progress
+			keys = append(keys, obj.Key)
 		}
-		return nil
-	})
-	return keys, err
+	}
 }
 
-// Sweep deletes the files under prefix last written before cutoff, and the
-// directories it leaves empty. It returns how many files it deleted.
-func (l *Local) Sweep(_ context.Context, prefix string, cutoff time.Time) (int, error) {
-	root, err := l.path(strings.TrimSuffix(prefix, "/"))
-	if err != nil {
-		return 0, err
-	}
+// Sweep deletes the blobs under prefix last written before cutoff (and, in a file
+// bucket, the directories it leaves empty). It returns how many it deleted.
+func (l *Bucket) Sweep(ctx context.Context, prefix string, cutoff time.Time) (int, error) {
 	n := 0
+	it := l.b.List(&gcblob.ListOptions{Prefix: prefix})
+	var err error
+	for {
+		var obj *gcblob.ListObject
+		if obj, err = it.Next(ctx); err != nil {
+			break
+		}
+		if obj.IsDir || !obj.ModTime.Before(cutoff) {
+			continue
+		}
+		if derr := l.b.Delete(ctx, obj.Key); derr == nil {
+			n++
+		} else if gcerrors.Code(derr) != gcerrors.NotFound {
+			err = derr
+			break
+		}
+	}
+	if err == io.EOF {
+		err = nil
+	}
+	if l.dir != "" {
+		pruneEmptyDirs(filepath.Join(l.dir, filepath.FromSlash(strings.TrimSuffix(prefix, "/"))))
+	}
+	return n, err
+}
+
+// pruneEmptyDirs removes the empty directories below root, deepest first.
+func pruneEmptyDirs(root string) {
 	var dirs []string
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if p != root {
-				dirs = append(dirs, p)
-			}
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return nil // gone meanwhile
-		}
-		if info.ModTime().Before(cutoff) {
-			if err := os.Remove(p); err == nil {
-				n++
-			}
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && p != root {
+			dirs = append(dirs, p)
 		}
 		return nil
 	})
-	for i := len(dirs) - 1; i >= 0; i-- { // deepest first; fails harmlessly when not empty
-		os.Remove(dirs[i])
+	for i := len(dirs) - 1; i >= 0; i-- {
+		os.Remove(dirs[i]) // fails harmlessly when not empty
 	}
-	return n, err
 }

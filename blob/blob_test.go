@@ -1,9 +1,7 @@
 package blob
 
 import (
-	"context"
 	"errors"
-	"io"
 	"net/url"
 	"strings"
 	"testing"
@@ -49,34 +47,4 @@ func TestSignedURLs(t *testing.T) {
 	if err := verify("PUT", escape, now); err == nil {
 		t.Fatal("scoped link reached outside its scope")
 	}
-}
-
-func TestLocal(t *testing.T) {
-	l, err := NewLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	if n, err := l.Put(ctx, "a/b.txt", strings.NewReader("hello"), 10); err != nil || n != 5 {
-		t.Fatalf("Put = %d, %v", n, err)
-	}
-	b, err := l.ReadAll(ctx, "a/b.txt")
-	if err != nil || string(b) != "hello" {
-		t.Fatalf("ReadAll = %q, %v", b, err)
-	}
-	if _, err := l.Put(ctx, "a/big", strings.NewReader("0123456789abc"), 10); !errors.Is(err, ErrTooLarge) {
-		t.Fatalf("oversized put: %v", err)
-	}
-	if _, _, err := l.Open(ctx, "a/big"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("oversized put left a file: %v", err)
-	}
-	for _, k := range []string{"../x", "a/../../x", "/etc/passwd", "a//b", "a/./b", ""} {
-		if _, err := l.Put(ctx, k, strings.NewReader("x"), 0); err == nil {
-			t.Errorf("key %q accepted", k)
-		}
-	}
-	if _, _, err := l.Open(ctx, "a"); !errors.Is(err, ErrNotFound) {
-		t.Fatalf("directory opened as blob: %v", err)
-	}
-	var _ io.Reader = strings.NewReader("")
 }

@@ -186,6 +186,10 @@ type Nomad struct {
 
 // Storage is the blob store for temporary files and outputs.
 type Storage struct {
+	// URL chooses the store (gocloud.dev/blob): "file:///abs/dir" or
+	// "s3://bucket?region=...&endpoint=...&use_path_style=true". Unset: the
+	// directory at Path.
+	URL            string `hcl:"url,optional"`
 	Type           string `hcl:"type,optional"`
 	Path           string `hcl:"path,optional"`
 	DownloadURLTTL string `hcl:"download_url_ttl,optional"`
@@ -199,6 +203,7 @@ type Storage struct {
 	JobRetention string `hcl:"job_retention,optional"`
 
 	TypeRange      hcl.Range `hcl:"type,attr_range"`
+	URLRange       hcl.Range `hcl:"url,attr_range"`
 	TTLRange       hcl.Range `hcl:"download_url_ttl,attr_range"`
 	RetentionRange hcl.Range `hcl:"output_retention,attr_range"`
 	SweepRange     hcl.Range `hcl:"sweep_every,attr_range"`
@@ -452,7 +457,12 @@ func (c *Config) finish() hcl.Diagnostics {
 
 	st := c.Storage
 	if st.Type != "local" {
-		bad(st.TypeRange, "Unsupported storage type", fmt.Sprintf("storage type %q is not supported; use \"local\".", st.Type))
+		bad(st.TypeRange, "Unsupported storage type", fmt.Sprintf("storage type %q is not supported; set url instead (file:///dir or s3://bucket?...).", st.Type))
+	}
+	if st.URL != "" {
+		if msg := storageURLProblem(st.URL); msg != "" {
+			bad(st.URLRange, "Invalid storage url", msg)
+		}
 	}
 	st.TTL = dur(st.DownloadURLTTL, st.TTLRange, "download_url_ttl")
 	st.Retention = dur(st.OutputRetention, st.RetentionRange, "output_retention")
@@ -525,6 +535,24 @@ func (c *Config) finish() hcl.Diagnostics {
 // DefaultMaxInFlight is a pool's max_in_flight when unset: enough to keep a
 // sizeable cluster busy, few enough that a burst waits in etcd, not in Nomad.
 const DefaultMaxInFlight = 256
+
+// storageURLProblem says what is wrong with a storage url, or "".
+func storageURLProblem(raw string) string {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("url is not a URL: %v.", err)
+	case u.Scheme == "file" && (u.Host != "" || !strings.HasPrefix(u.Path, "/")):
+		return "a file url names an absolute directory: file:///var/lib/mediajobs/blobs (three slashes)."
+	case u.Scheme == "s3" && u.Host == "":
+		return "an s3 url names its bucket: s3://BUCKET?region=us-east-1 (and, for MinIO or another S3-compatible store, &endpoint=http://host:9000&use_path_style=true)."
+	case u.Scheme != "file" && u.Scheme != "s3":
+		return fmt.Sprintf("storage scheme %q is not supported; use file:///dir or s3://bucket?....", u.Scheme)
+	case u.User != nil:
+		return "put no credentials in the url: the s3 driver reads AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile, or an instance role)."
+	}
+	return ""
+}
 
 // supportedDrivers are the drivers with a jobspec in jobspecs/.
 var supportedDrivers = map[string]bool{"raw_exec": true, "docker": true}

@@ -25,7 +25,7 @@ type nomadRig struct {
 	agent  *testenv.Nomad
 	store  *store.Store
 	cfg    *config.Config
-	blobs  *blob.Local
+	blobs  *blob.Bucket
 	runner string
 	log    testenv.LogBuffer
 }

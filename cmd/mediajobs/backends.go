@@ -30,7 +30,7 @@ import (
 type backends struct {
 	cfg    *config.Config
 	store  *store.Store
-	blobs  *blob.Local
+	blobs  *blob.Bucket
 	signer blob.Signer
 	close  func()
 }
@@ -56,7 +56,13 @@ func openBackends(cfg *config.Config, secretFile string) (*backends, error) {
 		}
 		cli, closeFn = c, func() { c.Close() }
 	}
-	blobs, err := blob.NewLocal(cfg.Storage.Path)
+	var blobs *blob.Bucket
+	var err error
+	if cfg.Storage.URL != "" {
+		blobs, err = blob.Open(context.Background(), cfg.Storage.URL)
+	} else {
+		blobs, err = blob.NewLocal(cfg.Storage.Path)
+	}
 	if err != nil {
 		closeFn()
 		return nil, fmt.Errorf("storage: %w", err)

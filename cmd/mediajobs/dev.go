@@ -91,6 +91,8 @@ func devConfig(path, dataDir string) (*config.Config, error) {
 		}
 		cfg.Etcd.DataDir = filepath.Join(dataDir, "etcd")
 		cfg.Storage.Path = filepath.Join(dataDir, "blobs")
+		// MEDIAJOBS_STORAGE=s3 make run starts a MinIO and names its bucket here.
+		cfg.Storage.URL = os.Getenv("MEDIAJOBS_S3_URL")
 		err = cfg.Finish()
 	}
 	if err != nil {
