@@ -16,7 +16,7 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## install ffmpeg, curl, bubblewrap (apt-get) and build Nomad v1.11.3 into ~/.cache/mediajobs
+deps: ## install ffmpeg, curl, bubblewrap (apt-get) and build Nomad v1.11.3 and MinIO into ~/.cache/mediajobs
 	@deploy/scripts/install-deps.sh
 
 .PHONY: build

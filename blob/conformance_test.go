@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/testenv"
 )
 
 // conformance is what the service needs of any bucket, run against every driver
@@ -99,6 +100,17 @@ func conformance(t *testing.T, b *blob.Bucket) {
 
 func TestFileBucket(t *testing.T) {
 	b, err := blob.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	conformance(t, b)
+}
+
+func TestS3Bucket(t *testing.T) {
+	m := testenv.StartMinIO(t)
+	m.SetEnv(t)
+	b, err := blob.Open(context.Background(), m.URL())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,9 @@ func (g *Gateway) download(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	f, size, err := g.Blobs.Open(c.UserContext(), key)
+	// The body is streamed after this handler returns, when its context has
+	// ended: the reader gets one of its own (closing the stream releases it).
+	f, size, err := g.Blobs.Open(context.WithoutCancel(c.UserContext()), key)
 	if errors.Is(err, blob.ErrNotFound) {
 		return mj.Errorf(mj.ENotFound, "the file no longer exists")
 	}

@@ -56,13 +56,7 @@ func openBackends(cfg *config.Config, secretFile string) (*backends, error) {
 		}
 		cli, closeFn = c, func() { c.Close() }
 	}
-	var blobs *blob.Bucket
-	var err error
-	if cfg.Storage.URL != "" {
-		blobs, err = blob.Open(context.Background(), cfg.Storage.URL)
-	} else {
-		blobs, err = blob.NewLocal(cfg.Storage.Path)
-	}
+	blobs, err := openBlobs(cfg)
 	if err != nil {
 		closeFn()
 		return nil, fmt.Errorf("storage: %w", err)
@@ -155,6 +149,15 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 			AttemptTimeout: b.cfg.Webhooks.TimeoutD, AllowLoopback: b.cfg.Server.AllowLoopback,
 			MaxIdlePerHost: b.cfg.Webhooks.Concurrency},
 	}, nil
+}
+
+// openBlobs opens the configured store: storage.url, else the directory
+// storage.path.
+func openBlobs(cfg *config.Config) (*blob.Bucket, error) {
+	if cfg.Storage.URL != "" {
+		return blob.Open(context.Background(), cfg.Storage.URL)
+	}
+	return blob.NewLocal(cfg.Storage.Path)
 }
 
 // serve runs app on ln until ctx ends.

@@ -32,6 +32,8 @@ import (
 // all against a real Nomad agent.
 type cluster struct {
 	t       *testing.T
+	cfg     *config.Config
+	secret  string
 	store   *store.Store
 	cfgFile string
 	apiURL  string
@@ -62,6 +64,12 @@ func (f *fetchCounter) count(tag string) int {
 }
 
 func newCluster(t *testing.T, nomad *testenv.Nomad, extraHCL string) *cluster {
+	return newClusterStorage(t, nomad, "", extraHCL)
+}
+
+// newClusterStorage is newCluster with its files at storageURL (a bucket) rather
+// than in a directory of the test's.
+func newClusterStorage(t *testing.T, nomad *testenv.Nomad, storageURL, extraHCL string) *cluster {
 	needStack(t)
 	t.Helper()
 	_, e := testenv.Etcd(t)
@@ -93,6 +101,7 @@ nomad {
 }
 storage {
   path = %q
+  url  = %q
 }
 webhooks {
   backoff_base = "300ms"
@@ -109,13 +118,16 @@ pool "cpu" {
   memory         = 128
 }
 %s
-`, apiURL, secret, e.Endpoint(), prefix, nomad.Addr, filepath.Join(dir, "blobs"), runnerBin, extraHCL)
+`, apiURL, secret, e.Endpoint(), prefix, nomad.Addr, filepath.Join(dir, "blobs"), storageURL, runnerBin, extraHCL)
 	os.WriteFile(cfgFile, []byte(hcl), 0o600)
 	cfg, err := config.Load(cfgFile)
 	if err != nil {
 		t.Fatal(err)
 	}
-	blobs, _ := blob.NewLocal(cfg.Storage.Path)
+	blobs, err := openBlobs(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	g := &gateway.Gateway{Config: cfg, Store: s, Blobs: blobs, Signer: blob.Signer{Secret: []byte(secret), Base: apiURL},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	app := g.App()
@@ -131,7 +143,8 @@ pool "cpu" {
 	fc := &fetchCounter{n: map[string]int{}, clip: clip}
 	in := httptest.NewServer(fc)
 	t.Cleanup(in.Close)
-	return &cluster{t: t, store: s, cfgFile: cfgFile, apiURL: apiURL, key: key, nomad: nomad, inputs: fc, inURL: in.URL + "/clip.mp4"}
+	return &cluster{t: t, store: s, cfgFile: cfgFile, apiURL: apiURL, key: key, nomad: nomad, inputs: fc, inURL: in.URL + "/clip.mp4",
+		cfg: cfg, secret: secret}
 }
 
 // dispatcherProc is a `mediajobs dispatcher` process.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what mediajobs needs on a fresh Debian machine: ffmpeg/ffprobe, curl and
 # bubblewrap (the sandbox of raw_exec pools) from Debian's packages (as root, or through sudo), and Nomad built from the Go
-# module proxy (install-nomad.sh). Prints nothing but progress on stderr.
+# module proxy (install-nomad.sh), and MinIO, the S3 server of the tests and of
+# `MEDIAJOBS_STORAGE=s3 make run`, likewise (install-minio.sh). Prints nothing but progress on stderr.
 set -euo pipefail
 
 missing=()
@@ -21,3 +22,4 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 "$(dirname "$0")/install-nomad.sh" >/dev/null
+"$(dirname "$0")/install-minio.sh" >/dev/null

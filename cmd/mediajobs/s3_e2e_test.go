@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/gateway"
+	"github.com/mediajobs/mediajobs/testenv"
+)
+
+// Files in a real S3 bucket (MinIO), two gateways that share nothing but etcd and
+// the bucket: a temporary file uploaded through the first is the input of a job
+// created through the second, its HLS outputs download through links from either,
+// and every byte lives in the bucket, none on a gateway's disk.
+func TestS3TwoGatewaysShareOnlyTheBucket(t *testing.T) {
+	m := testenv.StartMinIO(t)
+	m.SetEnv(t) // the dispatcher process and the in-process gateways read these
+	c := newClusterStorage(t, agent, m.URL(), "")
+	c.startDispatcher("d")
+
+	// The second gateway: its own address and (empty) directory, same etcd and bucket.
+	cfg2 := *c.cfg
+	srv2 := *cfg2.Server
+	cfg2.Server = &srv2
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	api2 := "http://" + ln.Addr().String()
+	srv2.PublicURL = api2
+	blobs2, err := blob.Open(context.Background(), m.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	g2 := &gateway.Gateway{Config: &cfg2, Store: c.store, Blobs: blobs2, Signer: blob.Signer{Secret: []byte(c.secret), Base: api2},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	app2 := g2.App()
+	go app2.Listener(ln)
+	t.Cleanup(func() { app2.Shutdown() })
+
+	// A temporary file through gateway 1.
+	tmp := call(t, "POST", c.apiURL+"/api/tmp-file", c.key, nil).data(t)
+	clip := call(t, "GET", clipURL, "", nil).Body
+	if r := call(t, "PUT", tmp["upload_url"].(string), "", clip, "Content-Type", "video/mp4"); r.Status != 200 {
+		t.Fatalf("upload: %d %s", r.Status, r.Body)
+	}
+	// The job through gateway 2.
+	r := call(t, "POST", api2+"/api/ffmpeg", c.key, map[string]any{
+		"input_files":     map[string]string{"clip": tmp["download_url"].(string)},
+		"output_files":    []string{"index.m3u8", "seg_%03d.ts"},
+		"ffmpeg_commands": []string{"-i {{clip}} -c:v libx264 -preset ultrafast -g 10 -f hls -hls_time 1 -hls_segment_filename outputs/seg_%03d.ts {{index.m3u8}}"},
+	})
+	if r.Status != 200 {
+		t.Fatalf("create through gateway 2: %d %s", r.Status, r.Body)
+	}
+	id := r.data(t)["id"].(string)
+	job := c.waitStatus(id, 120*time.Second, "succeeded", "failed")
+	if job["status"] != "succeeded" {
+		t.Fatalf("job %v: %v", job["status"], job["error_message"])
+	}
+	for _, base := range []string{c.apiURL, api2} {
+		j := call(t, "GET", base+"/api/jobs/"+id, c.key, nil).data(t)
+		outs := j["output_files"].(map[string]any)
+		if len(outs) < 3 {
+			t.Fatalf("outputs via %s: %v", base, outs)
+		}
+		if !strings.Contains(string(call(t, "GET", outs["index.m3u8"].(string), "", nil).Body), "seg_000.ts") {
+			t.Fatalf("playlist via %s", base)
+		}
+		if s := probe(t, download(t, outs["seg_000.ts"].(string)))["streams"].([]any)[0].(map[string]any); s["codec_name"] != "h264" {
+			t.Fatalf("segment via %s: %v", base, s)
+		}
+	}
+	// The bytes are in the bucket, not on any disk of the service.
+	objs, err := m.Client().ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &m.Bucket, Prefix: strPtr("jobs/" + id + "/")})
+	if err != nil || len(objs.Contents) < 4 { // result.json, playlist, segments
+		t.Fatalf("objects of the job in the bucket: %v (%v)", objs, err)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(c.cfgFile), "blobs")); !os.IsNotExist(err) {
+		t.Fatalf("a blobs directory was written next to the config: %v", err)
+	}
+}
+
+func strPtr(s string) *string { return &s }
