@@ -163,6 +163,10 @@ type Manifest struct {
 	UploadURL string `json:"upload_url"`
 	// ProgressURL is where the runner POSTs Progress (signed, this attempt only).
 	ProgressURL string `json:"progress_url,omitempty"`
+	// UploadsURL, when set, is where the runner asks for one upload link per file
+	// it found (signed, this attempt only): the store's own presigned PUTs, so no
+	// byte passes through a gateway. UploadURL is for runners that predate it.
+	UploadsURL string `json:"uploads_url,omitempty"`
 	// MaxOutputFiles caps the files one job may produce (sequences).
 	MaxOutputFiles int `json:"max_output_files,omitempty"`
 	// AllowLoopback lets inputs come from loopback addresses (development only).

@@ -85,6 +85,21 @@ func (l *Bucket) Close() error { return l.b.Close() }
 // Scheme is the kind of store: "file", "s3", ...
 func (l *Bucket) Scheme() string { return l.scheme }
 
+// Presigns reports whether the store signs URLs itself (S3): then clients and
+// runners transfer files straight to and from it, and no byte passes through a
+// gateway. A file bucket does not: its files are served by the gateway's signed
+// /files/ links (Signer).
+func (l *Bucket) Presigns() bool { return l.scheme == "s3" }
+
+// SignedURL is a URL of the store itself that allows method (GET or PUT) on key
+// for ttl (S3 allows at most 7 days). Any Content-Type may be sent with a PUT.
+func (l *Bucket) SignedURL(ctx context.Context, method, key string, ttl time.Duration) (string, error) {
+	if !ValidKey(key) {
+		return "", fmt.Errorf("invalid blob key %q", key)
+	}
+	return l.b.SignedURL(ctx, key, &gcblob.SignedURLOptions{Method: method, Expiry: min(ttl, 7*24*time.Hour)})
+}
+
 // ValidKey reports whether key is a clean relative path ("a/b/c"): no "..", no
 // empty or dot segments, no backslashes.
 func ValidKey(key string) bool {

@@ -1,6 +1,7 @@
 package blob
 
 import (
+	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -81,4 +82,36 @@ func escapePath(key string) string {
 		segs[i] = url.PathEscape(s)
 	}
 	return strings.Join(segs, "/")
+}
+
+// Presigner is a store that can sign URLs of its own (see Bucket.Presigns).
+type Presigner interface {
+	Presigns() bool
+	SignedURL(ctx context.Context, method, key string, ttl time.Duration) (string, error)
+}
+
+// Links makes the URLs through which clients and runners reach files: the
+// store's own signed URLs when it presigns (S3: no byte passes through a
+// gateway), else the gateway's signed /files/ links. Store may be nil.
+type Links struct {
+	Store  any
+	Signer Signer
+}
+
+// URL allows method on key until exp. scope is what a gateway link admits (a
+// prefix ending in "/" admits every key under it); a store's link admits key alone.
+func (l Links) URL(ctx context.Context, method, scope, key string, exp time.Time) string {
+	if p, ok := l.Store.(Presigner); ok && p.Presigns() {
+		if u, err := p.SignedURL(ctx, method, key, time.Until(exp)); err == nil {
+			return u
+		}
+		// A store that cannot sign now still has its files served by the gateway.
+	}
+	return l.Signer.URL(method, scope, key, exp)
+}
+
+// Presigned reports whether Links hands out the store's own URLs.
+func (l Links) Presigned() bool {
+	p, ok := l.Store.(Presigner)
+	return ok && p.Presigns()
 }

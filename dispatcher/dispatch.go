@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
@@ -278,6 +279,7 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 		FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
 		UploadURL:      d.Signer.URL("PUT", scope, scope+"{path}", exp),
 		ProgressURL:    d.Signer.URLFor("/progress/", "PROGRESS", scope+"progress", scope+"progress", exp),
+		UploadsURL:     d.Signer.URLFor("/upload-urls/", "UPLOADS", scope+"uploads", scope+"uploads", exp),
 		MaxOutputFiles: d.Config.Server.MaxOutputFiles,
 		AllowLoopback:  d.Config.Server.AllowLoopback,
 		AllowGPU:       pool != nil && pool.GPUs() > 0,
@@ -293,7 +295,8 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 	if _, err := d.Blobs.Put(ctx, key, bytes.NewReader(b), 0); err != nil {
 		return nil, fmt.Errorf("store large manifest: %w", err)
 	}
-	return mustJSON(mj.Manifest{ManifestURL: d.Signer.URL("GET", key, key, exp)}), nil
+	links := blob.Links{Store: d.Blobs, Signer: d.Signer}
+	return mustJSON(mj.Manifest{ManifestURL: links.URL(ctx, "GET", key, key, exp)}), nil
 }
 
 // cancelLoop stops the Nomad child of every job that leaves the active set as

@@ -388,3 +388,52 @@ func TestProgressThroughTheCache(t *testing.T) {
 		return body["data"].(map[string]any)["status"] == "succeeded" && body["data"].(map[string]any)["progress"] == nil
 	})
 }
+
+// A runner asks for one upload link per file it found: only for its job's current
+// attempt, only for result.json and declared outputs, under its allocation.
+func TestUploadURLs(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	_, body, _ := h.do("POST", "/api/ffmpeg", "alice", map[string]any{
+		"output_files": []string{"seg_%03d.ts"}, "ffmpeg_commands": []string{"-f lavfi -i testsrc -t 1 {{seg_%03d.ts}}"}})
+	id := body["data"].(map[string]any)["id"].(string)
+	h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status, j.Attempt = mj.StatusRunning, 1; return nil })
+	ask := func(attempt int, req string, tamper bool) (int, map[string]any) {
+		scope := fmt.Sprintf("jobs/%s/%d/uploads", id, attempt)
+		u, _ := url.Parse(h.gw.Signer.URLFor("/upload-urls/", "UPLOADS", scope, scope, time.Now().Add(time.Hour)))
+		uri := u.RequestURI()
+		if tamper {
+			uri = strings.Replace(uri, "sig=", "sig=x", 1)
+		}
+		status, body, _ := h.do("POST", uri, "", req)
+		return status, body
+	}
+	alloc := "0b8e7f5e-3c1a-4d2b-9f00-1234567890ab"
+	status, body := ask(1, `{"alloc":"`+alloc+`","files":["result.json","outputs/seg_000.ts","outputs/seg_001.ts"]}`, false)
+	if status != 200 {
+		t.Fatalf("upload links: %d %v", status, body)
+	}
+	urls := body["data"].(map[string]any)["urls"].(map[string]any)
+	if len(urls) != 3 || !strings.Contains(urls["outputs/seg_001.ts"].(string), "/files/jobs/"+id+"/1/"+alloc+"/outputs/seg_001.ts?") {
+		t.Fatalf("links %v", urls)
+	}
+	for name, req := range map[string]string{
+		"an undeclared output": `{"files":["outputs/other.mp4"]}`,
+		"a path outside":       `{"files":["../x"]}`,
+		"a bad allocation":     `{"alloc":"../..","files":["result.json"]}`,
+	} {
+		if status, body := ask(1, req, false); status != 400 {
+			t.Errorf("%s: %d %v", name, status, body)
+		}
+	}
+	if status, _ := ask(1, `{"files":["result.json"]}`, true); status != 403 {
+		t.Errorf("tampered link: %d", status)
+	}
+	if status, _ := ask(2, `{"files":["result.json"]}`, false); status != 409 {
+		t.Errorf("another attempt: %d", status)
+	}
+	h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status = mj.StatusCancelled; return nil })
+	if status, _ := ask(1, `{"files":["result.json"]}`, false); status != 409 {
+		t.Errorf("a cancelled job: %d", status)
+	}
+}

@@ -90,14 +90,17 @@ func (g *Gateway) upload(c *fiber.Ctx) error {
 	return c.JSON(fiber.Map{"data": fiber.Map{"size": n}})
 }
 
+// links makes file URLs: the store's own when it presigns, else this gateway's.
+func (g *Gateway) links() blob.Links { return blob.Links{Store: g.Blobs, Signer: g.Signer} }
+
 // createTmpFile hands out a signed upload URL and the matching download URL for a
 // temporary file, usable as a job input.
 func (g *Gateway) createTmpFile(c *fiber.Ctx) error {
 	key := "tmp/" + account(c) + "/" + uuid.NewString()
 	exp := g.Now().Add(g.Config.Server.TmpFileTTLD)
 	return c.JSON(fiber.Map{"data": fiber.Map{
-		"upload_url":   g.Signer.URL("PUT", key, key, exp),
-		"download_url": g.Signer.URL("GET", key, key, exp),
+		"upload_url":   g.links().URL(c.UserContext(), "PUT", key, key, exp),
+		"download_url": g.links().URL(c.UserContext(), "GET", key, key, exp),
 		"expires_at":   exp.UTC().Format("2006-01-02T15:04:05Z07:00"),
 	}})
 }

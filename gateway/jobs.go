@@ -20,7 +20,8 @@ import (
 
 func (g *Gateway) view(j *mj.Job) mj.JobView {
 	exp := g.Now().Add(g.Config.Storage.TTL)
-	return mj.View(j, func(key string) string { return g.Signer.URL("GET", key, key, exp) })
+	links := g.links()
+	return mj.View(j, func(key string) string { return links.URL(context.Background(), "GET", key, key, exp) })
 }
 
 func (g *Gateway) createJob(c *fiber.Ctx) error {

@@ -23,7 +23,8 @@ func (g *Gateway) routes(app *fiber.App) {
 	// Signed links: the signature is the credential, no API key.
 	app.Get("/files/*", g.download)
 	app.Put("/files/*", g.upload)
-	app.Post("/progress/*", g.progress) // runners report progress (signed per attempt)
+	app.Post("/progress/*", g.progress)      // runners report progress (signed per attempt)
+	app.Post("/upload-urls/*", g.uploadURLs) // runners ask where to upload (signed per attempt)
 
 	app.Get("/api/openapi.json", g.openapi) // public: the API's description
 

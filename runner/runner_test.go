@@ -36,6 +36,17 @@ func newServer(t *testing.T, inputs map[string][]byte) (*httptest.Server, *uploa
 				return
 			}
 			w.Write(b)
+		case r.Method == "POST" && r.URL.Path == "/links": // the gateway's /upload-urls/
+			var req struct {
+				Alloc string   `json:"alloc"`
+				Files []string `json:"files"`
+			}
+			json.NewDecoder(r.Body).Decode(&req)
+			urls := map[string]string{}
+			for _, f := range req.Files {
+				urls[f] = "http://" + r.Host + "/up/linked/" + f + "?sig=ok"
+			}
+			json.NewEncoder(w).Encode(map[string]any{"data": map[string]any{"urls": urls}})
 		case r.Method == "PUT" && strings.HasPrefix(r.URL.Path, "/up/") && r.URL.Query().Get("sig") == "ok":
 			b, _ := io.ReadAll(r.Body)
 			u.mu.Lock()
@@ -291,5 +302,28 @@ func TestUploadsUnderTheAllocation(t *testing.T) {
 	t.Setenv("NOMAD_ALLOC_ID", "../../elsewhere") // not an allocation id: ignored
 	if allocPrefix() != "" {
 		t.Fatal("a non-UUID allocation id was used in a path")
+	}
+}
+
+// With an uploads_url the runner asks for one link per file it found and uploads
+// there (S3: the bucket's presigned PUTs); a job that timed out still reports.
+func TestUploadsThroughAskedLinks(t *testing.T) {
+	srv, up := newServer(t, nil)
+	m := mj.Manifest{OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"},
+		UploadsURL: srv.URL + "/links"}
+	if res := run(t, srv, m); !res.Succeeded {
+		t.Fatalf("failed: %s", res.ErrorMessage)
+	}
+	if len(up.files["linked/outputs/a.wav"]) == 0 || up.files["linked/result.json"] == nil || up.files["outputs/a.wav"] != nil {
+		t.Fatalf("uploads did not follow the asked links: %d files", len(up.files))
+	}
+	m = mj.Manifest{OutputNames: []string{"b.wav"}, FFmpegCommands: []string{"-re -f lavfi -i sine=duration=30 {{b.wav}}"},
+		UploadsURL: srv.URL + "/links", TimeoutSeconds: 1}
+	if res := run(t, srv, m); res.Succeeded || !strings.Contains(res.ErrorMessage, "timed out") {
+		t.Fatalf("timed-out job: %+v", res)
+	}
+	var reported mj.Result
+	if err := json.Unmarshal(up.files["linked/result.json"], &reported); err != nil || !strings.Contains(reported.ErrorMessage, "timed out") {
+		t.Fatalf("the timeout was not reported through the asked link: %s", up.files["linked/result.json"])
 	}
 }

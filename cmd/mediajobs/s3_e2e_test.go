@@ -15,15 +15,18 @@ import (
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/gateway"
 	"github.com/mediajobs/mediajobs/testenv"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Files in a real S3 bucket (MinIO), two gateways that share nothing but etcd and
 // the bucket: a temporary file uploaded through the first is the input of a job
 // created through the second, its HLS outputs download through links from either,
-// and every byte lives in the bucket, none on a gateway's disk.
+// and every byte lives in the bucket, none on a gateway's disk. Every link handed
+// out is MinIO's own presigned URL: no byte passes through a gateway.
 func TestS3TwoGatewaysShareOnlyTheBucket(t *testing.T) {
 	m := testenv.StartMinIO(t)
 	m.SetEnv(t) // the dispatcher process and the in-process gateways read these
+	filesBefore := filesRequests(t)
 	c := newClusterStorage(t, agent, m.URL(), "")
 	c.startDispatcher("d")
 
@@ -49,6 +52,11 @@ func TestS3TwoGatewaysShareOnlyTheBucket(t *testing.T) {
 
 	// A temporary file through gateway 1.
 	tmp := call(t, "POST", c.apiURL+"/api/tmp-file", c.key, nil).data(t)
+	for _, k := range []string{"upload_url", "download_url"} {
+		if !strings.HasPrefix(tmp[k].(string), m.Endpoint+"/") {
+			t.Fatalf("tmp-file %s is not MinIO's: %s", k, tmp[k])
+		}
+	}
 	clip := call(t, "GET", clipURL, "", nil).Body
 	if r := call(t, "PUT", tmp["upload_url"].(string), "", clip, "Content-Type", "video/mp4"); r.Status != 200 {
 		t.Fatalf("upload: %d %s", r.Status, r.Body)
@@ -73,12 +81,25 @@ func TestS3TwoGatewaysShareOnlyTheBucket(t *testing.T) {
 		if len(outs) < 3 {
 			t.Fatalf("outputs via %s: %v", base, outs)
 		}
+		for name, u := range outs {
+			if !strings.HasPrefix(u.(string), m.Endpoint+"/") {
+				t.Fatalf("%s via %s is not a MinIO link: %s", name, base, u)
+			}
+		}
+		// MinIO itself refuses a tampered link.
+		bad := strings.Replace(outs["index.m3u8"].(string), "X-Amz-Signature=", "X-Amz-Signature=0", 1)
+		if r := call(t, "GET", bad, "", nil); r.Status != 403 {
+			t.Fatalf("tampered MinIO link: HTTP %d", r.Status)
+		}
 		if !strings.Contains(string(call(t, "GET", outs["index.m3u8"].(string), "", nil).Body), "seg_000.ts") {
 			t.Fatalf("playlist via %s", base)
 		}
 		if s := probe(t, download(t, outs["seg_000.ts"].(string)))["streams"].([]any)[0].(map[string]any); s["codec_name"] != "h264" {
 			t.Fatalf("segment via %s: %v", base, s)
 		}
+	}
+	if n := filesRequests(t) - filesBefore; n != 0 {
+		t.Fatalf("%v requests went through a gateway's /files/ route; with S3 none should", n)
 	}
 	// The bytes are in the bucket, not on any disk of the service.
 	objs, err := m.Client().ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &m.Bucket, Prefix: strPtr("jobs/" + id + "/")})
@@ -91,3 +112,27 @@ func TestS3TwoGatewaysShareOnlyTheBucket(t *testing.T) {
 }
 
 func strPtr(s string) *string { return &s }
+
+// filesRequests counts the requests the gateways of this process answered on
+// /files/* (the route that streams bytes).
+func filesRequests(t *testing.T) float64 {
+	t.Helper()
+	mfs, err := prometheus.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != "mediajobs_http_requests_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "route" && l.GetValue() == "/files/*" {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
