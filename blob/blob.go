@@ -162,6 +162,27 @@ func (l *Bucket) Open(ctx context.Context, key string) (io.ReadSeekCloser, int64
 	return r, r.Size(), nil
 }
 
+// Delete removes the blob at key (ErrNotFound when there is none).
+func (l *Bucket) Delete(ctx context.Context, key string) error {
+	return notFound(l.b.Delete(ctx, key))
+}
+
+// Check writes, reads back and deletes a small probe blob: the store is
+// reachable, and these credentials may write to it.
+func (l *Bucket) Check(ctx context.Context) error {
+	key := fmt.Sprintf("mediajobs-check/%d", time.Now().UnixNano())
+	if _, err := l.Put(ctx, key, strings.NewReader("ok"), 0); err != nil {
+		return fmt.Errorf("write: %w", err)
+	}
+	if b, err := l.ReadAll(ctx, key); err != nil || string(b) != "ok" {
+		return fmt.Errorf("read back: %v", err)
+	}
+	if err := l.Delete(ctx, key); err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	return nil
+}
+
 // ReadAll reads the whole blob at key, a small one: at most MaxSmall bytes, and
 // ErrTooLarge past that.
 func (l *Bucket) ReadAll(ctx context.Context, key string) ([]byte, error) {

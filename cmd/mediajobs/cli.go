@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/mediajobs/mediajobs/config"
 )
@@ -81,17 +83,38 @@ func configFlag(fs *flag.FlagSet) *string {
 	return fs.String("config", os.Getenv("MEDIAJOBS_CONFIG"), "HCL configuration file (default: built-in defaults; see deploy/mediajobs.hcl)")
 }
 
-// runConfigCheck: `mediajobs config check FILE` prints every problem with file:line,
-// or a summary of the pools.
+// runConfigCheck: `mediajobs config check [-connect] FILE` prints every problem with
+// file:line, or a summary of the pools; -connect also writes, reads and deletes a
+// probe file in the storage.
 func runConfigCheck(args []string, stdout io.Writer) error {
-	if len(args) != 2 || args[0] != "check" {
-		return fmt.Errorf("usage: mediajobs config check FILE")
+	usage := fmt.Errorf("usage: mediajobs config check [-connect] FILE")
+	if len(args) == 0 || args[0] != "check" {
+		return usage
 	}
-	cfg, err := config.Load(args[1])
+	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
+	connect := fs.Bool("connect", false, "also check that the storage is reachable and writable")
+	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 1 {
+		return usage
+	}
+	file := fs.Arg(0)
+	cfg, err := config.Load(file)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s: ok\n", args[1])
+	fmt.Fprintf(stdout, "%s: ok\n", file)
+	if *connect {
+		b, err := openBlobs(cfg)
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			err = b.Check(ctx)
+			cancel()
+			b.Close()
+		}
+		if err != nil {
+			return fmt.Errorf("storage: %w", err)
+		}
+		fmt.Fprintf(stdout, "  storage %s: reachable and writable\n", storageName(cfg))
+	}
 	for _, p := range cfg.Pools {
 		gpu := "no GPU"
 		if p.GPUs() > 0 {
@@ -105,4 +128,13 @@ func runConfigCheck(args []string, stdout io.Writer) error {
 			p.Name, p.Driver, image, p.NodePool, p.CPU, p.Memory, p.Disk, gpu, p.DefaultTimeoutD, p.MaxTimeoutD, p.QueueLimitD)
 	}
 	return nil
+}
+
+// storageName names the configured store without its query (which may hold an
+// endpoint, never credentials, but is noise).
+func storageName(cfg *config.Config) string {
+	if cfg.Storage.URL == "" {
+		return cfg.Storage.Path
+	}
+	return strings.SplitN(cfg.Storage.URL, "?", 2)[0]
 }

@@ -136,3 +136,21 @@ func filesRequests(t *testing.T) float64 {
 	}
 	return n
 }
+
+// `mediajobs config check -connect` proves the bucket is reachable and writable,
+// and names what is wrong when it is not.
+func TestConfigCheckConnectsToTheBucket(t *testing.T) {
+	m := testenv.StartMinIO(t)
+	m.SetEnv(t)
+	cfg := filepath.Join(t.TempDir(), "s3.hcl")
+	os.WriteFile(cfg, []byte("storage {\n  url = \""+m.URL()+"\"\n}\n"), 0o600)
+	var out strings.Builder
+	if code := run(context.Background(), []string{"config", "check", "-connect", cfg}, &out, &out); code != 0 || !strings.Contains(out.String(), "reachable and writable") {
+		t.Fatalf("exit %d\n%s", code, out.String())
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong-"+m.SecretKey)
+	out.Reset()
+	if code := run(context.Background(), []string{"config", "check", "-connect", cfg}, &out, &out); code == 0 || !strings.Contains(out.String(), "storage:") || strings.Contains(out.String(), m.SecretKey) {
+		t.Fatalf("wrong credentials: exit %d\n%s", code, out.String())
+	}
+}
