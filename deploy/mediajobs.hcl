@@ -116,9 +116,14 @@ nomad {
 }
 
 storage {
-  # Blob store for temporary files and outputs. "local": a directory that the gateway
-  # and dispatcher share.
-  type = "local"
+  # Where temporary files and outputs live (gocloud.dev/blob). Unset: the directory
+  # `path`, which gateway and dispatcher must share (one machine). A bucket lets any
+  # number of gateways and dispatchers share nothing else; every link is then the
+  # bucket's own presigned URL, so clients and workers must reach its endpoint.
+  # Credentials: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or a profile or role).
+  #   url = "s3://mediajobs?region=us-east-1"
+  #   url = "s3://mediajobs?region=us-east-1&endpoint=https://minio.example.com&use_path_style=true"
+  #   url = "file:///var/lib/mediajobs/blobs"
   path = ".data/blobs"
 
   # Lifetime of the signed download URLs in job objects (they are re-signed on every read).
