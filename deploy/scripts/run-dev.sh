@@ -82,7 +82,7 @@ if [ "${MEDIAJOBS_STORAGE:-}" = s3 ]; then
 	echo "S3 storage (MinIO) for mediajobs:"
 	echo "  MEDIAJOBS_S3_URL=$MEDIAJOBS_S3_URL"
 	echo "  AWS_ACCESS_KEY_ID=$AWS_ACCESS_KEY_ID"
-	echo "  AWS_SECRET_ACCESS_KEY=$AWS_SECRET_ACCESS_KEY"
+	echo "  AWS_SECRET_ACCESS_KEY: the second word of $DATA/minio_credentials"
 	echo "  AWS_REGION=$AWS_REGION"
 fi
 
