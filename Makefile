@@ -54,7 +54,7 @@ BENCHCOUNT ?= 5
 E2ECOUNT   ?= 3
 
 .PHONY: bench
-bench: ## gateway create/GET beside raw etcd and bare fiber; on Nomad: job latency and throughput beside raw Nomad, webhooks (docs/benchmarks.md)
+bench: ## gateway create/GET beside raw etcd and bare fiber, 200 MB transfers beside MinIO's client; on Nomad: job latency and throughput beside raw Nomad, webhooks (docs/benchmarks.md)
 	$(GO) build -o bin/bench-report ./bench/report
 	{ for i in $$(seq $(BENCHCOUNT)); do $(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -count=1 ./bench/ 2>&1; done; \
 	  if [ $(E2ECOUNT) -gt 0 ]; then NOMAD_BIN=$$(deploy/scripts/install-nomad.sh); export NOMAD_BIN; fi; \

@@ -8,6 +8,10 @@
 //   - BenchmarkGetJob: GET /api/jobs/{id} through the real gateway, 64 clients.
 //   - BenchmarkGetBareFiber: a bare fiber handler on another loopback listener
 //     answering the same route with a body of the same size; same HTTP client.
+//   - BenchmarkTransfer (transfer_test.go): a 200 MB file up and down through
+//     mediajobs' URLs with the store on MinIO (its own presigned URLs) beside
+//     MinIO's own client, and through the gateway in file mode; CPU per GB, the
+//     gateway's included. It needs the minio binary (`make deps`).
 //
 // The environment starts on the first benchmark only, so `go test ./...` (which
 // runs no benchmarks) stays fast and needs nothing.

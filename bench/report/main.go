@@ -9,6 +9,12 @@
 //   - end to end (./bench/e2e): latency added over raw Nomad, throughput against
 //     raw Nomad, webhook delivery rate and latency; each figure is the median over
 //     the rounds (per-round ratios for the throughput), with its target.
+//   - transfers (BenchmarkTransfer in ./bench): a 200 MB file up and down through
+//     mediajobs' URLs in S3 mode (MinIO's presigned URLs) beside the same transfer
+//     with MinIO's own client (the AWS SDK), the ratio against its target, file
+//     mode (streamed by the gateway) for contrast; then CPU per GB transferred,
+//     the gateway's own in both modes, with the S3 mode's target (near zero), and
+//     the bytes that passed through the gateway.
 //   - etcd cost of one job (BenchmarkEtcdCost in ./bench/e2e): revisions and bytes
 //     from create to delivered webhook, per kind of key, for a short job and a 60 s
 //     one with progress, and the old design's estimate for a job that stored
@@ -122,24 +128,122 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 	for _, j := range EtcdCostJobs {
 		cost = cost || res["EtcdCost/"+j.Name] != nil
 	}
+	tr := res["Transfer"] != nil
 	complete, met = true, true
-	if gw || !e2e && !cost {
-		complete, met = GatewayTable(w, res)
-	}
-	if e2e {
-		if gw {
+	printed := false
+	sep := func() {
+		if printed {
 			fmt.Fprintln(w)
 		}
+		printed = true
+	}
+	if gw || !e2e && !cost && !tr {
+		sep()
+		complete, met = GatewayTable(w, res)
+	}
+	if tr {
+		sep()
+		c, m := TransferTable(w, res)
+		complete, met = complete && c, met && m
+	}
+	if e2e {
+		sep()
 		c, m := E2ETable(w, res)
 		complete, met = complete && c, met && m
 	}
 	if cost {
-		if gw || e2e {
-			fmt.Fprintln(w)
-		}
+		sep()
 		complete = EtcdCostTable(w, res) && complete
 	}
 	return complete, met
+}
+
+// The transfer targets: mediajobs' URLs in S3 mode move a file at least 0.9 × as
+// fast as MinIO's own client, and the gateway's CPU per transferred GB is near
+// zero: at most 1 % of what streaming the same bytes costs it in file mode, with
+// none of the file's bytes through it (less than TransferGatewayBytes per round
+// trip: the tmp-file request and its answer).
+const (
+	TargetTransferRatio    = 0.9
+	TargetGatewayCPUShare  = 0.01
+	TransferGatewayBytes   = 64 << 10
+	transferSubject        = "mjs3"
+	transferBaseline       = "sdk"
+	transferBaselineNoHash = "sdku"
+	transferFileMode       = "mjfile"
+)
+
+// TransferTable writes BenchmarkTransfer's tables: throughput against the
+// target, then CPU per GB and the bytes through the gateway.
+func TransferTable(w io.Writer, res Result) (complete, met bool) {
+	complete, met = true, true
+	r := res["Transfer"]
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		met = false
+		return "**missed**"
+	}
+	fmt.Fprintln(w, "| transfer, 200 MB (MB/s) | mediajobs, S3 mode (MinIO's presigned URLs) | MinIO's own client (AWS SDK v2) | ratio | target | result | SDK, unsigned payload | mediajobs, file mode (gateway-streamed) |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---|---:|---:|")
+	for _, dir := range []struct{ what, unit string }{{"upload (PUT)", "up-MB/s"}, {"download (GET)", "down-MB/s"}} {
+		s, b := r[transferSubject+"-"+dir.unit], r[transferBaseline+"-"+dir.unit]
+		if len(s) == 0 || len(b) == 0 {
+			complete, met = false, false
+			fmt.Fprintf(w, "| %s | – | – | – | ≥ %.2f × | missing (BenchmarkTransfer %s) |  |  |\n", dir.what, TargetTransferRatio, dir.unit)
+			continue
+		}
+		ratio, rs := Ratio(s, b)
+		nohash := "–"
+		if u := r[transferBaselineNoHash+"-"+dir.unit]; len(u) > 0 {
+			ru, _ := Ratio(s, u)
+			nohash = fmt.Sprintf("%s (mediajobs: %.2f ×)", fmtVals(u, 0), ru)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.2f ×%s | ≥ %.2f × | %s | %s | %s |\n", dir.what, fmtVals(s, 0), fmtVals(b, 0),
+			ratio, rs, TargetTransferRatio, verdict(ratio >= TargetTransferRatio), nohash, fmtVals(r[transferFileMode+"-"+dir.unit], 0))
+	}
+
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "| per GB transferred (up + down) | mediajobs, S3 mode | MinIO's own client (SDK; unsigned payload) | mediajobs, file mode | target | result |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---|")
+	fmt.Fprintf(w, "| this process's CPU: client and gateway (ms/GB) | %s | %s; %s | %s | – | – |\n",
+		fmtVals(r[transferSubject+"-cpu-ms/GB"], 0), fmtVals(r[transferBaseline+"-cpu-ms/GB"], 0),
+		fmtVals(r[transferBaselineNoHash+"-cpu-ms/GB"], 0), fmtVals(r[transferFileMode+"-cpu-ms/GB"], 0))
+	if g, f := r["gw-s3-cpu-ms/GB"], r["gw-file-cpu-ms/GB"]; len(g) > 0 && len(f) > 0 {
+		share, _ := Ratio(g, f)
+		fmt.Fprintf(w, "| the gateway's CPU (ms/GB) | %s (%.2f %% of file mode%s) | – | %s | ≤ %.0f %% of file mode | %s |\n",
+			fmtVals(g, 2), 100*share, pctSpread(g, f), fmtVals(f, 0), 100*TargetGatewayCPUShare, verdict(share <= TargetGatewayCPUShare))
+	} else {
+		complete, met = false, false
+		fmt.Fprintln(w, "| the gateway's CPU (ms/GB) | – | – | – | – | missing (BenchmarkTransfer gw-s3-cpu-ms/GB, gw-file-cpu-ms/GB) |")
+	}
+	if has(r, transferSubject+"-minio-cpu-ms/GB") {
+		fmt.Fprintf(w, "| MinIO's CPU (ms/GB) | %s | %s; %s | – | – | – |\n", fmtVals(r[transferSubject+"-minio-cpu-ms/GB"], 0),
+			fmtVals(r[transferBaseline+"-minio-cpu-ms/GB"], 0), fmtVals(r[transferBaselineNoHash+"-minio-cpu-ms/GB"], 0))
+	}
+	if b := r[transferSubject+"-gw-B"]; len(b) > 0 {
+		fmt.Fprintf(w, "| bytes through the gateway per 200 MB up and down | %s | – | %s | < %d | %s |\n", fmtVals(b, 0),
+			fmtVals(r[transferFileMode+"-gw-B"], 0), TransferGatewayBytes, verdict(Median(b) < TransferGatewayBytes))
+	} else {
+		complete, met = false, false
+		fmt.Fprintln(w, "| bytes through the gateway | – | – | – | – | missing (BenchmarkTransfer mjs3-gw-B) |")
+	}
+	return complete, met
+}
+
+// pctSpread is ", min–max %" of the per-round ratios s[i]/b[i] in percent, when
+// there are several rounds to pair; "" otherwise.
+func pctSpread(s, b []float64) string {
+	if len(s) != len(b) || len(s) < 2 {
+		return ""
+	}
+	rs := make([]float64, len(s))
+	for i := range s {
+		rs[i] = 100 * s[i] / b[i]
+	}
+	sort.Float64s(rs)
+	return fmt.Sprintf(", %.2f–%.2f %%", rs[0], rs[len(rs)-1])
 }
 
 // GatewayTable writes the gateway suite's table (subject beside baseline).

@@ -142,3 +142,62 @@ func TestEtcdCostTable(t *testing.T) {
 		t.Errorf("tables:\n%s", out.String())
 	}
 }
+
+const transferSample = `pkg: github.com/mediajobs/mediajobs/bench
+BenchmarkTransfer-2   	       2	2252953411 ns/op	       300.0 gw-file-cpu-ms/GB	         0.6000 gw-s3-cpu-ms/GB	       633.3 mjfile-cpu-ms/GB	      2764 mjfile-down-MB/s	 400001487 mjfile-gw-B	      2162 mjfile-up-MB/s	       327.0 mjs3-cpu-ms/GB	      1600 mjs3-down-MB/s	      1186 mjs3-gw-B	      1475 mjs3-minio-cpu-ms/GB	       450.0 mjs3-up-MB/s	       599.5 sdk-cpu-ms/GB	      2000 sdk-down-MB/s	      1775 sdk-minio-cpu-ms/GB	       300.0 sdk-up-MB/s	       321.5 sdku-cpu-ms/GB	      1742 sdku-down-MB/s	      1538 sdku-minio-cpu-ms/GB	       500.0 sdku-up-MB/s
+BenchmarkTransfer-2   	       2	2252953411 ns/op	       200.0 gw-file-cpu-ms/GB	         0.4000 gw-s3-cpu-ms/GB	       633.3 mjfile-cpu-ms/GB	      2764 mjfile-down-MB/s	 400001487 mjfile-gw-B	      2162 mjfile-up-MB/s	       327.0 mjs3-cpu-ms/GB	      1600 mjs3-down-MB/s	      1186 mjs3-gw-B	      1475 mjs3-minio-cpu-ms/GB	       450.0 mjs3-up-MB/s	       599.5 sdk-cpu-ms/GB	      1600 sdk-down-MB/s	      1775 sdk-minio-cpu-ms/GB	       500.0 sdk-up-MB/s	       321.5 sdku-cpu-ms/GB	      1742 sdku-down-MB/s	      1538 sdku-minio-cpu-ms/GB	       500.0 sdku-up-MB/s
+BenchmarkTransfer-2   	       2	2252953411 ns/op	       300.0 gw-file-cpu-ms/GB	         0.3000 gw-s3-cpu-ms/GB	       633.3 mjfile-cpu-ms/GB	      2764 mjfile-down-MB/s	 400001487 mjfile-gw-B	      2162 mjfile-up-MB/s	       327.0 mjs3-cpu-ms/GB	      1600 mjs3-down-MB/s	      1186 mjs3-gw-B	      1475 mjs3-minio-cpu-ms/GB	       450.0 mjs3-up-MB/s	       599.5 sdk-cpu-ms/GB	      1600 sdk-down-MB/s	      1775 sdk-minio-cpu-ms/GB	       600.0 sdk-up-MB/s	       321.5 sdku-cpu-ms/GB	      1742 sdku-down-MB/s	      1538 sdku-minio-cpu-ms/GB	       500.0 sdku-up-MB/s
+PASS
+`
+
+func TestTransferTable(t *testing.T) {
+	res, failed, err := Parse(strings.NewReader(transferSample), nil)
+	if err != nil || failed {
+		t.Fatal(err, failed)
+	}
+	var out strings.Builder
+	complete, met := Table(&out, res)
+	// Upload per round: 450/300, 450/500, 450/600: median 0.90, met; download:
+	// 1600/2000, 1600/1600, 1600/1600: median 1.00.
+	if !complete || !met {
+		t.Fatalf("complete=%v met=%v\n%s", complete, met, out.String())
+	}
+	if strings.Contains(out.String(), "CreateJob") || strings.Contains(out.String(), "latency") {
+		t.Errorf("other suites' tables printed:\n%s", out.String())
+	}
+	for _, want := range []string{
+		"| upload (PUT) | 450 (450–450) | 500 (300–600) | 0.90 × (0.75–1.50) | ≥ 0.90 × | met | 500 (500–500) (mediajobs: 0.90 ×) | 2162 (2162–2162) |",
+		"| download (GET) | 1600 (1600–1600) | 1600 (1600–2000) | 1.00 × (0.80–1.00) | ≥ 0.90 × | met |",
+		"| the gateway's CPU (ms/GB) | 0.40 (0.30–0.60) (0.20 % of file mode, 0.10–0.20 %) | – | 300 (200–300) | ≤ 1 % of file mode | met |",
+		"| bytes through the gateway per 200 MB up and down | 1186 (1186–1186) | – | 400001487 (400001487–400001487) | < 65536 | met |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// A slow upload misses the target; without the CPU figures the table is incomplete.
+	slow := strings.ReplaceAll(transferSample, "450.0 mjs3-up-MB/s", "250.0 mjs3-up-MB/s")
+	res, _, _ = Parse(strings.NewReader(slow), nil)
+	out.Reset()
+	if _, met := Table(&out, res); met {
+		t.Fatalf("slow upload reported met:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "| ≥ 0.90 × | **missed** |") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	partial := strings.ReplaceAll(transferSample, "gw-s3-cpu-ms/GB", "other")
+	res, _, _ = Parse(strings.NewReader(partial), nil)
+	out.Reset()
+	if complete, _ := Table(&out, res); complete {
+		t.Fatalf("missing gw-s3-cpu-ms/GB reported complete:\n%s", out.String())
+	}
+
+	// With the gateway suite: both tables, the gateway's first.
+	res, _, _ = Parse(strings.NewReader(sample+transferSample), nil)
+	out.Reset()
+	Table(&out, res)
+	if g, tr := strings.Index(out.String(), "CreateJob"), strings.Index(out.String(), "upload (PUT)"); g < 0 || tr < g {
+		t.Errorf("tables:\n%s", out.String())
+	}
+}
