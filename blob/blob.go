@@ -10,12 +10,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	gcblob "gocloud.dev/blob"
 	_ "gocloud.dev/blob/fileblob" // file://
 	_ "gocloud.dev/blob/s3blob"   // s3://
@@ -92,12 +96,42 @@ func (l *Bucket) Scheme() string { return l.scheme }
 func (l *Bucket) Presigns() bool { return l.scheme == "s3" }
 
 // SignedURL is a URL of the store itself that allows method (GET or PUT) on key
-// for ttl (S3 allows at most 7 days). Any Content-Type may be sent with a PUT.
+// for ttl (S3 allows at most 7 days). Any Content-Type may be sent with a PUT. A
+// GET answers as the gateway's links do: an attachment, typed by the key's
+// extension, whatever type the uploader sent (a file is never served as a page).
 func (l *Bucket) SignedURL(ctx context.Context, method, key string, ttl time.Duration) (string, error) {
 	if !ValidKey(key) {
 		return "", fmt.Errorf("invalid blob key %q", key)
 	}
-	return l.b.SignedURL(ctx, key, &gcblob.SignedURLOptions{Method: method, Expiry: min(ttl, 7*24*time.Hour)})
+	opts := &gcblob.SignedURLOptions{Method: method, Expiry: min(ttl, 7*24*time.Hour)}
+	if method == "GET" {
+		opts.BeforeSign = func(as func(any) bool) error {
+			var in *s3.GetObjectInput
+			if as(&in) {
+				in.ResponseContentDisposition = aws.String(Attachment(path.Base(key)))
+				in.ResponseContentType = aws.String(ContentType(key))
+			}
+			return nil
+		}
+	}
+	return l.b.SignedURL(ctx, key, opts)
+}
+
+// ContentType is the type a file is served as: by its extension, else binary.
+func ContentType(key string) string {
+	if ct := mime.TypeByExtension(path.Ext(key)); ct != "" {
+		return ct
+	}
+	return "application/octet-stream"
+}
+
+// Attachment is a Content-Disposition for name: quoted and escaped, or RFC 2231
+// encoded where it holds non-ASCII or control characters.
+func Attachment(name string) string {
+	if v := mime.FormatMediaType("attachment", map[string]string{"filename": name}); v != "" {
+		return v
+	}
+	return "attachment"
 }
 
 // ValidKey reports whether key is a clean relative path ("a/b/c"): no "..", no
@@ -174,8 +208,10 @@ func (l *Bucket) Check(ctx context.Context) error {
 	if _, err := l.Put(ctx, key, strings.NewReader("ok"), 0); err != nil {
 		return fmt.Errorf("write: %w", err)
 	}
-	if b, err := l.ReadAll(ctx, key); err != nil || string(b) != "ok" {
-		return fmt.Errorf("read back: %v", err)
+	if b, err := l.ReadAll(ctx, key); err != nil {
+		return fmt.Errorf("read back: %w", err)
+	} else if string(b) != "ok" {
+		return fmt.Errorf("read back %d bytes other than those written", len(b))
 	}
 	if err := l.Delete(ctx, key); err != nil {
 		return fmt.Errorf("delete: %w", err)

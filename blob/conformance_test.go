@@ -16,7 +16,7 @@ import (
 )
 
 // conformance is what the service needs of any bucket, run against every driver
-// (file here; S3 on a real MinIO in s3_test.go).
+// (file, and S3 on a real MinIO: TestFileBucket, TestS3Bucket).
 func conformance(t *testing.T, b *blob.Bucket) {
 	ctx := context.Background()
 	t.Run("put, read, seek", func(t *testing.T) {
@@ -138,21 +138,26 @@ func TestS3SignedURLs(t *testing.T) {
 		t.Fatalf("presigned PUT %q (%v)", put, err)
 	}
 	req, _ := http.NewRequest("PUT", put, strings.NewReader("media"))
-	req.Header.Set("Content-Type", "video/mp4")
+	req.Header.Set("Content-Type", "text/html") // what an uploader says is not what is served
 	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("PUT through the presigned link: %v %v", resp, err)
 	}
 	get, _ := b.SignedURL(ctx, "GET", "tmp/a/clip.mp4", 2*time.Second)
+	var header http.Header
 	status := func() int {
 		resp, err := http.Get(get)
 		if err != nil {
 			t.Fatal(err)
 		}
 		resp.Body.Close()
+		header = resp.Header
 		return resp.StatusCode
 	}
 	if s := status(); s != 200 {
 		t.Fatalf("fresh presigned GET: %d", s)
+	}
+	if ct, cd := header.Get("Content-Type"), header.Get("Content-Disposition"); ct != "video/mp4" || cd != `attachment; filename=clip.mp4` {
+		t.Fatalf("served as %q, %q: want video/mp4 as an attachment", ct, cd)
 	}
 	testenv.Eventually(t, 30*time.Second, "MinIO to refuse the expired link", func() bool { return status() == 403 })
 	if f, _ := blob.NewLocal(t.TempDir()); f.Presigns() {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"errors"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -102,10 +103,12 @@ type Links struct {
 // prefix ending in "/" admits every key under it); a store's link admits key alone.
 func (l Links) URL(ctx context.Context, method, scope, key string, exp time.Time) string {
 	if p, ok := l.Store.(Presigner); ok && p.Presigns() {
-		if u, err := p.SignedURL(ctx, method, key, time.Until(exp)); err == nil {
+		u, err := p.SignedURL(ctx, method, key, time.Until(exp))
+		if err == nil {
 			return u
 		}
 		// A store that cannot sign now still has its files served by the gateway.
+		slog.Warn("storage could not sign a link; handing out a gateway link instead", "key", key, "err", err)
 	}
 	return l.Signer.URL(method, scope, key, exp)
 }

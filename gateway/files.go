@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"errors"
-	"mime"
 	"net/url"
 	"path"
 	"strconv"
@@ -44,25 +43,12 @@ func (g *Gateway) download(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	ct := mime.TypeByExtension(path.Ext(key))
-	if ct == "" {
-		ct = "application/octet-stream"
-	}
-	c.Set(fiber.HeaderContentType, ct)
+	c.Set(fiber.HeaderContentType, blob.ContentType(key))
 	// Files are user content (an output may be HTML or SVG): never render or sniff
 	// them as pages of the API's origin.
 	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
-	c.Set(fiber.HeaderContentDisposition, attachment(path.Base(key)))
+	c.Set(fiber.HeaderContentDisposition, blob.Attachment(path.Base(key)))
 	return c.SendStream(f, int(size)) // fasthttp closes f when done
-}
-
-// attachment is a Content-Disposition for name: quoted and escaped, or RFC 2231
-// encoded where it holds non-ASCII or control characters.
-func attachment(name string) string {
-	if v := mime.FormatMediaType("attachment", map[string]string{"filename": name}); v != "" {
-		return v
-	}
-	return "attachment"
 }
 
 // upload streams a PUT body into the blob store: temporary files from clients, and

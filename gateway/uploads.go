@@ -19,9 +19,10 @@ type uploadsRequest struct {
 	Files []string `json:"files"` // "result.json" and "outputs/<name>"
 }
 
-// uploadLinkTTL is how long a runner's upload links last: they are asked for
-// right before the uploads, and a transfer that started in time finishes.
-const uploadLinkTTL = time.Hour
+// uploadLinkMargin is added to the job's timeout for a runner's upload links:
+// they are asked for right before the uploads, which go one after another and may
+// take as long as the job may run.
+const uploadLinkMargin = time.Hour
 
 // uploadURLs hands a runner one upload link per file it found: the store's own
 // presigned PUTs (S3), or this gateway's signed /files/ links. The request is
@@ -82,7 +83,7 @@ func (g *Gateway) uploadURLs(c *fiber.Ctx) error {
 	if req.Alloc != "" {
 		prefix += req.Alloc + "/"
 	}
-	exp := g.Now().Add(uploadLinkTTL)
+	exp := g.Now().Add(time.Duration(j.TimeoutSeconds)*time.Second + uploadLinkMargin)
 	links := g.links()
 	urls := make(map[string]string, len(req.Files))
 	for _, f := range req.Files {

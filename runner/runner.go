@@ -335,6 +335,13 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 	// Asked for with ctx, not the job's deadline: the result goes up even after a
 	// timeout, to say so.
 	dest, err := r.uploadLinks(ctx, client, m, st, alloc)
+	if err != nil && !st.Failed {
+		// The outputs cannot go up (a name the gateway refuses, a limit of its):
+		// the job fails, and says why, if the result alone can still be reported.
+		fmt.Fprintf(r.Log, "upload links: %v\n", err)
+		st.fail(fmt.Errorf("could not upload the outputs: %w", err))
+		dest, err = r.uploadLinks(ctx, client, m, st, alloc)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("report result: %w", err)
 	}
@@ -719,6 +726,10 @@ func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Man
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if resp.StatusCode == http.StatusNotFound && m.UploadURL != "" && strings.Contains(string(b), "no such route") {
+		// A gateway older than the dispatcher has no /upload-urls/: the template.
+		return func(path string) string { return uploadURL(m, alloc+path) }, nil
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("upload links: HTTP %s: %s", resp.Status, lastLines(string(b), 3))
 	}

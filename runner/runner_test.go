@@ -327,3 +327,38 @@ func TestUploadsThroughAskedLinks(t *testing.T) {
 		t.Fatalf("the timeout was not reported through the asked link: %s", up.files["linked/result.json"])
 	}
 }
+
+// A gateway older than the dispatcher has no /upload-urls/ route: the runner
+// uploads with the manifest's template; a gateway that refuses the outputs' names
+// still gets a result that says why.
+func TestUploadLinksFallbacks(t *testing.T) {
+	srv, up := newServer(t, nil)
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(404)
+		io.WriteString(w, `{"errorCode":"notFound","message":"no such route"}`)
+	}))
+	defer old.Close()
+	m := mj.Manifest{OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"},
+		UploadsURL: old.URL + "/upload-urls/x"}
+	if res := run(t, srv, m); !res.Succeeded || len(up.files["outputs/a.wav"]) == 0 {
+		t.Fatalf("template fallback: %+v, %d files", res, len(up.files))
+	}
+	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct{ Files []string }
+		json.NewDecoder(r.Body).Decode(&req)
+		if len(req.Files) > 1 {
+			w.WriteHeader(400)
+			io.WriteString(w, `{"errorCode":"validationError","message":"outputs/a.wav is not a declared output"}`)
+			return
+		}
+		json.NewEncoder(w).Encode(map[string]any{"data": map[string]any{"urls": map[string]string{"result.json": srv.URL + "/up/refused/result.json?sig=ok"}}})
+	}))
+	defer refusing.Close()
+	m.UploadsURL = refusing.URL
+	res := run(t, srv, m)
+	var reported mj.Result
+	if err := json.Unmarshal(up.files["refused/result.json"], &reported); err != nil || res.Succeeded || reported.Succeeded ||
+		!strings.Contains(reported.ErrorMessage, "not a declared output") {
+		t.Fatalf("refused outputs: %+v; reported %s", res, up.files["refused/result.json"])
+	}
+}
