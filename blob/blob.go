@@ -66,7 +66,8 @@ func Open(ctx context.Context, rawURL string) (*Bucket, error) {
 }
 
 // NewLocal returns a file bucket rooted at dir, creating it. Temporary files are
-// written next to their final path and renamed into place; no metadata sidecars.
+// written next to their final path and renamed into place; no metadata sidecars;
+// directories 0750 and files 0640, as the service's own.
 func NewLocal(dir string) (*Bucket, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -75,7 +76,7 @@ func NewLocal(dir string) (*Bucket, error) {
 	if err := os.MkdirAll(abs, 0o750); err != nil {
 		return nil, err
 	}
-	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: "no_tmp_dir=1&metadata=skip"}
+	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs), RawQuery: "no_tmp_dir=1&metadata=skip&dir_file_mode=0750"}
 	b, err := gcblob.OpenBucket(context.Background(), u.String())
 	if err != nil {
 		return nil, fmt.Errorf("open storage %s: %w", abs, err)
@@ -181,7 +182,13 @@ func (l *Bucket) Put(ctx context.Context, key string, r io.Reader, max int64) (i
 		w.Close()
 		return n, err
 	}
-	return n, w.Close()
+	if err := w.Close(); err != nil {
+		return n, err
+	}
+	if l.dir != "" { // fileblob writes 0666 less the umask: files are the service's
+		return n, os.Chmod(filepath.Join(l.dir, filepath.FromSlash(key)), 0o640)
+	}
+	return n, nil
 }
 
 // Open returns the blob at key, to read and seek, and its size.
@@ -253,33 +260,59 @@ func (l *Bucket) List(ctx context.Context, prefix string) ([]string, error) {
 }
 
 // Sweep deletes the blobs under prefix last written before cutoff (and, in a file
-// bucket, the directories it leaves empty). It returns how many it deleted.
+// bucket, the directories it leaves empty). It goes on past a blob it cannot
+// delete, so one cannot stop every later sweep, and returns how many it deleted
+// and the first error.
 func (l *Bucket) Sweep(ctx context.Context, prefix string, cutoff time.Time) (int, error) {
+	if l.dir != "" {
+		return l.sweepDir(prefix, cutoff)
+	}
 	n := 0
+	var first error
 	it := l.b.List(&gcblob.ListOptions{Prefix: prefix})
-	var err error
 	for {
-		var obj *gcblob.ListObject
-		if obj, err = it.Next(ctx); err != nil {
+		obj, err := it.Next(ctx)
+		if err == io.EOF {
 			break
+		}
+		if err != nil {
+			return n, err
 		}
 		if obj.IsDir || !obj.ModTime.Before(cutoff) {
 			continue
 		}
-		if derr := l.b.Delete(ctx, obj.Key); derr == nil {
+		if err := l.b.Delete(ctx, obj.Key); err == nil {
 			n++
-		} else if gcerrors.Code(derr) != gcerrors.NotFound {
-			err = derr
-			break
+		} else if gcerrors.Code(err) != gcerrors.NotFound && first == nil {
+			first = err
 		}
 	}
-	if err == io.EOF {
-		err = nil
-	}
-	if l.dir != "" {
-		pruneEmptyDirs(filepath.Join(l.dir, filepath.FromSlash(strings.TrimSuffix(prefix, "/"))))
-	}
-	return n, err
+	return n, first
+}
+
+// sweepDir is Sweep for a file bucket, in one walk of its directory (fileblob's
+// listing walks the tree again for every page).
+func (l *Bucket) sweepDir(prefix string, cutoff time.Time) (int, error) {
+	root := filepath.Join(l.dir, filepath.FromSlash(strings.TrimSuffix(prefix, "/")))
+	n := 0
+	var first error
+	filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || strings.HasSuffix(p, ".tmp") {
+			return nil // gone meanwhile, or a write in progress
+		}
+		info, err := d.Info()
+		if err != nil || !info.ModTime().Before(cutoff) {
+			return nil
+		}
+		if err := os.Remove(p); err == nil {
+			n++
+		} else if !errors.Is(err, os.ErrNotExist) && first == nil {
+			first = err
+		}
+		return nil
+	})
+	pruneEmptyDirs(root)
+	return n, first
 }
 
 // pruneEmptyDirs removes the empty directories below root, deepest first.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -100,12 +102,18 @@ func conformance(t *testing.T, b *blob.Bucket) {
 }
 
 func TestFileBucket(t *testing.T) {
-	b, err := blob.NewLocal(t.TempDir())
+	dir := t.TempDir()
+	b, err := blob.NewLocal(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
 	conformance(t, b)
+	for p, want := range map[string]os.FileMode{"a": 0o750, "a/b.txt": 0o640} {
+		if st, err := os.Stat(filepath.Join(dir, p)); err != nil || st.Mode().Perm() != want {
+			t.Errorf("%s: mode %v (%v), want %v", p, st.Mode().Perm(), err, want)
+		}
+	}
 }
 
 func TestS3Bucket(t *testing.T) {
