@@ -67,7 +67,8 @@ func Open(ctx context.Context, rawURL string) (*Bucket, error) {
 
 // NewLocal returns a file bucket rooted at dir, creating it. Temporary files are
 // written next to their final path and renamed into place; no metadata sidecars;
-// directories 0750 and files 0640, as the service's own.
+// every directory is 0750, so the files (fileblob writes them 0666 less the
+// umask) are the service's alone.
 func NewLocal(dir string) (*Bucket, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -182,13 +183,7 @@ func (l *Bucket) Put(ctx context.Context, key string, r io.Reader, max int64) (i
 		w.Close()
 		return n, err
 	}
-	if err := w.Close(); err != nil {
-		return n, err
-	}
-	if l.dir != "" { // fileblob writes 0666 less the umask: files are the service's
-		return n, os.Chmod(filepath.Join(l.dir, filepath.FromSlash(key)), 0o640)
-	}
-	return n, nil
+	return n, w.Close()
 }
 
 // Open returns the blob at key, to read and seek, and its size.
