@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/blob"
@@ -291,7 +292,9 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 	if len(b) <= maxPayload {
 		return b, nil
 	}
-	key := scope + "manifest.json"
+	// A random name: the manifest holds the job's input URLs and upload links, and
+	// its key must not be derivable from the job id an output link shows.
+	key := scope + "manifest-" + uuid.NewString() + ".json"
 	if _, err := d.Blobs.Put(ctx, key, bytes.NewReader(b), 0); err != nil {
 		return nil, fmt.Errorf("store large manifest: %w", err)
 	}

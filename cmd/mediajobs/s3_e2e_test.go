@@ -154,3 +154,22 @@ func TestConfigCheckConnectsToTheBucket(t *testing.T) {
 		t.Fatalf("wrong credentials: exit %d\n%s", code, out.String())
 	}
 }
+
+// A manifest over Nomad's 16 KiB payload limit waits in the bucket behind a
+// presigned link, under a name an output link does not reveal.
+func TestS3LargeManifest(t *testing.T) {
+	m := testenv.StartMinIO(t)
+	m.SetEnv(t)
+	c := newClusterStorage(t, agent, m.URL(), "")
+	c.startDispatcher("d")
+	filters := strings.TrimSuffix(strings.Repeat("null,", 4000), ",") // 20 KB of command
+	id := c.create(c.jobBody("big", "-i {{in}} -t 1 -vf "+filters+" -c:v libx264 -preset ultrafast {{o.mp4}}"))
+	job := c.waitStatus(id, 120*time.Second, "succeeded", "failed")
+	if job["status"] != "succeeded" {
+		t.Fatalf("job %v: %v", job["status"], job["error_message"])
+	}
+	objs, err := m.Client().ListObjectsV2(context.Background(), &s3.ListObjectsV2Input{Bucket: &m.Bucket, Prefix: strPtr("jobs/" + id + "/1/manifest")})
+	if err != nil || len(objs.Contents) != 1 || *objs.Contents[0].Key == "jobs/"+id+"/1/manifest.json" {
+		t.Fatalf("the large manifest in the bucket: %+v (%v)", objs.Contents, err)
+	}
+}
