@@ -14,7 +14,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
-	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
@@ -298,8 +297,7 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 	if _, err := d.Blobs.Put(ctx, key, bytes.NewReader(b), 0); err != nil {
 		return nil, fmt.Errorf("store large manifest: %w", err)
 	}
-	links := blob.Links{Store: d.Blobs, Signer: d.Signer}
-	return mustJSON(mj.Manifest{ManifestURL: links.URL(ctx, "GET", key, key, exp)}), nil
+	return mustJSON(mj.Manifest{ManifestURL: d.links().URL(ctx, "GET", key, key, exp)}), nil
 }
 
 // cancelLoop stops the Nomad child of every job that leaves the active set as

@@ -330,6 +330,9 @@ func (d *Dispatcher) poolRegistered(name string) bool {
 	return d.registered[name]
 }
 
+// links makes file URLs: the store's own when it presigns (S3), else the gateway's.
+func (d *Dispatcher) links() blob.Links { return blob.Links{Store: d.Blobs, Signer: d.Signer} }
+
 // runScope is the blob prefix of one attempt's files.
 func runScope(id string, attempt int) string { return fmt.Sprintf("jobs/%s/%d/", id, attempt) }
 

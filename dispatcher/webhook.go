@@ -16,7 +16,6 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 	mj "github.com/mediajobs/mediajobs"
-	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/mediajobs/mediajobs/store"
@@ -411,7 +410,7 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 		return
 	}
 	exp := time.Now().Add(d.Config.Storage.TTL)
-	links := blob.Links{Store: d.Blobs, Signer: d.Signer}
+	links := d.links()
 	view := mj.View(j, func(key string) string { return links.URL(ctx, "GET", key, key, exp) })
 	// The webhook writes go through the group writer, each from the job as last
 	// written: in a burst, many deliveries share one etcd transaction and none

@@ -316,14 +316,16 @@ retry:
 		}
 		a := &lostAgent{name: name, dir: dir}
 		t.Cleanup(a.close)
-		ports := make([]string, 3)
-		for i := range ports {
-			for {
-				addr := testenv.FreeAddr(t)
-				p := addr[strings.LastIndexByte(addr, ':')+1:]
-				if !c.used[p] {
-					c.used[p], ports[i] = true, p
-					break
+		// Ports distinct among themselves and from every agent's before.
+		var ports []string
+		for len(ports) < 3 {
+			addrs, err := testenv.FreeAddrs(3)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, addr := range addrs {
+				if p := addr[strings.LastIndexByte(addr, ':')+1:]; !c.used[p] && len(ports) < 3 {
+					c.used[p], ports = true, append(ports, p)
 				}
 			}
 		}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -156,23 +155,9 @@ func startMinIO(bin, dir string) (*MinIO, error) {
 	if err := os.MkdirAll(data, 0o700); err != nil {
 		return nil, err
 	}
-	// Both listeners stay open until both ports are chosen, or the kernel may
-	// hand out one port twice.
-	var addrs [2]string
-	var listeners []net.Listener
-	for i := range addrs {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			for _, l := range listeners {
-				l.Close()
-			}
-			return nil, err
-		}
-		listeners = append(listeners, l)
-		addrs[i] = l.Addr().String()
-	}
-	for _, l := range listeners {
-		l.Close()
+	addrs, err := FreeAddrs(2) // the S3 API and the (disabled) console
+	if err != nil {
+		return nil, err
 	}
 	m := &MinIO{
 		Endpoint:  "http://" + addrs[0],

@@ -80,6 +80,28 @@ func FreeAddr(t testing.TB) string {
 	return l.Addr().String()
 }
 
+// FreeAddrs returns n distinct free 127.0.0.1 addresses. All listeners stay open
+// until all are chosen, or the kernel may hand out one port twice; another process
+// may still take one before the caller binds it (callers retry on a failed start).
+func FreeAddrs(n int) ([]string, error) {
+	addrs := make([]string, n)
+	listeners := make([]net.Listener, 0, n)
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	for i := range addrs {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		listeners = append(listeners, l)
+		addrs[i] = l.Addr().String()
+	}
+	return addrs, nil
+}
+
 // NomadBinary finds the nomad binary: $NOMAD_BIN, the cache `make` builds into, PATH.
 func NomadBinary(t testing.TB) string {
 	t.Helper()
@@ -127,20 +149,13 @@ func startNomad(bin string) (*Nomad, error) {
 	if err != nil {
 		return nil, err
 	}
-	// All three listeners stay open until all three ports are chosen, or the
-	// kernel may hand out one port twice.
+	addrs, err := FreeAddrs(3)
+	if err != nil {
+		return nil, err
+	}
 	ports := make([]int, 3)
-	listeners := make([]net.Listener, 0, 3)
-	for i := range ports {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			for _, l := range listeners {
-				l.Close()
-			}
-			return nil, err
-		}
-		listeners = append(listeners, l)
-		ports[i] = l.Addr().(*net.TCPAddr).Port
+	for i, a := range addrs {
+		ports[i], _ = strconv.Atoi(a[strings.LastIndexByte(a, ':')+1:])
 	}
 	cfg := fmt.Sprintf(`
 disable_update_check = true
@@ -165,9 +180,6 @@ plugin "raw_exec" {
 	cfgPath := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		return nil, err
-	}
-	for _, l := range listeners {
-		l.Close()
 	}
 	n := &Nomad{Addr: fmt.Sprintf("http://127.0.0.1:%d", ports[0]), dir: dir, bin: bin, cfg: cfgPath}
 	conf := api.DefaultConfig()
