@@ -47,7 +47,10 @@ func TestJanitor(t *testing.T) {
 	d.Sweep(ctx, now)
 
 	for key, want := range map[string]bool{"tmp/acct/old": false, "tmp/acct/new": true, "jobs/a/1/outputs/out.mp4": false, "jobs/b/1/outputs/out.mp4": true} {
-		_, _, err := blobs.Open(ctx, key)
+		r, _, err := blobs.Open(ctx, key)
+		if err == nil {
+			r.Close()
+		}
 		if (err == nil) != want {
 			t.Errorf("%s present=%v, want %v", key, err == nil, want)
 		}

@@ -59,10 +59,24 @@ func fill(ctx context.Context, cli *clientv3.Client, prefix string, n, size int)
 	return n, nil
 }
 
+const nudges = 600
+
+// addNudges writes the small keys deleteAndCompact deletes one by one. Call it
+// before the database fills: under NOSPACE etcd refuses puts but allows deletes.
+func addNudges(t *testing.T, cli *clientv3.Client) {
+	t.Helper()
+	for i := 0; i < nudges; i++ {
+		if _, err := cli.Put(context.Background(), fmt.Sprintf("/test/nudge/%04d", i), "x"); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // deleteAndCompact deletes prefix, compacts all history and waits until etcd
-// counts the freed pages as free (at least half the database). The nudges are
-// deletes of nothing: they are raft entries, so the backend commits and frees the
-// pages the compaction released, and they are allowed under NOSPACE.
+// counts the freed pages as free (at least half the database). bbolt frees pages
+// only at a later commit with no older reader, and etcd commits only when a
+// transaction wrote something (a delete of nothing is no write), so each poll
+// deletes one of addNudges' keys.
 func deleteAndCompact(t *testing.T, cli *clientv3.Client, prefix, endpoint string) {
 	t.Helper()
 	ctx := context.Background()
@@ -74,12 +88,21 @@ func deleteAndCompact(t *testing.T, cli *clientv3.Client, prefix, endpoint strin
 		t.Fatal(err)
 	}
 	var st *clientv3.StatusResponse
-	testenv.Eventually(t, 20*time.Second, "etcd to count the compacted pages as free", func() bool {
-		if _, err := cli.Delete(ctx, "/test/nudge"); err != nil {
-			t.Fatal(err)
+	i := 0
+	testenv.Eventually(t, 25*time.Second, "etcd to count the compacted pages as free", func() bool {
+		if i < nudges {
+			if r, err := cli.Delete(ctx, fmt.Sprintf("/test/nudge/%04d", i)); err != nil || r.Deleted != 1 {
+				t.Fatalf("nudge %d: deleted %v, %v", i, r, err)
+			}
+			i++
 		}
 		st, err = cli.Status(ctx, endpoint)
-		return err == nil && st.DbSizeInUse > 0 && st.DbSizeInUse*2 <= st.DbSize
+		if err != nil {
+			t.Logf("status: %v", err)
+			return false
+		}
+		t.Logf("size %d, in use %d", st.DbSize, st.DbSizeInUse)
+		return st.DbSizeInUse > 0 && st.DbSizeInUse*2 <= st.DbSize
 	})
 }
 
@@ -104,6 +127,7 @@ func TestEtcdMaintenanceDefragments(t *testing.T) {
 		t.Fatalf("db size gauge = %v, member size %d", got, r.Members[0].Size)
 	}
 
+	addNudges(t, cli)
 	if n, err := fill(ctx, cli, "/test/big/", 120, 256<<10); err != nil { // 30 MiB
 		t.Fatalf("fill: %d written: %v", n, err)
 	}
@@ -162,6 +186,7 @@ func TestEtcdMaintenanceClearsNoSpace(t *testing.T) {
 	d.Config.Etcd.QuotaBackendBytes = quota // below config's minimum, set directly
 	nospace := metrics.EtcdAlarm.WithLabelValues("NOSPACE")
 
+	addNudges(t, cli)
 	n, err := fill(ctx, cli, "/test/fill/", 400, 256<<10) // up to 100 MiB
 	if !errors.Is(err, rpctypes.ErrNoSpace) {
 		t.Fatalf("filling a %d-byte quota: %d values written, err %v; want %v", quota, n, err, rpctypes.ErrNoSpace)
