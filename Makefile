@@ -33,6 +33,11 @@ run: deps build ## start Nomad (dev) and mediajobs dev; MEDIAJOBS_DRIVER=docker 
 	@if [ "$${MEDIAJOBS_DRIVER:-raw_exec}" = docker ]; then $(MAKE) --no-print-directory docker; fi
 	@deploy/scripts/run-dev.sh
 
+.PHONY: cluster
+cluster: deps build ## a cluster on loopback: 3 etcd members, a Nomad server and 2 clients, MinIO, 2 gateways (MEDIAJOBS_HTTP_ADDR, MEDIAJOBS_HTTP_ADDR2) and 2 dispatchers
+	$(GO) build -o bin/mediajobs-cluster ./cmd/mediajobs-cluster
+	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) MINIO_BIN=$$(deploy/scripts/install-minio.sh) bin/mediajobs-cluster
+
 .PHONY: test
 test: deps docker ## the whole suite against real etcd, Nomad, Docker and ffmpeg, plus vet, gofmt and short fuzz runs
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
@@ -52,10 +57,12 @@ clean: ## remove bin/ and the dev data in .data/
 BENCHTIME  ?= 2s
 BENCHCOUNT ?= 5
 E2ECOUNT   ?= 3
+SCALECOUNT ?= 3
 
 .PHONY: bench
-bench: ## gateway create/GET beside raw etcd and bare fiber, 200 MB transfers beside MinIO's client; on Nomad: job latency and throughput beside raw Nomad, webhooks (docs/benchmarks.md)
+bench: ## gateway create/GET beside raw etcd and bare fiber, 200 MB transfers beside MinIO's client; the dispatcher at 10,000 jobs beside its old path; on Nomad: job latency and throughput beside raw Nomad, webhooks (docs/benchmarks.md)
 	$(GO) build -o bin/bench-report ./bench/report
 	{ for i in $$(seq $(BENCHCOUNT)); do $(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -count=1 ./bench/ 2>&1; done; \
+	  for i in $$(seq $(SCALECOUNT)); do $(GO) test -run '^$$' -bench Dispatcher -benchtime=1x -count=1 -timeout=30m ./dispatcher/ 2>&1; done; \
 	  if [ $(E2ECOUNT) -gt 0 ]; then NOMAD_BIN=$$(deploy/scripts/install-nomad.sh); export NOMAD_BIN; fi; \
 	  for i in $$(seq $(E2ECOUNT)); do $(GO) test -run '^$$' -bench . -benchtime=1x -count=1 -timeout=30m ./bench/e2e/ 2>&1; done; } | bin/bench-report

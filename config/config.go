@@ -61,13 +61,18 @@ type Dispatcher struct {
 	// TimeoutGrace: how long past timeout_seconds a worker may live before the
 	// dispatcher stops it.
 	TimeoutGrace string `hcl:"timeout_grace,optional"`
+	// DisconnectGrace: how long a job waits for the Nomad node running it to come
+	// back (its allocation "unknown") before it is retried elsewhere.
+	DisconnectGrace string `hcl:"disconnect_grace,optional"`
 
-	ReconcileRange hcl.Range `hcl:"reconcile_every,attr_range"`
-	LeaderRange    hcl.Range `hcl:"leader_ttl,attr_range"`
-	GraceRange     hcl.Range `hcl:"timeout_grace,attr_range"`
-	ReconcileD     time.Duration
-	LeaderTTLD     time.Duration
-	TimeoutGraceD  time.Duration
+	ReconcileRange  hcl.Range `hcl:"reconcile_every,attr_range"`
+	DisconnectRange hcl.Range `hcl:"disconnect_grace,attr_range"`
+	LeaderRange     hcl.Range `hcl:"leader_ttl,attr_range"`
+	GraceRange      hcl.Range `hcl:"timeout_grace,attr_range"`
+	ReconcileD      time.Duration
+	LeaderTTLD      time.Duration
+	TimeoutGraceD   time.Duration
+	DisconnectD     time.Duration
 }
 
 // Server configures the HTTP gateway and signed links.
@@ -318,7 +323,7 @@ func Default() *Config {
 		Etcd:       &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s", CompactionRetention: "10m", QuotaBackendBytes: 8 << 30, DefragEvery: "10m", DefragFreeRatio: 0.5, DefragMinBytes: 64 << 20},
 		Nomad:      &Nomad{PurgeAfter: "1h"},
 		Webhooks:   &Webhooks{BackoffBase: "1s", BackoffCap: "30s", AttemptTimeout: "10s", Concurrency: 128},
-		Dispatcher: &Dispatcher{ReconcileEvery: "15s", LeaderTTL: "10s", TimeoutGrace: "60s"},
+		Dispatcher: &Dispatcher{ReconcileEvery: "15s", LeaderTTL: "10s", TimeoutGrace: "60s", DisconnectGrace: "5m"},
 		Storage:    &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m", JobRetention: "720h"},
 	}
 }
@@ -451,6 +456,7 @@ func (c *Config) finish() hcl.Diagnostics {
 	dd.ReconcileD = dur(dd.ReconcileEvery, dd.ReconcileRange, "reconcile_every")
 	dd.LeaderTTLD = dur(dd.LeaderTTL, dd.LeaderRange, "leader_ttl")
 	dd.TimeoutGraceD = dur(dd.TimeoutGrace, dd.GraceRange, "timeout_grace")
+	dd.DisconnectD = dur(dd.DisconnectGrace, dd.DisconnectRange, "disconnect_grace")
 	if dd.LeaderTTLD > 0 && dd.LeaderTTLD < 2*time.Second {
 		bad(dd.LeaderRange, "Invalid leader_ttl", "leader_ttl must be at least 2s: etcd sessions count in whole seconds.")
 	}

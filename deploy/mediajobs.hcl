@@ -162,6 +162,9 @@ dispatcher {
   leader_ttl = "10s"
   # A worker still alive this long past its job's timeout_seconds is stopped.
   timeout_grace = "60s"
+  # A job whose Nomad node stopped heartbeating waits this long for the node to come
+  # back (a network blip), then runs again elsewhere.
+  disconnect_grace = "5m"
 }
 
 # One pool per kind of hardware; a job picks one with "machine" (default "cpu").

@@ -120,7 +120,7 @@ func (g *Gateway) errorHandler(c *fiber.Ctx, err error) error {
 		// server would parse the rest of it as the next request on this connection.
 		c.Context().SetConnectionClose()
 	}
-	if e.Code == mj.ETooManyRequests && c.GetRespHeader(fiber.HeaderRetryAfter) == "" {
+	if (e.Code == mj.ETooManyRequests || e.Code == mj.EUnavailable) && c.GetRespHeader(fiber.HeaderRetryAfter) == "" {
 		c.Set(fiber.HeaderRetryAfter, "1")
 	}
 	body := fiber.Map{"errorCode": e.Code, "message": e.Message}
@@ -146,6 +146,8 @@ func clientError(err error) *mj.Error {
 		return errSlowBody
 	case errors.Is(err, context.DeadlineExceeded):
 		return mj.Errorf(mj.EUnavailable, "the request took too long; try again")
+	case store.Transient(err):
+		return errStoreBusy
 	}
 	return mj.Errorf(mj.EInternal, "internal error; the server log has details")
 }
@@ -174,6 +176,8 @@ func httpStatus(code string) int {
 	}
 	return fiber.StatusInternalServerError
 }
+
+var errStoreBusy = mj.Errorf(mj.EUnavailable, "the job store (etcd) is electing a leader or lost a member; try again in a moment")
 
 var errSlowBody = mj.Errorf(mj.EValidation, "the request did not arrive within server.upload_timeout; send it faster, or in smaller files")
 

@@ -22,6 +22,8 @@ import (
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 type harness struct {
@@ -408,5 +410,39 @@ func TestSlowUploadTimesOut(t *testing.T) {
 	json.NewDecoder(resp.Body).Decode(&e)
 	if resp.StatusCode != 400 || e["errorCode"] != "validationError" || !strings.Contains(fmt.Sprint(e["message"]), "upload_timeout") {
 		t.Fatalf("stalled upload: %d %v", resp.StatusCode, e)
+	}
+}
+
+// downKV fails every transaction as etcd does while it elects a leader.
+type downKV struct{ clientv3.KV }
+
+func (d downKV) Txn(ctx context.Context) clientv3.Txn { return downTxn{d.KV.Txn(ctx)} }
+
+type downTxn struct{ clientv3.Txn }
+
+func (t downTxn) If(c ...clientv3.Cmp) clientv3.Txn  { return downTxn{t.Txn.If(c...)} }
+func (t downTxn) Then(o ...clientv3.Op) clientv3.Txn { return downTxn{t.Txn.Then(o...)} }
+func (t downTxn) Else(o ...clientv3.Op) clientv3.Txn { return downTxn{t.Txn.Else(o...)} }
+func (t downTxn) Commit() (*clientv3.TxnResponse, error) {
+	return nil, rpctypes.ErrLeaderChanged
+}
+
+// While etcd has no leader (writes fail after the store's own retries), a create
+// is a 503 "unavailable" with Retry-After, not an unknownError 500, and stores
+// nothing.
+func TestCreateWhileEtcdElectsIs503(t *testing.T) {
+	h := newHarness(t)
+	cli := h.store.Client()
+	real := cli.KV
+	cli.KV = downKV{real}
+	status, body, hdr := h.do("POST", "/api/ffmpeg", "alice", map[string]any{
+		"output_files": []string{"out.mp4"}, "ffmpeg_commands": []string{"-f lavfi -i testsrc=duration=1 {{out.mp4}}"},
+	})
+	cli.KV = real
+	if status != 503 || body["errorCode"] != "unavailable" || hdr.Get("Retry-After") == "" || !strings.Contains(fmt.Sprint(body["message"]), "etcd") {
+		t.Fatalf("create while etcd elects: %d %v Retry-After %q", status, body, hdr.Get("Retry-After"))
+	}
+	if _, list, _ := h.do("GET", "/api/jobs", "alice", nil); len(list["data"].([]any)) != 0 {
+		t.Fatalf("jobs after a refused create: %v", list["data"])
 	}
 }

@@ -334,13 +334,13 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 	}
 	// Asked for with ctx, not the job's deadline: the result goes up even after a
 	// timeout, to say so.
-	dest, err := r.uploadLinks(ctx, client, m, st, alloc)
+	dest, err := r.uploadLinks(ctx, r.patient(), m, st, alloc)
 	if err != nil && !st.Failed {
 		// The outputs cannot go up (a name the gateway refuses, a limit of its):
 		// the job fails, and says why, if the result alone can still be reported.
 		fmt.Fprintf(r.Log, "upload links: %v\n", err)
 		st.fail(fmt.Errorf("could not upload the outputs: %w", err))
-		dest, err = r.uploadLinks(ctx, client, m, st, alloc)
+		dest, err = r.uploadLinks(ctx, r.patient(), m, st, alloc)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("report result: %w", err)
@@ -815,6 +815,24 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(t.b) }
+
+// patientWait is the first wait of patient's retries (doubling, at most 15 s).
+var patientWait = time.Second
+
+// patient is the client for the gateway call a finished job's result depends on
+// (its upload links): a gateway restarting, or going away from behind the load
+// balancer at public_url, must not fail work that is done, so it retries
+// connection errors and 5xx answers for about two minutes.
+func (r *Runner) patient() *http.Client {
+	if r.HTTP != nil {
+		return r.HTTP
+	}
+	rc := retryablehttp.NewClient()
+	rc.RetryMax = 10
+	rc.RetryWaitMin, rc.RetryWaitMax = patientWait, 15*patientWait
+	rc.Logger = nil
+	return rc.StandardClient()
+}
 
 func (r *Runner) client(t *http.Transport) *http.Client {
 	if r.HTTP != nil && t == nil {

@@ -13,7 +13,9 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/testenv"
@@ -360,5 +362,31 @@ func TestUploadLinksFallbacks(t *testing.T) {
 	if err := json.Unmarshal(up.files["refused/result.json"], &reported); err != nil || res.Succeeded || reported.Succeeded ||
 		!strings.Contains(reported.ErrorMessage, "not a declared output") {
 		t.Fatalf("refused outputs: %+v; reported %s", res, up.files["refused/result.json"])
+	}
+}
+
+// A gateway that is down when the job ends (restarting, or gone from behind the
+// load balancer) for longer than a few quick retries: the runner keeps asking for
+// its upload links, and the job succeeds once one answers.
+func TestUploadLinksOutlastAGatewayRestart(t *testing.T) {
+	defer func(w time.Duration) { patientWait = w }(patientWait)
+	patientWait = 20 * time.Millisecond
+	srv, up := newServer(t, nil)
+	var asked atomic.Int32
+	restarting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/links" && asked.Add(1) <= 6 { // more than the 3 retries of every other call
+			http.Error(w, "gateway restarting", http.StatusBadGateway)
+			return
+		}
+		srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer restarting.Close()
+	m := mj.Manifest{OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"},
+		UploadsURL: restarting.URL + "/links"}
+	if res := run(t, srv, m); !res.Succeeded || len(up.files["linked/outputs/a.wav"]) == 0 {
+		t.Fatalf("after the gateway came back: %+v, %d files", res, len(up.files))
+	}
+	if n := asked.Load(); n != 7 {
+		t.Fatalf("upload links asked %d times, want 7 (6 refused, then answered)", n)
 	}
 }

@@ -122,8 +122,17 @@ func (m *MinIO) Log() string {
 // otherwise.
 func StartMinIO(t testing.TB) *MinIO {
 	t.Helper()
-	bin := MinIOBinary(t)
-	dir := t.TempDir()
+	m, err := RunMinIO(MinIOBinary(t), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(m.Close)
+	return m
+}
+
+// RunMinIO is StartMinIO outside a test (the cluster harness): the server keeps
+// its data under dir and runs until Close.
+func RunMinIO(bin, dir string) (*MinIO, error) {
 	// A free port can be taken by another process between our check and the
 	// server's bind (packages test in parallel); the server then exits, and new
 	// ports are tried.
@@ -136,16 +145,15 @@ func StartMinIO(t testing.TB) *MinIO {
 		}
 	}
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
-	t.Cleanup(m.stop)
-
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := m.Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(m.Bucket)}); err != nil {
-		t.Fatalf("minio: create bucket %s: %v; log tail:\n%s", m.Bucket, err, tail(m.Log(), 3000))
+		m.Close()
+		return nil, fmt.Errorf("minio: create bucket %s: %v; log tail:\n%s", m.Bucket, err, tail(m.Log(), 3000))
 	}
-	return m
+	return m, nil
 }
 
 var errMinIOExited = errors.New("minio server exited")
@@ -209,7 +217,7 @@ func startMinIO(bin, dir string) (*MinIO, error) {
 			last = err.Error()
 		}
 		if time.Now().After(deadline) {
-			m.stop()
+			m.Close()
 			return nil, fmt.Errorf("minio server not ready after 60s (last: %s); log tail:\n%s", last, tail(m.Log(), 3000))
 		}
 		select {
@@ -232,7 +240,8 @@ func minioFreeEnv() []string {
 	return env
 }
 
-func (m *MinIO) stop() {
+// Close stops the server (its data stays in Dir).
+func (m *MinIO) Close() {
 	if m.cmd == nil || m.cmd.Process == nil {
 		return
 	}

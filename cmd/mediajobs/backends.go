@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/gofiber/fiber/v2"
@@ -118,11 +119,12 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 	// The event stream is one long request; every other call is bounded, so a
 	// half-open connection to Nomad cannot stall the dispatcher (the calls also
 	// carry the leader's context). Two clients, then.
+	// Copied before NewClient, which rewrites a unix:// address in place.
+	calls := *nc
 	events, err := api.NewClient(nc)
 	if err != nil {
 		return nil, fmt.Errorf("nomad client: %w", err)
 	}
-	calls := *nc
 	if !strings.HasPrefix(calls.Address, "unix:") { // a socket keeps the api's own client; contexts bound its calls
 		tr := cleanhttp.DefaultPooledTransport()
 		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12} // as the api's own client
@@ -141,14 +143,25 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 		return nil, err
 	}
 	return &dispatcher.Dispatcher{
-		Config: b.cfg, Store: b.store, Jobs: client.Jobs(), Events: events.EventStream(),
+		Config: b.cfg, Store: b.store, Jobs: client.Jobs(), Allocs: client.Allocations(), Events: events.EventStream(),
 		Blobs: b.blobs, Signer: b.signer, RunnerCommand: self, Log: log,
 		ReconcileEvery: b.cfg.Dispatcher.ReconcileD, LeaderTTL: b.cfg.Dispatcher.LeaderTTLD, TimeoutGrace: b.cfg.Dispatcher.TimeoutGraceD,
-		Accounts: b.store,
+		Accounts: b.store, Name: dispatcherName(),
 		Webhook: &dispatcher.WebhookSender{Base: b.cfg.Webhooks.BaseD, Cap: b.cfg.Webhooks.CapD,
 			AttemptTimeout: b.cfg.Webhooks.TimeoutD, AllowLoopback: b.cfg.Server.AllowLoopback,
 			MaxIdlePerHost: b.cfg.Webhooks.Concurrency},
 	}, nil
+}
+
+// dispatcherName is what the election key says of this dispatcher: host:pid, and
+// under Nomad the allocation, since containers on one host may share host and pid.
+func dispatcherName() string {
+	host, _ := os.Hostname()
+	name := host + ":" + strconv.Itoa(os.Getpid())
+	if id := os.Getenv("NOMAD_ALLOC_ID"); len(id) >= 8 {
+		name += "@" + id[:8]
+	}
+	return name
 }
 
 // openBlobs opens the configured store: storage.url, else the directory

@@ -1,0 +1,491 @@
+// Package cluster starts mediajobs the way it is deployed beyond one machine, on
+// one machine: a 3-member etcd cluster, a Nomad server with two client agents,
+// MinIO, two gateways with no shared disk and two dispatchers, each its own
+// process on loopback ports, each gateway and dispatcher with its own config file
+// rendered from one template. Tests kill and restart its processes to inject
+// faults; `make cluster` starts it for a person to try.
+package cluster
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"text/template"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/store"
+	"github.com/mediajobs/mediajobs/testenv"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Options say where the cluster's pieces come from. Binaries are required.
+type Options struct {
+	Dir       string // every process's files, logs and config
+	Self      string // this binary, re-executed as each etcd member (default os.Executable)
+	Mediajobs string // the mediajobs binary: gateways, dispatchers and the runner
+	Nomad     string // the nomad binary
+	MinIO     string // the minio binary
+
+	// GatewayAddrs are the two gateways' listen addresses ("" picks a free port).
+	GatewayAddrs [2]string
+	// APIKey is the "dev" account's key (default: a new one).
+	APIKey string
+	// ClientCPU is each Nomad client's compute in MHz (default 2000): with the
+	// pool's 500 MHz, four jobs run at a time per client.
+	ClientCPU int
+	// ExtraHCL is appended to every gateway's and dispatcher's config.
+	ExtraHCL string
+	// Progress, when set, gets a line as each piece comes up.
+	Progress io.Writer
+}
+
+// Cluster is a running cluster. Its fields are the processes, for faults.
+type Cluster struct {
+	Etcd         []*Proc // etcd1..3
+	NomadServer  *Proc
+	NomadClients []*Proc // nomad-client1..2
+	Gateways     []*Proc // gateway1..2
+	Dispatchers  []*Proc // dispatcher1..2
+	MinIO        *testenv.MinIO
+
+	EtcdEndpoints []string // http://host:port of each member
+	NomadAddr     string   // the server's HTTP API (and UI)
+	GatewayURLs   []string // http://host:port of each gateway
+	// PublicURL is a load balancer in front of both gateways: every process's
+	// server.public_url, so runners reach whichever gateway is up.
+	PublicURL string
+	APIKey    string
+	Prefix    string // the etcd key prefix of mediajobs' records
+	Nomad     *api.Client
+	Etcd3     *clientv3.Client // on every member
+	Store     *store.Store
+
+	opts Options
+	lb   *http.Server
+}
+
+// Start brings the whole cluster up and returns once every gateway answers
+// /readyz, both Nomad clients are ready, and a dispatcher leads. On an error,
+// what was started is stopped.
+func Start(ctx context.Context, o Options) (c *Cluster, err error) {
+	if o.Self == "" {
+		if o.Self, err = os.Executable(); err != nil {
+			return nil, err
+		}
+	}
+	if o.ClientCPU == 0 {
+		o.ClientCPU = 2000
+	}
+	for _, b := range []struct{ name, path string }{{"mediajobs", o.Mediajobs}, {"nomad", o.Nomad}, {"minio", o.MinIO}} {
+		if b.path == "" {
+			return nil, fmt.Errorf("cluster: no %s binary given", b.name)
+		}
+	}
+	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	c = &Cluster{opts: o, Prefix: "/mediajobs/"}
+	defer func() {
+		if err != nil {
+			c.Close()
+			c = nil
+		}
+	}()
+	say := func(format string, args ...any) {
+		if o.Progress != nil {
+			fmt.Fprintf(o.Progress, format+"\n", args...)
+		}
+	}
+
+	// Every port at once, so that none is handed out twice.
+	addrs, err := testenv.FreeAddrs(6 + 9 + 2)
+	if err != nil {
+		return nil, err
+	}
+	port := func(a string) string { return a[strings.LastIndexByte(a, ':')+1:] }
+
+	// etcd: three members, started together (each waits for a quorum).
+	c.Etcd = memberProcs(o.Self, o.Dir, addrs[:6])
+	for i, p := range c.Etcd {
+		if err := p.Start(); err != nil {
+			return c, err
+		}
+		c.EtcdEndpoints = append(c.EtcdEndpoints, "http://"+addrs[i])
+	}
+	c.Etcd3, err = clientv3.New(clientv3.Config{Endpoints: c.EtcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return c, err
+	}
+	if err := c.waitEtcd(ctx); err != nil {
+		return c, err
+	}
+	say("etcd cluster up: %s", strings.Join(c.EtcdEndpoints, ", "))
+
+	// Nomad: a server, then two clients pointing at its RPC port.
+	n := addrs[6:15]
+	srvDir := filepath.Join(o.Dir, "nomad-server")
+	c.NomadServer = &Proc{Name: "nomad-server", Bin: o.Nomad, Dir: srvDir, Tree: true,
+		Args: []string{"agent", "-config", filepath.Join(srvDir, "agent.hcl")}}
+	if err := writeFile(filepath.Join(srvDir, "agent.hcl"), nomadServer(srvDir, port(n[0]), port(n[1]), port(n[2]))); err != nil {
+		return c, err
+	}
+	c.NomadAddr = "http://" + n[0]
+	conf := api.DefaultConfig()
+	conf.Address = c.NomadAddr
+	conf.Region, conf.Namespace, conf.SecretID = "", "", ""
+	if c.Nomad, err = api.NewClient(conf); err != nil {
+		return c, err
+	}
+	if err := c.NomadServer.Start(); err != nil {
+		return c, err
+	}
+	for i := 0; i < 2; i++ {
+		name := fmt.Sprintf("nomad-client%d", i+1)
+		dir := filepath.Join(o.Dir, name)
+		p := n[3+3*i:]
+		if err := writeFile(filepath.Join(dir, "agent.hcl"), nomadClient(name, dir, port(p[0]), port(p[1]), port(p[2]), port(n[1]), o.ClientCPU)); err != nil {
+			return c, err
+		}
+		proc := &Proc{Name: name, Bin: o.Nomad, Dir: dir, Tree: true, Args: []string{"agent", "-config", filepath.Join(dir, "agent.hcl")}}
+		if err := proc.Start(); err != nil {
+			return c, err
+		}
+		c.NomadClients = append(c.NomadClients, proc)
+	}
+	if err := c.WaitNomadClients(ctx, 120*time.Second); err != nil {
+		return c, err
+	}
+	say("nomad server %s with 2 clients ready", c.NomadAddr)
+
+	// MinIO: the bucket every gateway and dispatcher shares, and nothing else.
+	if c.MinIO, err = testenv.RunMinIO(o.MinIO, filepath.Join(o.Dir, "minio")); err != nil {
+		return c, err
+	}
+	say("minio %s, bucket %s", c.MinIO.Endpoint, c.MinIO.Bucket)
+
+	// The "dev" account and its key, straight in etcd, before anyone serves.
+	c.Store = store.New(c.Etcd3, c.Prefix)
+	c.APIKey = o.APIKey
+	if c.APIKey == "" {
+		c.APIKey = mj.NewAPIKeySecret()
+	}
+	if _, err := c.Store.EnsureAccount(ctx, "dev", "dev"); err != nil {
+		return c, fmt.Errorf("create account: %w", err)
+	}
+	if _, err := c.Store.AddAPIKey(ctx, "dev", "dev", c.APIKey); err != nil {
+		return c, fmt.Errorf("add key: %w", err)
+	}
+
+	// Gateways and dispatchers: one template, a file each.
+	secret := mj.NewAPIKeySecret()
+	gw := [2]string{o.GatewayAddrs[0], o.GatewayAddrs[1]}
+	for i := range gw {
+		if gw[i] == "" {
+			gw[i] = addrs[15+i]
+		}
+		c.GatewayURLs = append(c.GatewayURLs, "http://"+gw[i])
+	}
+	lbLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return c, err
+	}
+	c.PublicURL = "http://" + lbLn.Addr().String()
+	c.lb = &http.Server{Handler: newBalancer(c.GatewayURLs), ReadHeaderTimeout: 10 * time.Second}
+	go c.lb.Serve(lbLn)
+	for i := 0; i < 2; i++ {
+		for _, role := range []string{"gateway", "dispatcher"} {
+			name := fmt.Sprintf("%s%d", role, i+1)
+			dir := filepath.Join(o.Dir, name)
+			cfg, err := c.render(configData{
+				Listen: gw[i], Public: c.PublicURL, Secret: secret, Endpoints: c.EtcdEndpoints, Prefix: c.Prefix,
+				Nomad: c.NomadAddr, Storage: c.MinIO.URL(), Dir: dir, Runner: o.Mediajobs, Extra: o.ExtraHCL,
+			})
+			if err != nil {
+				return c, err
+			}
+			if err := writeFile(filepath.Join(dir, "mediajobs.hcl"), cfg); err != nil {
+				return c, err
+			}
+			p := &Proc{Name: name, Bin: o.Mediajobs, Dir: dir, Args: []string{role, "-config", filepath.Join(dir, "mediajobs.hcl")},
+				Env: []string{
+					"AWS_ACCESS_KEY_ID=" + c.MinIO.AccessKey, "AWS_SECRET_ACCESS_KEY=" + c.MinIO.SecretKey,
+					"AWS_REGION=" + c.MinIO.Region, "AWS_SESSION_TOKEN=", "AWS_PROFILE=",
+					"MEDIAJOBS_CONFIG=",
+				}}
+			if err := p.Start(); err != nil {
+				return c, err
+			}
+			if role == "gateway" {
+				c.Gateways = append(c.Gateways, p)
+			} else {
+				c.Dispatchers = append(c.Dispatchers, p)
+			}
+		}
+	}
+	for i := range c.Gateways {
+		if err := c.WaitGateway(ctx, i, 60*time.Second); err != nil {
+			return c, err
+		}
+	}
+	if _, err := c.WaitLeader(ctx, -1, 60*time.Second); err != nil {
+		return c, err
+	}
+	say("gateways %s behind %s; dispatchers up, one leading", strings.Join(c.GatewayURLs, ", "), c.PublicURL)
+	return c, nil
+}
+
+type configData struct {
+	Listen, Public, Secret, Prefix, Nomad, Storage, Dir, Runner, Extra string
+	Endpoints                                                          []string
+}
+
+// configTemplate is every gateway's and dispatcher's config: the same but for
+// where a gateway listens (a dispatcher listens nowhere).
+var configTemplate = template.Must(template.New("mediajobs.hcl").Funcs(template.FuncMap{"q": strconv.Quote}).Parse(`# Rendered by the cluster harness (testenv/cluster) for one process.
+server {
+  listen         = {{q .Listen}}
+  public_url     = {{q .Public}}
+  signing_secret = {{q .Secret}}
+  # Test inputs and webhooks are served on loopback.
+  allow_loopback = true
+}
+etcd {
+  embedded  = false
+  endpoints = [{{range $i, $e := .Endpoints}}{{if $i}}, {{end}}{{q $e}}{{end}}]
+  prefix    = {{q .Prefix}}
+}
+nomad {
+  address = {{q .Nomad}}
+}
+storage {
+  # Credentials come from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY.
+  url  = {{q .Storage}}
+  path = {{q (printf "%s/blobs" .Dir)}}
+}
+dispatcher {
+  reconcile_every  = "2s"
+  leader_ttl       = "3s"
+  timeout_grace    = "5s"
+  disconnect_grace = "10s"
+}
+webhooks {
+  backoff_base = "300ms"
+  backoff_cap  = "2s"
+}
+pool "cpu" {
+  runner_command = {{q .Runner}}
+  cpu            = 500
+  memory         = 128
+}
+{{.Extra}}
+`))
+
+func (c *Cluster) render(d configData) (string, error) {
+	var b bytes.Buffer
+	err := configTemplate.Execute(&b, d)
+	return b.String(), err
+}
+
+func writeFile(path, content string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content), 0o600)
+}
+
+// poll calls cond every 100 ms until it is true, the timeout passes or ctx ends.
+func poll(ctx context.Context, timeout time.Duration, what string, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for {
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		if time.Now().After(deadline) {
+			if last != nil {
+				return fmt.Errorf("%s: not after %s: %w", what, timeout, last)
+			}
+			return fmt.Errorf("%s: not after %s", what, timeout)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+func (c *Cluster) waitEtcd(ctx context.Context) error {
+	return poll(ctx, 60*time.Second, "etcd cluster healthy", func() (bool, error) {
+		return c.EtcdHealthy(ctx) == nil, c.EtcdHealthy(ctx)
+	})
+}
+
+// EtcdHealthy checks that every member answers and they agree on one leader.
+func (c *Cluster) EtcdHealthy(ctx context.Context) error {
+	var leader uint64
+	for _, ep := range c.EtcdEndpoints {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := c.Etcd3.Status(sctx, ep)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("%s: %w", ep, err)
+		}
+		if st.Leader == 0 || (leader != 0 && st.Leader != leader) {
+			return fmt.Errorf("%s: no agreed leader", ep)
+		}
+		leader = st.Leader
+	}
+	return nil
+}
+
+// EtcdLeader is the index of the member that leads the raft group.
+func (c *Cluster) EtcdLeader(ctx context.Context) (int, error) {
+	for i, ep := range c.EtcdEndpoints {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		st, err := c.Etcd3.Status(sctx, ep)
+		cancel()
+		if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
+			return i, nil
+		}
+	}
+	return -1, errors.New("no etcd leader")
+}
+
+// WaitNomadClients waits until both client nodes are ready with raw_exec.
+func (c *Cluster) WaitNomadClients(ctx context.Context, timeout time.Duration) error {
+	return poll(ctx, timeout, "nomad clients ready", func() (bool, error) {
+		nodes, _, err := c.Nomad.Nodes().List(&api.QueryOptions{Params: map[string]string{"resources": "false"}})
+		if err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, n := range nodes {
+			if d, ok := n.Drivers["raw_exec"]; ok && d.Healthy && n.Status == api.NodeStatusReady {
+				ready++
+			}
+		}
+		return ready == len(c.NomadClients), nil
+	})
+}
+
+// NodeID is the Nomad node id of client i (0 or 1).
+func (c *Cluster) NodeID(i int) (string, error) {
+	nodes, _, err := c.Nomad.Nodes().List(nil)
+	if err != nil {
+		return "", err
+	}
+	for _, n := range nodes {
+		if n.Name == c.NomadClients[i].Name {
+			return n.ID, nil
+		}
+	}
+	return "", fmt.Errorf("no node %s", c.NomadClients[i].Name)
+}
+
+// WaitGateway waits until gateway i answers /readyz with 200.
+func (c *Cluster) WaitGateway(ctx context.Context, i int, timeout time.Duration) error {
+	client := &http.Client{Timeout: 2 * time.Second}
+	p := c.Gateways[i]
+	return poll(ctx, timeout, p.Name+" ready", func() (bool, error) {
+		if !p.Running() {
+			return false, fmt.Errorf("exited: %s", p.LogTail(2000))
+		}
+		resp, err := client.Get(c.GatewayURLs[i] + "/readyz")
+		if err != nil {
+			return false, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK, fmt.Errorf("readyz: %s", resp.Status)
+	})
+}
+
+// Leader is the index of the leading dispatcher (the process whose pid the
+// election key names), or -1.
+func (c *Cluster) Leader(ctx context.Context) (int, error) {
+	sctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	resp, err := c.Etcd3.Get(sctx, c.Store.ElectionPrefix()+"/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		return -1, err
+	}
+	if len(resp.Kvs) == 0 {
+		return -1, nil
+	}
+	name := string(resp.Kvs[0].Value)
+	for i, p := range c.Dispatchers {
+		if pid := p.Pid(); pid != 0 && strings.HasSuffix(name, ":"+strconv.Itoa(pid)) {
+			return i, nil
+		}
+	}
+	return -1, nil
+}
+
+// WaitLeader waits until a dispatcher other than not (-1: any) leads.
+func (c *Cluster) WaitLeader(ctx context.Context, not int, timeout time.Duration) (int, error) {
+	leader := -1
+	err := poll(ctx, timeout, "a leading dispatcher", func() (bool, error) {
+		i, err := c.Leader(ctx)
+		leader = i
+		return i >= 0 && i != not, err
+	})
+	return leader, err
+}
+
+// AllProcs lists every process of the cluster but MinIO.
+func (c *Cluster) AllProcs() []*Proc {
+	out := append([]*Proc{}, c.Etcd...)
+	if c.NomadServer != nil {
+		out = append(out, c.NomadServer)
+	}
+	out = append(out, c.NomadClients...)
+	out = append(out, c.Gateways...)
+	return append(out, c.Dispatchers...)
+}
+
+// Close stops everything, clients first, and unmounts what Nomad clients mounted.
+func (c *Cluster) Close() {
+	parallel := func(procs []*Proc, stop func(*Proc)) {
+		var wg sync.WaitGroup
+		for _, p := range procs {
+			wg.Add(1)
+			go func() { defer wg.Done(); stop(p) }()
+		}
+		wg.Wait()
+	}
+	graceful := func(p *Proc) { p.Stop(10 * time.Second) }
+	if c.lb != nil {
+		c.lb.Close()
+	}
+	parallel(append(append([]*Proc{}, c.Dispatchers...), c.Gateways...), graceful)
+	parallel(c.NomadClients, func(p *Proc) {
+		p.Kill() // with the tasks it runs: the cluster's files go with it
+		testenv.UnmountUnder(p.Dir)
+	})
+	if c.NomadServer != nil {
+		c.NomadServer.Stop(10 * time.Second)
+	}
+	if c.MinIO != nil {
+		c.MinIO.Close()
+	}
+	if c.Etcd3 != nil {
+		c.Etcd3.Close()
+	}
+	parallel(c.Etcd, graceful)
+}

@@ -1,0 +1,588 @@
+package cluster_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/testenv"
+	"github.com/mediajobs/mediajobs/testenv/cluster"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+func TestMain(m *testing.M) {
+	cluster.MemberMain() // the harness re-executes this binary as each etcd member
+	os.Exit(m.Run())
+}
+
+// jobSeconds is how long each job's ffmpeg runs: it copies a clip this long at
+// its native rate (-re), so the jobs take wall time, not CPU.
+const jobSeconds = 4
+
+// TestClusterSurvivesFaults runs 50 jobs of a few seconds through the two
+// gateways of a real multi-process cluster while it kills -9, in turn, the
+// leading dispatcher, a gateway, an etcd member and a Nomad client with work on
+// it. Afterwards every job has succeeded exactly once, every output downloads
+// through either gateway, every webhook was delivered once, and Nomad runs
+// nothing. Each fault's recovery time is logged.
+func TestClusterSurvivesFaults(t *testing.T) {
+	for _, b := range []string{"ffmpeg", "ffprobe", "bwrap"} {
+		testenv.Binary(t, b)
+	}
+	nomadBin, minioBin := testenv.NomadBinary(t), testenv.MinIOBinary(t)
+	dir, err := os.MkdirTemp("", "mediajobs-cluster-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mediajobs, err := testenv.BuildMediajobs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clip := filepath.Join(dir, "clip.mp4")
+	gen := exec.Command("ffmpeg", "-v", "error", "-f", "lavfi", "-i", fmt.Sprintf("testsrc=duration=%d:size=160x120:rate=10", jobSeconds),
+		"-f", "lavfi", "-i", fmt.Sprintf("sine=duration=%d", jobSeconds), "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac", "-shortest", clip)
+	if out, err := gen.CombinedOutput(); err != nil {
+		t.Fatalf("generate clip: %v\n%s", err, out)
+	}
+	inputs := httptest.NewServer(http.FileServer(http.Dir(dir)))
+	defer inputs.Close()
+	hooks := &receiver{byJob: map[string]map[string]int{}}
+	hookSrv := httptest.NewServer(hooks)
+	defer hookSrv.Close()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var progress bytes.Buffer
+	c, err := cluster.Start(ctx, cluster.Options{Dir: filepath.Join(dir, "cluster"), Mediajobs: mediajobs, Nomad: nomadBin, MinIO: minioBin, Progress: &progress})
+	t.Log(strings.TrimSpace(progress.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if t.Failed() {
+			for _, p := range c.AllProcs() {
+				t.Logf("--- %s ---\n%s", p.Name, p.LogTail(4000))
+			}
+		}
+		c.Close()
+		os.RemoveAll(dir)
+	}()
+
+	// Every write of every job record, from before the first job: a job's status
+	// may turn terminal once and never change after.
+	w := &transitions{terminal: map[string]int{}, after: map[string][]string{}, last: map[string]mj.Status{}}
+	wctx, wcancel := context.WithCancel(ctx)
+	defer wcancel()
+	start, err := c.Etcd3.Get(ctx, "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go w.follow(wctx, c.Etcd3, c.Prefix+"jobs/", start.Header.Revision+1)
+
+	api0 := client{base: c.GatewayURLs[0], key: c.APIKey}
+	api1 := client{base: c.GatewayURLs[1], key: c.APIKey}
+	var ids []string
+	create := func(via client, n int) {
+		for i := 0; i < n; i++ {
+			tag := fmt.Sprintf("j%02d", len(ids))
+			id, err := via.create(map[string]any{
+				"input_files":     map[string]string{"in": inputs.URL + "/clip.mp4?job=" + tag},
+				"output_files":    []string{"out.mp4"},
+				"ffmpeg_commands": []string{"-re -i {{in}} -c copy {{out.mp4}}"},
+				"webhook_url":     hookSrv.URL + "/" + tag,
+			})
+			if err != nil {
+				t.Fatalf("create %s via %s: %v", tag, via.base, err)
+			}
+			ids = append(ids, id)
+		}
+	}
+	// The first wave alternates between the gateways.
+	for i := 0; i < 15; i++ {
+		create([]client{api0, api1}[i%2], 1)
+	}
+	running := func(n int) func() bool {
+		return func() bool { return countRunning(t, c.Nomad) >= n }
+	}
+	testenv.Eventually(t, 90*time.Second, "jobs running on Nomad", running(4))
+	var recovery []string
+	report := func(fault, what string, d time.Duration) {
+		line := fmt.Sprintf("%-40s %-48s %6.1f s", fault, what, d.Seconds())
+		recovery = append(recovery, line)
+		t.Log(line)
+	}
+
+	// 1. The leading dispatcher dies; the standby takes over after its session
+	// expires (leader_ttl 3s) and picks up the stream and the work.
+	leader, err := c.Leader(ctx)
+	if err != nil || leader < 0 {
+		t.Fatalf("no leading dispatcher: %v", err)
+	}
+	doneBefore := w.terminalCount()
+	t0 := time.Now()
+	c.Dispatchers[leader].Kill()
+	if _, err := c.WaitLeader(ctx, leader, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	report("kill -9 leading dispatcher", "until the standby leads", time.Since(t0))
+	testenv.Eventually(t, 90*time.Second, "a job to finish under the new leader", func() bool { return w.terminalCount() > doneBefore })
+	report("", "until a job finishes under it", time.Since(t0))
+	if err := c.Dispatchers[leader].Start(); err != nil {
+		t.Fatal(err)
+	}
+
+	// 2. A gateway dies: clients go on against the other. It is the one runners
+	// report progress to, so they carry on without it. It comes back later.
+	t0 = time.Now()
+	c.Gateways[0].Kill()
+	create(api1, 15)
+	report("kill -9 gateway1", "until 15 jobs are created through gateway2", time.Since(t0))
+
+	// 3. An etcd member dies (the raft leader: the hardest case) and comes back.
+	testenv.Eventually(t, 90*time.Second, "jobs running on Nomad", running(4))
+	member, err := c.EtcdLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t0 = time.Now()
+	c.Etcd[member].Kill()
+	create(api1, 10)
+	report(fmt.Sprintf("kill -9 etcd%d (raft leader)", member+1), "until 10 more jobs are created (2 of 3 members)", time.Since(t0))
+	t1 := time.Now()
+	if err := c.Etcd[member].Start(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the etcd cluster whole again", func() bool { return c.EtcdHealthy(ctx) == nil })
+	report("", "restarted member until all 3 agree on a leader", time.Since(t1))
+	t1 = time.Now()
+	if err := c.Gateways[0].Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitGateway(ctx, 0, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	report("gateway1 restarted", "until /readyz answers 200", time.Since(t1))
+	create(api0, 10) // 50 in all
+
+	// 4. A Nomad client with allocations dies with its tasks, as a machine would.
+	// Its work is lost: Nomad keeps the allocations "unknown" (our jobspecs'
+	// disconnect block) and the dispatcher runs those jobs again elsewhere after
+	// disconnect_grace (10s here); the node's own allocations never publish.
+	var victim int
+	var lostJobs []string
+	testenv.Eventually(t, 90*time.Second, "a Nomad client running jobs", func() bool {
+		for i := range c.NomadClients {
+			if lostJobs = jobsOnNode(t, c, i); len(lostJobs) > 0 {
+				victim = i
+				return true
+			}
+		}
+		return false
+	})
+	t0 = time.Now()
+	c.NomadClients[victim].Kill()
+	testenv.Eventually(t, 3*time.Minute, "the lost node's jobs to run again", func() bool {
+		for _, id := range lostJobs {
+			if j, err := c.Store.Job(ctx, id); err != nil || (j.Attempt < 2 && !j.Status.Terminal()) {
+				return false
+			}
+		}
+		return true
+	})
+	report(fmt.Sprintf("kill -9 %s with %d jobs", c.NomadClients[victim].Name, len(lostJobs)), "until they are dispatched again (attempt 2)", time.Since(t0))
+	testenv.Eventually(t, 3*time.Minute, "the lost node's jobs to finish elsewhere", func() bool {
+		for _, id := range lostJobs {
+			if !w.isTerminal(id) {
+				return false
+			}
+		}
+		return true
+	})
+	report("", "until they finished on the other client", time.Since(t0))
+	t1 = time.Now()
+	if err := c.NomadClients[victim].Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitNomadClients(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	report("", "restarted client until its node is ready", time.Since(t1))
+
+	// Afterwards.
+	testenv.Eventually(t, 4*time.Minute, "every job terminal", func() bool { return w.terminalCountOf(ids) == len(ids) })
+	for i, id := range ids {
+		j, err := []client{api0, api1}[i%2].job(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if j.Status != "succeeded" {
+			t.Errorf("job %s: %s: %s", id, j.Status, j.ErrorMessage)
+			continue
+		}
+		if o := j.Outputs["out.mp4"]; o.SizeBytes <= 0 || o.DurationSeconds < jobSeconds-0.5 {
+			t.Errorf("job %s: out.mp4 is %d bytes, %.1f s; want the %d s clip", id, o.SizeBytes, o.DurationSeconds, jobSeconds)
+		}
+		// Both gateways hand out links that download the same bytes.
+		var got [2][]byte
+		for g, via := range []client{api0, api1} {
+			j, err := via.job(id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got[g], err = download(j.OutputFiles["out.mp4"]); err != nil {
+				t.Errorf("job %s: out.mp4 via gateway%d: %v", id, g+1, err)
+			}
+		}
+		if len(got[0]) == 0 || !bytes.Equal(got[0], got[1]) {
+			t.Errorf("job %s: out.mp4 downloads differ between the gateways (%d and %d bytes)", id, len(got[0]), len(got[1]))
+		}
+	}
+	for _, p := range w.problems(ids) {
+		t.Error(p)
+	}
+	testenv.Eventually(t, 90*time.Second, "every webhook delivered", func() bool { return hooks.delivered(ids) == len(ids) })
+	for _, p := range hooks.problems(ids) {
+		t.Error(p)
+	}
+	var live, procs []string
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		live, procs = liveChildren(t, c.Nomad), runnerProcs(ids)
+		if len(live) == 0 && len(procs) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after 2m, Nomad children not dead:\n%s\nrunner processes: %v", strings.Join(live, "\n"), procs)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Logf("recovery times:\n%s", strings.Join(recovery, "\n"))
+	if f := os.Getenv("MEDIAJOBS_CLUSTER_REPORT"); f != "" {
+		os.WriteFile(f, []byte(strings.Join(recovery, "\n")+"\n"), 0o644)
+	}
+}
+
+// client is the public API through one gateway.
+type client struct{ base, key string }
+
+type jobView struct {
+	ID           string            `json:"id"`
+	Status       string            `json:"status"`
+	ErrorMessage string            `json:"error_message"`
+	OutputFiles  map[string]string `json:"output_files"`
+	Outputs      map[string]struct {
+		SizeBytes       int64   `json:"size_bytes"`
+		DurationSeconds float64 `json:"duration_seconds"`
+	} `json:"outputs"`
+}
+
+func (c client) do(method, path string, body any) ([]byte, error) {
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, c.base+path, r)
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Content-Type", "application/json")
+	if method == "POST" {
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("test-%d", time.Now().UnixNano()))
+	}
+	// As a well-behaved client: a 429 or 503 is tried again after Retry-After
+	// (a create carries an Idempotency-Key, so a retry never makes two jobs).
+	for attempt := 0; ; attempt++ {
+		if body != nil {
+			b, _ := json.Marshal(body)
+			req.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+		if err != nil {
+			return nil, err
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if (resp.StatusCode == 429 || resp.StatusCode == 503) && attempt < 20 {
+			wait, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+			time.Sleep(time.Duration(max(wait, 1)) * 100 * time.Millisecond)
+			continue
+		}
+		if resp.StatusCode != 200 {
+			return nil, fmt.Errorf("%s %s: %s %s", method, path, resp.Status, b)
+		}
+		return b, nil
+	}
+}
+
+func (c client) create(body any) (string, error) {
+	b, err := c.do("POST", "/api/ffmpeg", body)
+	if err != nil {
+		return "", err
+	}
+	var r struct{ Data jobView }
+	if err := json.Unmarshal(b, &r); err != nil || r.Data.ID == "" {
+		return "", fmt.Errorf("create: %v: %s", err, b)
+	}
+	return r.Data.ID, nil
+}
+
+func (c client) job(id string) (*jobView, error) {
+	b, err := c.do("GET", "/api/jobs/"+id, nil)
+	if err != nil {
+		return nil, err
+	}
+	var r struct{ Data jobView }
+	return &r.Data, json.Unmarshal(b, &r)
+}
+
+func download(u string) ([]byte, error) {
+	if u == "" {
+		return nil, fmt.Errorf("no link")
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Get(u)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		return nil, fmt.Errorf("%s: %s", resp.Status, b)
+	}
+	return b, err
+}
+
+// transitions follows every write of the job records in etcd.
+type transitions struct {
+	mu       sync.Mutex
+	terminal map[string]int       // job id -> writes that made it terminal
+	after    map[string][]string  // job id -> status changes after terminal
+	last     map[string]mj.Status // job id -> last status seen
+	err      error
+}
+
+func (w *transitions) follow(ctx context.Context, cli *clientv3.Client, prefix string, rev int64) {
+	for resp := range cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix(), clientv3.WithRev(rev)) {
+		if err := resp.Err(); err != nil {
+			w.mu.Lock()
+			w.err = err
+			w.mu.Unlock()
+			return
+		}
+		for _, ev := range resp.Events {
+			if ev.Type != clientv3.EventTypePut {
+				continue
+			}
+			var j mj.Job
+			if json.Unmarshal(ev.Kv.Value, &j) != nil {
+				continue
+			}
+			w.mu.Lock()
+			prev, seen := w.last[j.ID]
+			switch {
+			case seen && prev.Terminal() && j.Status != prev:
+				w.after[j.ID] = append(w.after[j.ID], fmt.Sprintf("%s -> %s", prev, j.Status))
+			case j.Status.Terminal() && (!seen || !prev.Terminal()):
+				w.terminal[j.ID]++
+			}
+			w.last[j.ID] = j.Status
+			w.mu.Unlock()
+		}
+	}
+}
+
+func (w *transitions) terminalCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.terminal)
+}
+
+func (w *transitions) isTerminal(id string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.last[id].Terminal()
+}
+
+func (w *transitions) terminalCountOf(ids []string) int {
+	n := 0
+	for _, id := range ids {
+		if w.isTerminal(id) {
+			n++
+		}
+	}
+	return n
+}
+
+// problems: a watch that broke (a compaction would hide writes), a job published
+// more than once, or changed after it ended.
+func (w *transitions) problems(ids []string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []string
+	if w.err != nil {
+		out = append(out, fmt.Sprintf("the watch on job records broke: %v", w.err))
+	}
+	for _, id := range ids {
+		if n := w.terminal[id]; n != 1 {
+			out = append(out, fmt.Sprintf("job %s turned terminal %d times; want exactly once", id, n))
+		}
+		if a := w.after[id]; len(a) > 0 {
+			out = append(out, fmt.Sprintf("job %s changed after it ended: %v", id, a))
+		}
+	}
+	return out
+}
+
+// receiver is a webhook receiver: per job, how often each delivery id came.
+type receiver struct {
+	mu    sync.Mutex
+	byJob map[string]map[string]int
+}
+
+func (h *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var j struct {
+		ID string `json:"id"`
+	}
+	json.NewDecoder(r.Body).Decode(&j)
+	h.mu.Lock()
+	if h.byJob[j.ID] == nil {
+		h.byJob[j.ID] = map[string]int{}
+	}
+	h.byJob[j.ID][r.Header.Get("X-Mediajobs-Delivery")]++
+	h.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (h *receiver) delivered(ids []string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, id := range ids {
+		if len(h.byJob[id]) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// problems: a job whose webhook came with more than one delivery id (a second
+// delivery), or with none. The same id twice is a retry, which is allowed.
+func (h *receiver) problems(ids []string) []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []string
+	for _, id := range ids {
+		if n := len(h.byJob[id]); n != 1 {
+			out = append(out, fmt.Sprintf("job %s: webhook deliveries %v; want one delivery id", id, h.byJob[id]))
+		}
+	}
+	return out
+}
+
+// children lists the dispatched children of the cpu pool's parameterized job.
+func children(t *testing.T, n *api.Client) []*api.JobListStub {
+	t.Helper()
+	jobs, _, err := n.Jobs().List(&api.QueryOptions{Prefix: "mediajobs-cpu/dispatch-"})
+	if err != nil {
+		t.Logf("list nomad jobs: %v", err)
+		return nil
+	}
+	return jobs
+}
+
+// liveChildren lists the children that run or may still run, with their
+// allocations. A stopped child whose allocations have all ended counts as done
+// even if Nomad says "pending": a child whose node was lost keeps the delayed
+// evaluation of its disconnect block (lost_after) pending for an hour.
+func liveChildren(t *testing.T, n *api.Client) []string {
+	var out []string
+	for _, j := range children(t, n) {
+		if j.Status == "dead" {
+			continue
+		}
+		allocs, _, err := n.Jobs().Allocations(j.ID, true, nil)
+		ended := err == nil && j.Stop
+		line := fmt.Sprintf("%s %s (stopped %v):", j.ID, j.Status, j.Stop)
+		for _, a := range allocs {
+			line += fmt.Sprintf(" %s %s/%s on %s;", a.ID[:8], a.ClientStatus, a.DesiredStatus, a.NodeName)
+			switch a.ClientStatus {
+			case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+			default:
+				ended = false
+			}
+		}
+		if !ended {
+			out = append(out, line)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func countRunning(t *testing.T, n *api.Client) int {
+	allocs, _, err := n.Allocations().List(&api.QueryOptions{Params: map[string]string{"resources": "false"}})
+	if err != nil {
+		return 0
+	}
+	k := 0
+	for _, a := range allocs {
+		if a.ClientStatus == api.AllocClientStatusRunning && strings.HasPrefix(a.JobID, "mediajobs-cpu/dispatch-") {
+			k++
+		}
+	}
+	return k
+}
+
+// jobsOnNode lists the mediajobs job ids with a running allocation on client i.
+func jobsOnNode(t *testing.T, c *cluster.Cluster, i int) []string {
+	node, err := c.NodeID(i)
+	if err != nil {
+		return nil
+	}
+	allocs, _, err := c.Nomad.Nodes().Allocations(node, nil)
+	if err != nil {
+		return nil
+	}
+	var ids []string
+	for _, a := range allocs {
+		if a.ClientStatus != api.AllocClientStatusRunning || a.Job == nil || a.Job.Meta == nil {
+			continue
+		}
+		if id := a.Job.Meta["mediajobs_job_id"]; id != "" {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// runnerProcs lists processes Nomad started for one of the jobs ids (by the
+// dispatch meta in their environment) that still run.
+func runnerProcs(ids []string) []string {
+	var out []string
+	envs, _ := filepath.Glob("/proc/[0-9]*/environ")
+	for _, f := range envs {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, id := range ids {
+			if bytes.Contains(b, []byte("NOMAD_META_mediajobs_job_id="+id+"\x00")) {
+				out = append(out, filepath.Base(filepath.Dir(f))+" ("+id+")")
+			}
+		}
+	}
+	return out
+}
