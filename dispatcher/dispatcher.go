@@ -44,6 +44,11 @@ type NomadJobs interface {
 	Evaluations(jobID string, q *api.QueryOptions) ([]*api.Evaluation, *api.QueryMeta, error)
 }
 
+// NomadAllocs lists allocations across jobs; *api.Allocations has it.
+type NomadAllocs interface {
+	List(q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error)
+}
+
 // NomadEvents is Nomad's event stream; *api.EventStream has it.
 type NomadEvents interface {
 	Stream(ctx context.Context, topics map[api.Topic][]string, index uint64, q *api.QueryOptions) (<-chan *api.Events, error)
@@ -55,6 +60,7 @@ type Store interface {
 	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
 	UpdateJobs(ctx context.Context, us []store.JobUpdate) ([]*mj.Job, []error)
 	Jobs(ctx context.Context, ids []string) ([]*mj.Job, []error)
+	JobsUnder(ctx context.Context, prefix string) ([]*mj.Job, error)
 	JobIDs(ctx context.Context, prefix string, limit int) ([]string, int64, error)
 	Count(ctx context.Context, prefix string) (int, error)
 	DeleteOutbox(ctx context.Context, id string) error
@@ -82,10 +88,13 @@ type Blobs interface {
 
 // Dispatcher runs the loops above. Fill the fields and call Run.
 type Dispatcher struct {
-	Config  *config.Config
-	Store   Store
-	Jobs    NomadJobs
-	Events  NomadEvents
+	Config *config.Config
+	Store  Store
+	Jobs   NomadJobs
+	Events NomadEvents
+	// Allocs lets reconcile read a pool's live allocations in one call; without
+	// it, reconcile reads them child by child.
+	Allocs  NomadAllocs
 	Blobs   Blobs
 	Signer  blob.Signer
 	Webhook *WebhookSender
@@ -103,6 +112,9 @@ type Dispatcher struct {
 	// TimeoutGrace is how long past a job's timeout a child may live before the
 	// dispatcher stops it. Default 60s.
 	TimeoutGrace time.Duration
+	// DisconnectGrace is how long an attempt whose node stopped heartbeating waits
+	// for it before it runs again elsewhere (dispatcher.disconnect_grace).
+	DisconnectGrace time.Duration
 	// Name identifies this dispatcher in the election (default host:pid).
 	Name string
 	// CallTimeout bounds each Nomad call (default NomadTimeout).
@@ -113,6 +125,10 @@ type Dispatcher struct {
 	// Webhook deliveries read and write their jobs in groups (see group).
 	hookReads  *group[string, *mj.Job]
 	hookWrites *group[store.JobUpdate, *mj.Job]
+	// Nomad's events and reconcile write jobs in groups too (see update).
+	writes *group[store.JobUpdate, *mj.Job]
+	// ungrouped: update writes each job alone (the old path, for the benchmark).
+	ungrouped bool
 	// nomadDown: a dispatch found Nomad unreachable, and none has succeeded since.
 	nomadDown atomic.Bool
 	mu        sync.Mutex
@@ -148,6 +164,7 @@ func (d *Dispatcher) defaults() {
 	if d.hookReads == nil {
 		d.hookReads = &group[string, *mj.Job]{run: d.Store.Jobs, key: func(id string) string { return id }, max: 100}
 		d.hookWrites = &group[store.JobUpdate, *mj.Job]{run: d.Store.UpdateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64}
+		d.writes = &group[store.JobUpdate, *mj.Job]{run: d.Store.UpdateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64}
 	}
 	if d.ReconcileEvery == 0 {
 		d.ReconcileEvery = 15 * time.Second
@@ -157,6 +174,9 @@ func (d *Dispatcher) defaults() {
 	}
 	if d.CallTimeout == 0 {
 		d.CallTimeout = NomadTimeout
+	}
+	if d.DisconnectGrace == 0 {
+		d.DisconnectGrace = defaultDisconnectGrace
 	}
 	if d.TimeoutGrace == 0 {
 		d.TimeoutGrace = 60 * time.Second

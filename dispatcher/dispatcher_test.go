@@ -54,7 +54,7 @@ func TestTransition(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			j := &mj.Job{Status: c.from, Attempt: c.attempt, NomadJobID: "child"}
-			err := transition(j, c.alloc, c.result, now, scope, 3)
+			err := transition(j, c.alloc, c.result, now, scope, 3, defaultDisconnectGrace)
 			if c.skip {
 				if err != errSkip {
 					t.Fatalf("err = %v, want skip", err)

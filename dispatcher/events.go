@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -38,6 +39,40 @@ func fromAlloc(a *api.Allocation) allocState {
 	s := allocState{ID: a.ID, NomadJobID: a.JobID, ClientStatus: a.ClientStatus, Modified: time.Unix(0, a.ModifyTime), Created: time.Unix(0, a.CreateTime)}
 	s.taskInfo(a.TaskStates)
 	return s
+}
+
+// allocFromEvent is fromAlloc of an allocation event, read straight from the
+// payload's generic map: decoding the whole allocation (ev.Allocation) cost more
+// CPU than applying it. Numbers arrive as float64 and times as RFC 3339 strings,
+// as ev.Allocation reads them.
+func allocFromEvent(ev *api.Event) (allocState, bool) {
+	m, ok := ev.Payload["Allocation"].(map[string]any)
+	if !ok {
+		return allocState{}, false
+	}
+	str := func(m map[string]any, k string) string { s, _ := m[k].(string); return s }
+	num := func(m map[string]any, k string) int64 { f, _ := m[k].(float64); return int64(f) }
+	at := func(m map[string]any, k string) time.Time { t, _ := time.Parse(time.RFC3339, str(m, k)); return t }
+	s := allocState{ID: str(m, "ID"), NomadJobID: str(m, "JobID"), ClientStatus: str(m, "ClientStatus"),
+		Modified: time.Unix(0, num(m, "ModifyTime")), Created: time.Unix(0, num(m, "CreateTime"))}
+	all, _ := m["TaskStates"].(map[string]any)
+	states := map[string]*api.TaskState{}
+	for _, name := range []string{"runner", "upload"} { // what taskInfo reads
+		t, ok := all[name].(map[string]any)
+		if !ok {
+			continue
+		}
+		ts := &api.TaskState{State: str(t, "State"), StartedAt: at(t, "StartedAt"), FinishedAt: at(t, "FinishedAt")}
+		evs, _ := t["Events"].([]any)
+		for _, e := range evs {
+			if e, ok := e.(map[string]any); ok {
+				ts.Events = append(ts.Events, &api.TaskEvent{Type: str(e, "Type"), DisplayMessage: str(e, "DisplayMessage"), ExitCode: int(num(e, "ExitCode"))})
+			}
+		}
+		states[name] = ts
+	}
+	s.taskInfo(states)
+	return s, true
 }
 
 func fromStub(a *api.AllocationListStub) allocState {
@@ -74,11 +109,25 @@ func (s *allocState) taskInfo(states map[string]*api.TaskState) {
 }
 
 // eventLoop follows Nomad's allocation and evaluation events from the saved index.
-// Errors arrive in-band; after each (re)connect, and every ReconcileEvery, it
-// reconciles, because the stream is a best-effort tail: a slow reader is dropped and
-// a fast task can skip "running" entirely. The index is saved after the events'
-// effects are stored, and applying an event twice changes nothing.
+// Errors arrive in-band. The stream is a best-effort tail (a slow reader is
+// dropped, a fast task can skip "running" entirely), so a reconcile goroutine
+// settles everything against Nomad after each (re)connect and every
+// ReconcileEvery, beside the stream rather than in its way. Events are applied by
+// partitioned workers (see partitions); the saved index is the watermark of what
+// they have applied, and applying an event twice changes nothing.
 func (d *Dispatcher) eventLoop(ctx context.Context) {
+	kick := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); d.reconcileLoop(ctx, kick) }()
+	work := newPartitions(eventWorkers, eventQueue)
+	defer func() { work.close(); wg.Wait() }()
 	backoff := time.Second
 	for ctx.Err() == nil {
 		index, err := d.Store.EventIndex(ctx)
@@ -91,67 +140,92 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 		if err != nil {
 			cancel()
 			d.Log.Warn("nomad event stream unavailable; retrying", "err", err, "in", backoff)
-			d.reconcile(ctx) // settle what can be settled without the stream
+			poke() // settle what can be settled without the stream
 			sleep(ctx, backoff)
 			backoff = min(backoff*2, 30*time.Second)
 			continue
 		}
-		d.reconcile(ctx)
-		tick := time.NewTicker(d.ReconcileEvery)
-		// Nomad sends a heartbeat every 10 s: a stream silent for longer is a
-		// half-open connection, not a quiet cluster.
-		idle := time.NewTimer(streamIdle)
-		// The index is only where a new stream resumes (re-applying an event changes
-		// nothing), so it is saved at most every eventIndexEvery, not per batch: each
-		// save is an etcd revision.
-		applied, saved, savedAt := index, index, time.Now()
-		save := func(force bool) {
-			if applied == saved || (!force && time.Since(savedAt) < eventIndexEvery) {
-				return
-			}
-			if err := d.Store.SaveEventIndex(ctx, applied); err != nil {
-				d.Log.Warn("save event index", "err", err)
-				return
-			}
-			saved, savedAt = applied, time.Now()
-		}
-	stream:
-		for {
-			select {
-			case <-ctx.Done():
-				break stream
-			case <-tick.C:
-				save(true)
-				d.reconcile(ctx)
-			case <-idle.C:
-				d.Log.Warn("nomad event stream silent; reconnecting", "for", streamIdle)
-				break stream
-			case evs, ok := <-events:
-				if !ok {
-					break stream
-				}
-				idle.Reset(streamIdle)
-				if evs.Err != nil {
-					d.Log.Warn("nomad event stream broke; resuming", "err", evs.Err)
-					break stream
-				}
-				if evs.IsHeartbeat() {
-					save(true) // a quiet stream: keep the resume point current
-					continue
-				}
-				backoff = time.Second
-				for _, ev := range evs.Events {
-					d.handleEvent(ctx, ev)
-				}
-				applied = max(applied, evs.Index)
-				save(false)
-			}
-		}
-		save(true)
-		tick.Stop()
-		idle.Stop()
+		poke()
+		d.follow(ctx, events, work, newWatermark(index), &backoff)
 		cancel()
 		sleep(ctx, backoff)
+	}
+}
+
+// follow hands one stream's events to the workers until it ends, saving the
+// watermark of the applied ones as the resume point.
+func (d *Dispatcher) follow(ctx context.Context, events <-chan *api.Events, work *partitions, mark *watermark, backoff *time.Duration) {
+	// The index is only where a new stream resumes, so it is saved at most every
+	// eventIndexEvery, not per batch: each save is an etcd revision.
+	saved, savedAt := mark.get(), time.Now()
+	save := func(force bool) {
+		applied := mark.get()
+		if applied == saved || (!force && time.Since(savedAt) < eventIndexEvery) {
+			return
+		}
+		if err := d.Store.SaveEventIndex(ctx, applied); err != nil {
+			d.Log.Warn("save event index", "err", err)
+			return
+		}
+		saved, savedAt = applied, time.Now()
+	}
+	defer save(true)
+	// The workers finish batches after they arrive: the watermark is saved on a
+	// clock too, not only when the next batch comes.
+	tick := time.NewTicker(eventIndexEvery)
+	defer tick.Stop()
+	// Nomad sends a heartbeat every 10 s: a stream silent for longer is a half-open
+	// connection, not a quiet cluster.
+	idle := time.NewTimer(streamIdle)
+	defer idle.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			save(false)
+		case <-idle.C:
+			d.Log.Warn("nomad event stream silent; reconnecting", "for", streamIdle)
+			return
+		case evs, ok := <-events:
+			if !ok {
+				return
+			}
+			idle.Reset(streamIdle)
+			if evs.Err != nil {
+				d.Log.Warn("nomad event stream broke; resuming", "err", evs.Err)
+				return
+			}
+			if evs.IsHeartbeat() {
+				save(true) // a quiet stream: keep the resume point current
+				continue
+			}
+			*backoff = time.Second
+			d.submit(ctx, evs, work, mark)
+			save(false)
+		}
+	}
+}
+
+// submit queues a batch's events on their jobs' workers.
+func (d *Dispatcher) submit(ctx context.Context, evs *api.Events, work *partitions, mark *watermark) {
+	ids := make([]string, len(evs.Events))
+	n := 0
+	for i := range evs.Events {
+		if id, ok := eventJobID(&evs.Events[i]); ok {
+			ids[i] = id
+			n++
+		}
+	}
+	b := mark.add(evs.Index, n)
+	for i, id := range ids {
+		if id == "" {
+			continue
+		}
+		ev := evs.Events[i]
+		if !work.submit(ctx, id, func() { d.handleEvent(ctx, ev); mark.done(b) }) {
+			return // leading ended: the watermark stays before this batch
+		}
 	}
 }
 
@@ -164,78 +238,14 @@ const eventIndexEvery = 5 * time.Second
 func (d *Dispatcher) handleEvent(ctx context.Context, ev api.Event) {
 	switch ev.Topic {
 	case api.TopicAllocation:
-		if a, err := ev.Allocation(); err == nil && a != nil {
-			d.apply(ctx, fromAlloc(a))
+		if a, ok := allocFromEvent(&ev); ok {
+			d.apply(ctx, a)
 		}
 	case api.TopicEvaluation:
 		if e, err := ev.Evaluation(); err == nil && e != nil && len(e.FailedTGAllocs) > 0 {
 			d.placementFailed(ctx, e.JobID, e.FailedTGAllocs)
 		}
 	}
-}
-
-// reconcile settles every unfinished dispatched job against Nomad: allocations the
-// stream missed, children Nomad no longer knows, jobs no node could place within the
-// queue limit, allocations that never started, children still alive well past the
-// job's timeout, and children no job wants any more. A pass stops at the first
-// connection error: Nomad is down, and nothing is decided from its silence.
-func (d *Dispatcher) reconcile(ctx context.Context) {
-	ids, _, err := d.Store.JobIDs(ctx, d.Store.ActivePrefix(), 0)
-	if err != nil {
-		d.Log.Warn("reconcile: list active jobs", "err", err)
-		return
-	}
-	for _, id := range ids {
-		if ctx.Err() != nil {
-			return
-		}
-		j, err := d.Store.Job(ctx, id)
-		if err != nil || j.NomadJobID == "" || j.Status.Terminal() {
-			continue
-		}
-		child := j.NomadJobID
-		q, cancel := d.query(ctx)
-		_, _, err = d.Jobs.Info(child, q)
-		cancel()
-		if isNotFound(err) {
-			d.vanished(ctx, j, child)
-			continue
-		} else if err != nil {
-			d.Log.Warn("reconcile: read nomad job", "job", id, "nomad_job", child, "err", err)
-			if unreachable(err) {
-				return
-			}
-			continue
-		}
-		q, cancel = d.query(ctx)
-		stubs, _, err := d.Jobs.Allocations(child, true, q)
-		cancel()
-		if err != nil {
-			d.Log.Warn("reconcile: list allocations", "job", id, "nomad_job", child, "err", err)
-			if unreachable(err) {
-				return
-			}
-			continue
-		}
-		allocs := make([]allocState, len(stubs))
-		for i, s := range stubs {
-			allocs[i] = fromStub(s)
-		}
-		// Where Nomad ran the attempt twice (it replaced a lost allocation), the
-		// allocation that finished, and may have reported, is applied first: a lost
-		// sibling applied before it would start a new attempt and drop its result.
-		sort.SliceStable(allocs, func(a, b int) bool { return applyOrder(allocs[a]) < applyOrder(allocs[b]) })
-		for _, a := range allocs {
-			d.apply(ctx, a)
-		}
-		if len(allocs) == 0 {
-			// Not placed: the stream may have dropped the evaluation that says why
-			// (capacity or infeasibility), and the queue limit depends on it.
-			d.refreshPlacement(ctx, child)
-		}
-		d.overdue(ctx, id, child, allocs)
-	}
-	d.stopStrayChildren(ctx)
 }
 
 // applyOrder ranks allocations for apply: finished ones first, lost ones last.
@@ -273,11 +283,11 @@ func (d *Dispatcher) vanished(ctx context.Context, j *mj.Job, child string) {
 		return
 	}
 	a := allocState{ID: r.AllocID, NomadJobID: child, ClientStatus: api.AllocClientStatusComplete, Reported: true}
-	nj, err := d.Store.UpdateJob(ctx, j.ID, func(j *mj.Job) error {
+	nj, err := d.update(ctx, j.ID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
 		}
-		return transition(j, a, checked(r, j, d.Config.Server.MaxOutputFiles), time.Now().UTC(), prefix, d.maxAttempts(j))
+		return transition(j, a, checked(r, j, d.Config.Server.MaxOutputFiles), time.Now().UTC(), prefix, d.maxAttempts(j), d.DisconnectGrace)
 	})
 	d.applied(ctx, j.ID, child, nj, err)
 }
@@ -330,7 +340,22 @@ func (d *Dispatcher) stopStrayChildren(ctx context.Context) {
 // a worker still alive well past the job's timeout is stopped and fails the job. A
 // finished allocation is never overdue: its result, maybe late, settles the job.
 func (d *Dispatcher) overdue(ctx context.Context, id, child string, allocs []allocState) {
-	now := time.Now().UTC()
+	var why string
+	j, err := d.update(ctx, id, d.overdueFn(time.Now().UTC(), child, allocs, &why))
+	switch {
+	case err == nil && j.Status.Terminal():
+		metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
+		d.Log.Info("job failed by the dispatcher", "job", id, "reason", j.ErrorMessage)
+		d.stopChild(ctx, child, why, id)
+	case err == nil:
+		d.Log.Info("attempt ended by the dispatcher", "job", id, "detail", j.StatusDetail)
+		d.stopChild(ctx, child, why, id)
+	}
+}
+
+// overdueFn is overdue's change of a job as of now, setting why when it ends the
+// attempt; errSkip when the attempt is not overdue.
+func (d *Dispatcher) overdueFn(now time.Time, child string, allocs []allocState, why *string) func(*mj.Job) error {
 	placed, alive, started := len(allocs) > 0, false, false
 	var pendingSince time.Time // the earliest placement of a pending allocation
 	for _, a := range allocs {
@@ -346,8 +371,7 @@ func (d *Dispatcher) overdue(ctx context.Context, id, child string, allocs []all
 			started = true
 		}
 	}
-	var why string
-	j, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+	return func(j *mj.Job) error {
 		// Judged on the allocations of child: the job must still be on it.
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
@@ -368,27 +392,18 @@ func (d *Dispatcher) overdue(ctx context.Context, id, child string, allocs []all
 			}
 			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
 			j.ErrorMessage = fmt.Sprintf("no worker could take the job within the %s queue limit of machine %q: %s", pool.QueueLimitD, j.Machine, reason)
-			why = "overdue"
+			*why = "overdue"
 		case attemptStart(j) == nil && placed && !started && !pendingSince.IsZero() && now.Sub(pendingSince) > pool.StartTimeoutD:
 			retryOrFail(j, fmt.Sprintf("its Nomad allocation was placed but did not start within the %s start_timeout of machine %q (an image pull or a client that hangs)", pool.StartTimeoutD, j.Machine), now, pool.MaxAttempts)
-			why = "did not start"
+			*why = "did not start"
 		case j.Status == mj.StatusRunning && alive && attemptStart(j) != nil && now.Sub(*attemptStart(j)) > time.Duration(j.TimeoutSeconds)*time.Second+d.TimeoutGrace:
 			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
 			j.ErrorMessage = fmt.Sprintf("job timed out after %ds (timeout_seconds); its worker did not stop by itself and was stopped", j.TimeoutSeconds)
-			why = "overdue"
+			*why = "overdue"
 		default:
 			return errSkip
 		}
 		return nil
-	})
-	switch {
-	case err == nil && j.Status.Terminal():
-		metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
-		d.Log.Info("job failed by the dispatcher", "job", id, "reason", j.ErrorMessage)
-		d.stopChild(ctx, child, why, id)
-	case err == nil:
-		d.Log.Info("attempt ended by the dispatcher", "job", id, "detail", j.StatusDetail)
-		d.stopChild(ctx, child, why, id)
 	}
 }
 
@@ -402,13 +417,13 @@ func attemptStart(j *mj.Job) *time.Time {
 }
 
 // refreshPlacement reads the child's latest evaluation and records its placement
-// failure, as the event stream would have.
-func (d *Dispatcher) refreshPlacement(ctx context.Context, child string) {
+// failure, as the event stream would have; it reports whether the job changed.
+func (d *Dispatcher) refreshPlacement(ctx context.Context, child string) bool {
 	q, cancel := d.query(ctx)
 	evals, _, err := d.Jobs.Evaluations(child, q)
 	cancel()
 	if err != nil {
-		return
+		return false
 	}
 	var latest *api.Evaluation
 	for _, e := range evals {
@@ -416,22 +431,20 @@ func (d *Dispatcher) refreshPlacement(ctx context.Context, child string) {
 			latest = e
 		}
 	}
-	if latest != nil {
-		d.placementFailed(ctx, child, latest.FailedTGAllocs)
-	}
+	return latest != nil && d.placementFailed(ctx, child, latest.FailedTGAllocs)
 }
 
 // placementFailed records why Nomad cannot place a child yet; the job stays queued
 // with the reason visible. When nodes that could run it exist but are busy, it
 // waits for one to free up (Nomad's blocked evaluation places it then); otherwise
-// the pool's queue limit fails it.
-func (d *Dispatcher) placementFailed(ctx context.Context, child string, failed map[string]*api.AllocationMetric) {
+// the pool's queue limit fails it. It reports whether the job changed.
+func (d *Dispatcher) placementFailed(ctx context.Context, child string, failed map[string]*api.AllocationMetric) bool {
 	id, attempt, ok := ParseChildID(child)
 	if !ok {
-		return
+		return false
 	}
 	reason, capacity := placementReason(failed)
-	d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+	_, err := d.update(ctx, id, func(j *mj.Job) error {
 		if j.Status.Terminal() || attemptStart(j) != nil || j.NomadJobID != child || j.Attempt != attempt ||
 			(j.PlacementReason == reason && j.WaitingForCapacity == capacity) {
 			return errSkip
@@ -446,6 +459,7 @@ func (d *Dispatcher) placementFailed(ctx context.Context, child string, failed m
 		}
 		return nil
 	})
+	return err == nil
 }
 
 // placementReason turns Nomad's placement metrics into one sentence, and says
@@ -487,12 +501,13 @@ func placementReason(failed map[string]*api.AllocationMetric) (string, bool) {
 	return mj.Clip("no node can run it ("+strings.Join(parts, "; ")+")", mj.MaxDetailBytes-100), capacity
 }
 
-// apply moves a job according to one allocation's state. Events for other Nomad
-// jobs, for older attempts, or for finished jobs change nothing.
-func (d *Dispatcher) apply(ctx context.Context, a allocState) {
+// apply moves a job according to one allocation's state, and reports whether it
+// did. Events for other Nomad jobs, for older attempts, or for finished jobs change
+// nothing.
+func (d *Dispatcher) apply(ctx context.Context, a allocState) bool {
 	id, attempt, ok := ParseChildID(a.NomadJobID)
 	if !ok {
-		return
+		return false
 	}
 	var result *mj.Result
 	prefix := runScope(id, attempt)
@@ -504,23 +519,24 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) {
 			// Not "no result": the store could not say. Leave the job as it is; the
 			// next reconcile reads the allocation, and the result, again.
 			d.Log.Warn("read runner result failed; will retry", "job", id, "nomad_job", a.NomadJobID, "err", err)
-			return
+			return false
 		}
 	default:
-		return
+		return false
 	}
-	j, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+	j, err := d.update(ctx, id, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.Attempt != attempt || j.NomadJobID != a.NomadJobID {
 			return errSkip
 		}
-		return transition(j, a, checked(result, j, d.Config.Server.MaxOutputFiles), time.Now().UTC(), prefix, d.maxAttempts(j))
+		return transition(j, a, checked(result, j, d.Config.Server.MaxOutputFiles), time.Now().UTC(), prefix, d.maxAttempts(j), d.DisconnectGrace)
 	})
 	d.applied(ctx, id, a.NomadJobID, j, err)
+	return err == nil
 }
 
 // lost re-dispatches (or fails, after the last attempt) a job whose child vanished.
 func (d *Dispatcher) lost(ctx context.Context, id, child, why string) {
-	j, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+	j, err := d.update(ctx, id, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
 		}
@@ -566,11 +582,11 @@ func checked(r *mj.Result, j *mj.Job, maxOutputs int) *mj.Result {
 	return r
 }
 
-// disconnectGrace is how long an allocation whose node stopped heartbeating
-// ("unknown": the jobspecs' disconnect block keeps Nomad from replacing it for an
-// hour) may stay so before the attempt counts as lost: the next attempt is a new
-// child, and this one is stopped.
-const disconnectGrace = 5 * time.Minute
+// defaultDisconnectGrace is dispatcher.disconnect_grace's default: how long an
+// allocation whose node stopped heartbeating ("unknown": the jobspecs' disconnect
+// block keeps Nomad from replacing it for an hour) may stay so before the attempt
+// counts as lost: the next attempt is a new child, and this one is stopped.
+const defaultDisconnectGrace = 5 * time.Minute
 
 // resultGrace is how long a result the runner reported (its reporting task exited
 // 0 or 1) may take to become readable before it counts as missing.
@@ -581,7 +597,7 @@ const resultGrace = 2 * time.Minute
 // final, and its outputs are the ones under prefix (the allocation's own). No
 // result means the worker was lost or crashed, which is retried, unless the runner
 // said it reported: then the result is late, and the next pass reads it again.
-func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix string, maxAttempts int) error {
+func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix string, maxAttempts int, disconnectGrace time.Duration) error {
 	if a.ClientStatus == api.AllocClientStatusRunning {
 		// A retried attempt of a running job stays running but starts a new clock.
 		// (Attempt 1 with no AttemptStartedAt was stored before it existed: its

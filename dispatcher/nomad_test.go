@@ -61,7 +61,7 @@ func newNomadRig(t *testing.T, pools ...*config.Pool) *nomadRig {
 // start runs a dispatcher until the returned function stops it (and waits for it).
 func (r *nomadRig) start(name string) (stop func()) {
 	d := &Dispatcher{
-		Config: r.cfg, Store: r.store, Jobs: r.agent.Client.Jobs(), Events: r.agent.Client.EventStream(),
+		Config: r.cfg, Store: r.store, Jobs: r.agent.Client.Jobs(), Allocs: r.agent.Client.Allocations(), Events: r.agent.Client.EventStream(),
 		Blobs: r.blobs, Signer: blob.Signer{Secret: []byte("test"), Base: "http://127.0.0.1:1"},
 		Webhook: &WebhookSender{}, RunnerCommand: r.runner, Name: name,
 		Log:            slog.New(slog.NewTextHandler(&r.log, &slog.HandlerOptions{Level: slog.LevelDebug})).With("dispatcher", name),

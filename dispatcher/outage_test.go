@@ -84,7 +84,7 @@ func TestNomadOutageWritesNothingAndDrains(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &Dispatcher{
-		Config: r.cfg, Store: r.store, Jobs: client.Jobs(), Events: client.EventStream(),
+		Config: r.cfg, Store: r.store, Jobs: client.Jobs(), Allocs: client.Allocations(), Events: client.EventStream(),
 		Blobs: r.blobs, Signer: blob.Signer{Secret: []byte("test"), Base: "http://127.0.0.1:1"},
 		Webhook: &WebhookSender{}, RunnerCommand: r.runner, Name: "d",
 		Log:            slog.New(slog.NewTextHandler(&r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -131,15 +131,15 @@ func TestLateResultIsReadNotRerun(t *testing.T) {
 		a.taskInfo(map[string]*api.TaskState{"runner": {State: "dead", FinishedAt: at, Events: []*api.TaskEvent{{Type: api.TaskTerminated, ExitCode: code}}}})
 		return a
 	}
-	if err := transition(&mj.Job{Attempt: 1}, ended(0, now), nil, now, "p/", 3); err != errSkip {
+	if err := transition(&mj.Job{Attempt: 1}, ended(0, now), nil, now, "p/", 3, defaultDisconnectGrace); err != errSkip {
 		t.Fatalf("reported, result late: %v", err)
 	}
-	if err := transition(&mj.Job{Attempt: 1}, ended(1, now.Add(-time.Second)), nil, now, "p/", 3); err != errSkip {
+	if err := transition(&mj.Job{Attempt: 1}, ended(1, now.Add(-time.Second)), nil, now, "p/", 3, defaultDisconnectGrace); err != errSkip {
 		t.Fatalf("reported a failure, result late: %v", err)
 	}
 	for _, a := range []allocState{ended(2, now), ended(0, now.Add(-resultGrace-time.Second)), {ID: "a", ClientStatus: "failed"}} {
 		jj := *j
-		if err := transition(&jj, a, nil, now, "p/", 3); err != nil || jj.Attempt != 2 || jj.NomadJobID != "" {
+		if err := transition(&jj, a, nil, now, "p/", 3, defaultDisconnectGrace); err != nil || jj.Attempt != 2 || jj.NomadJobID != "" {
 			t.Fatalf("%+v: attempt %d %q (%v)", a, jj.Attempt, jj.StatusDetail, err)
 		}
 	}
@@ -275,11 +275,16 @@ func TestDisconnectedAllocation(t *testing.T) {
 		return allocState{ID: "a", NomadJobID: "c", ClientStatus: api.AllocClientStatusUnknown, Modified: since}
 	}
 	j := &mj.Job{Status: mj.StatusRunning, Attempt: 1, NomadJobID: "c"}
-	if err := transition(j, unknown(now.Add(-time.Minute)), nil, now, "p/", 3); err != errSkip {
+	if err := transition(j, unknown(now.Add(-time.Minute)), nil, now, "p/", 3, defaultDisconnectGrace); err != errSkip {
 		t.Fatalf("a node gone for a minute: %v", err)
 	}
-	if err := transition(j, unknown(now.Add(-disconnectGrace-time.Second)), nil, now, "p/", 3); err != nil || j.Attempt != 2 || j.NomadJobID != "" || !strings.Contains(j.StatusDetail, "disconnected") {
+	if err := transition(j, unknown(now.Add(-defaultDisconnectGrace-time.Second)), nil, now, "p/", 3, defaultDisconnectGrace); err != nil || j.Attempt != 2 || j.NomadJobID != "" || !strings.Contains(j.StatusDetail, "disconnected") {
 		t.Fatalf("a node gone past the grace: %v %+v", err, j)
+	}
+	// dispatcher.disconnect_grace shortens it.
+	j = &mj.Job{Status: mj.StatusRunning, Attempt: 1, NomadJobID: "c"}
+	if err := transition(j, unknown(now.Add(-11*time.Second)), nil, now, "p/", 3, 10*time.Second); err != nil || j.Attempt != 2 || !strings.Contains(j.StatusDetail, "10s") {
+		t.Fatalf("a node gone past a 10s grace: %v %+v", err, j)
 	}
 }
 

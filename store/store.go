@@ -13,6 +13,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -197,17 +198,33 @@ func (s *Store) CreateJobOnce(ctx context.Context, j *mj.Job, idem *Idempotency)
 		ops = append(ops, clientv3.OpPut(ik, string(rec)))
 		conds = append(conds, clientv3.Compare(clientv3.CreateRevision(ik), "=", 0))
 	}
-	txn := s.cli.Txn(ctx).If(conds...).Then(ops...)
-	if idem != nil {
-		txn = txn.Else(clientv3.OpGet(ik))
+	// An etcd leader election fails the write ambiguously; it is tried again. The
+	// job id is new, so a job already under it is this request's, stored by the
+	// attempt that seemed to fail.
+	type outcome struct {
+		resp    *clientv3.TxnResponse
+		retried bool
 	}
-	resp, err := txn.Commit()
+	out, err := retryTransient(ctx, func(retry bool) (outcome, error) {
+		txn := s.cli.Txn(ctx).If(conds...).Then(ops...)
+		if idem != nil {
+			txn = txn.Else(clientv3.OpGet(ik))
+		}
+		resp, err := txn.Commit()
+		return outcome{resp, retry}, err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("store job: %w", err)
 	}
+	resp := out.resp
 	if resp.Succeeded {
 		j.Revision = resp.Header.Revision
 		return j, nil
+	}
+	if out.retried {
+		if stored, err := s.Job(ctx, j.ID); err == nil {
+			return stored, nil
+		}
 	}
 	if idem == nil || len(resp.Responses) == 0 || len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
 		return nil, mj.Errorf(mj.EConflict, "job %s already exists", j.ID)
@@ -334,38 +351,78 @@ func (s *Store) next(old *mj.Job, fn func(*mj.Job) error) (*mj.Job, []clientv3.O
 }
 
 // Jobs reads several jobs in as few round trips as etcd's limits allow: one job and
-// one error (mj.ErrNotFound for a missing job) per id.
+// one error (mj.ErrNotFound for a missing job) per id. Each multi-get holds at most
+// jobsPerTxn ids (etcd's --max-txn-ops is 128 by default); a long list goes as
+// several, jobsTxnsInFlight at a time.
 func (s *Store) Jobs(ctx context.Context, ids []string) ([]*mj.Job, []error) {
 	jobs, errs := make([]*mj.Job, len(ids)), make([]error, len(ids))
-	for from := 0; from < len(ids); {
-		n := min(len(ids)-from, 100) // etcd's --max-txn-ops is 128 by default
-		ops := make([]clientv3.Op, n)
-		for k := range ops {
-			ops[k] = clientv3.OpGet(s.jobKey(ids[from+k]))
-		}
-		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
-		for k := range ops {
-			i := from + k
-			if err != nil {
-				errs[i] = fmt.Errorf("get job: %w", err)
-				continue
-			}
-			kvs := resp.Responses[k].GetResponseRange().Kvs
-			if len(kvs) == 0 {
-				errs[i] = mj.ErrNotFound
-				continue
-			}
-			var j mj.Job
-			if err := json.Unmarshal(kvs[0].Value, &j); err != nil {
-				errs[i] = fmt.Errorf("decode job %s: %w", ids[i], err)
-				continue
-			}
-			j.Revision = kvs[0].ModRevision
-			jobs[i] = &j
-		}
-		from += n
+	sem := make(chan struct{}, jobsTxnsInFlight)
+	var wg sync.WaitGroup
+	for from := 0; from < len(ids); from += jobsPerTxn {
+		to := min(from+jobsPerTxn, len(ids))
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			s.readJobs(ctx, ids[from:to], jobs[from:to], errs[from:to])
+		}()
 	}
+	wg.Wait()
 	return jobs, errs
+}
+
+const (
+	jobsPerTxn       = 100
+	jobsTxnsInFlight = 4
+)
+
+// readJobs reads ids in one multi-get into jobs and errs (of the same length).
+func (s *Store) readJobs(ctx context.Context, ids []string, jobs []*mj.Job, errs []error) {
+	ops := make([]clientv3.Op, len(ids))
+	for k, id := range ids {
+		ops[k] = clientv3.OpGet(s.jobKey(id))
+	}
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+	for i := range ops {
+		if err != nil {
+			errs[i] = fmt.Errorf("get job: %w", err)
+			continue
+		}
+		kvs := resp.Responses[i].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			errs[i] = mj.ErrNotFound
+			continue
+		}
+		var j mj.Job
+		if err := json.Unmarshal(kvs[0].Value, &j); err != nil {
+			errs[i] = fmt.Errorf("decode job %s: %w", ids[i], err)
+			continue
+		}
+		j.Revision = kvs[0].ModRevision
+		jobs[i] = &j
+	}
+}
+
+// JobsUnder reads the jobs listed under one of the derived prefixes (e.g. the
+// active set): one ranged read of the keys, then the jobs in multi-gets (see Jobs),
+// a few round trips for thousands of jobs. A job deleted in between is left out;
+// any other failure fails the read. Progress is not read (no caller needs it).
+func (s *Store) JobsUnder(ctx context.Context, prefix string) ([]*mj.Job, error) {
+	ids, _, err := s.JobIDs(ctx, prefix, 0)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	read, errs := s.Jobs(ctx, ids)
+	jobs := read[:0]
+	for i, j := range read {
+		switch {
+		case errs[i] == nil:
+			jobs = append(jobs, j)
+		case mj.ErrorCode(errs[i]) != mj.ENotFound:
+			return nil, errs[i]
+		}
+	}
+	return jobs, nil
 }
 
 // JobUpdate is one change of UpdateJobs.

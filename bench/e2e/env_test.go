@@ -191,7 +191,7 @@ func startEnv(nomadBin, ffmpeg string) (_ *env, err error) {
 		return nil, err
 	}
 	e.disp = &dispatcher.Dispatcher{
-		Config: cfg, Store: e.st, Jobs: nc.Jobs(), Events: nc.EventStream(),
+		Config: cfg, Store: e.st, Jobs: nc.Jobs(), Allocs: nc.Allocations(), Events: nc.EventStream(),
 		Blobs: blobs, Signer: signer, RunnerCommand: runnerBin, Log: log,
 		ReconcileEvery: cfg.Dispatcher.ReconcileD, LeaderTTL: cfg.Dispatcher.LeaderTTLD, TimeoutGrace: cfg.Dispatcher.TimeoutGraceD,
 		Accounts: e.st,

@@ -15,6 +15,10 @@
 //     mode (streamed by the gateway) for contrast; then CPU per GB transferred,
 //     the gateway's own in both modes, with the S3 mode's target (near zero), and
 //     the bytes that passed through the gateway.
+//   - one leader at scale (BenchmarkDispatcherReconcile and BenchmarkDispatcherEvents
+//     in ./dispatcher): a reconcile pass over 10,000 active jobs and events applied
+//     per second, each the new way beside the old way in the same process, with
+//     their targets (≤ 2 s, ≥ 5,000 events/s).
 //   - etcd cost of one job (BenchmarkEtcdCost in ./bench/e2e): revisions and bytes
 //     from create to delivered webhook, per kind of key, for a short job and a 60 s
 //     one with progress, and the old design's estimate for a job that stored
@@ -129,6 +133,10 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 		cost = cost || res["EtcdCost/"+j.Name] != nil
 	}
 	tr := res["Transfer"] != nil
+	scale := false
+	for _, n := range ScaleBenchmarks {
+		scale = scale || res[n] != nil
+	}
 	complete, met = true, true
 	printed := false
 	sep := func() {
@@ -137,13 +145,18 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 		}
 		printed = true
 	}
-	if gw || !e2e && !cost && !tr {
+	if gw || !e2e && !cost && !tr && !scale {
 		sep()
 		complete, met = GatewayTable(w, res)
 	}
 	if tr {
 		sep()
 		c, m := TransferTable(w, res)
+		complete, met = complete && c, met && m
+	}
+	if scale {
+		sep()
+		c, m := ScaleTable(w, res)
 		complete, met = complete && c, met && m
 	}
 	if e2e {
@@ -296,6 +309,57 @@ func fmtOps(vs []float64) string {
 	s := append([]float64(nil), vs...)
 	sort.Float64s(s)
 	return fmt.Sprintf("%.0f (%.0f–%.0f, n=%d)", Median(s), s[0], s[len(s)-1], len(s))
+}
+
+// ScaleBenchmarks are the dispatcher's benchmarks at scale (./dispatcher).
+var ScaleBenchmarks = []string{"DispatcherReconcile", "DispatcherEvents"}
+
+// The scale targets: a reconcile pass over 10,000 active jobs within 2 s, and at
+// least 5,000 Nomad events applied per second.
+const (
+	TargetReconcileS  = 2
+	TargetEventsPerS  = 5000
+	scaleReconcileFor = 10000
+)
+
+// ScaleTable writes the dispatcher-at-scale table: each measure the new way, the
+// old way from the same process, the speed-up (median of the per-round ratios) and
+// the target.
+func ScaleTable(w io.Writer, res Result) (complete, met bool) {
+	complete, met = true, true
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		met = false
+		return "**missed**"
+	}
+	fmt.Fprintln(w, "| dispatcher, one leader | new | old (same run) | speed-up | target | result |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---|")
+	if r := res["DispatcherReconcile"]; has(r, "new-s", "old-s") {
+		ratio, rs := Ratio(r["old-s"], r["new-s"])
+		calls := ""
+		if has(r, "new-nomad-calls", "old-nomad-calls") {
+			calls = fmt.Sprintf("; Nomad requests %s vs %s", fmtVals(r["new-nomad-calls"], 0), fmtVals(r["old-nomad-calls"], 0))
+		}
+		newS := Median(r["new-s"])
+		fmt.Fprintf(w, "| reconcile pass, %.0f active jobs (s) | %s | %s%s | %.1f ×%s | ≤ %d s | %s |\n", Median(r["jobs"]),
+			fmtVals(r["new-s"], 2), fmtVals(r["old-s"], 2), calls, ratio, rs, TargetReconcileS,
+			verdict(newS <= TargetReconcileS && Median(r["jobs"]) >= scaleReconcileFor))
+	} else {
+		complete, met = false, false
+		fmt.Fprintln(w, "| reconcile pass | – | – | – | – | missing (BenchmarkDispatcherReconcile) |")
+	}
+	if r := res["DispatcherEvents"]; has(r, "new-events/s", "old-events/s") {
+		ratio, rs := Ratio(r["new-events/s"], r["old-events/s"])
+		rate := Median(r["new-events/s"])
+		fmt.Fprintf(w, "| Nomad events applied (events/s, %.0f events) | %s | %s | %.1f ×%s | ≥ %d/s | %s |\n", Median(r["events"]),
+			fmtVals(r["new-events/s"], 0), fmtVals(r["old-events/s"], 0), ratio, rs, TargetEventsPerS, verdict(rate >= TargetEventsPerS))
+	} else {
+		complete, met = false, false
+		fmt.Fprintln(w, "| Nomad events applied | – | – | – | – | missing (BenchmarkDispatcherEvents) |")
+	}
+	return complete, met
 }
 
 // E2EBenchmarks are the benchmarks of ./bench/e2e.

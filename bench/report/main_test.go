@@ -201,3 +201,43 @@ func TestTransferTable(t *testing.T) {
 		t.Errorf("tables:\n%s", out.String())
 	}
 }
+
+const scaleSample = `pkg: github.com/mediajobs/mediajobs/dispatcher
+BenchmarkDispatcherReconcile-2   	       1	10907879770 ns/op	     10000 jobs	       152.0 new-nomad-calls	         0.7258 new-s	     20201 old-nomad-calls	        10.16 old-s
+BenchmarkDispatcherEvents-2      	       1	41548091194 ns/op	     40000 events	      8778 new-events/s	      1528 old-events/s
+BenchmarkDispatcherReconcile-2   	       1	10907879770 ns/op	     10000 jobs	       152.0 new-nomad-calls	         0.8 new-s	     20201 old-nomad-calls	        8 old-s
+BenchmarkDispatcherEvents-2      	       1	41548091194 ns/op	     40000 events	      4000 new-events/s	      1000 old-events/s
+PASS
+`
+
+func TestScaleTable(t *testing.T) {
+	res, failed, err := Parse(strings.NewReader(scaleSample), nil)
+	if err != nil || failed {
+		t.Fatal(err, failed)
+	}
+	var out strings.Builder
+	complete, met := Table(&out, res)
+	if !complete || !met {
+		t.Fatalf("complete=%v met=%v\n%s", complete, met, out.String())
+	}
+	for _, want := range []string{
+		"| reconcile pass, 10000 active jobs (s) | 0.76 (0.73–0.80) | 9.08 (8.00–10.16); Nomad requests 152 (152–152) vs 20201 (20201–20201) | 12.0 × (10.00–14.00) | ≤ 2 s | met |",
+		"| Nomad events applied (events/s, 40000 events) | 6389 (4000–8778) | 1264 (1000–1528) | 4.9 × (4.00–5.74) | ≥ 5000/s | met |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "CreateJob") {
+		t.Errorf("the gateway table printed without its results:\n%s", out.String())
+	}
+}
+
+func TestScaleTableMissing(t *testing.T) {
+	res, _, _ := Parse(strings.NewReader("BenchmarkDispatcherEvents-2 \t 1\t 1 ns/op\t 40000 events\t 4000 new-events/s\t 1000 old-events/s\n"), nil)
+	var out strings.Builder
+	complete, met := Table(&out, res)
+	if complete || met || !strings.Contains(out.String(), "missing (BenchmarkDispatcherReconcile)") || !strings.Contains(out.String(), "**missed**") {
+		t.Fatalf("complete=%v met=%v\n%s", complete, met, out.String())
+	}
+}

@@ -1,0 +1,353 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/jobspecs"
+	"github.com/mediajobs/mediajobs/store"
+)
+
+// reconcileConcurrency is how many jobs a reconcile pass settles at once: most
+// need nothing, the others an etcd write or a Nomad call each.
+const reconcileConcurrency = 16
+
+// update changes a job as Store.UpdateJob does, in one etcd transaction with the
+// other updates in flight (see group): the event workers' and reconcile's writes
+// cost a few transactions per burst rather than two round trips each. Each update
+// is still its own compare-and-swap: one that lost a race with another writer of
+// its job is retried alone on the job as it now is.
+func (d *Dispatcher) update(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error) {
+	if d.writes == nil || d.ungrouped {
+		return d.Store.UpdateJob(ctx, id, fn)
+	}
+	return d.writes.Do(ctx, store.JobUpdate{ID: id, Fn: fn})
+}
+
+// reconcileLoop reconciles when kicked (the event stream (re)connected, or could
+// not) and every ReconcileEvery, on its own goroutine: a long pass holds up no
+// event. Kicks during a pass make one more pass after it.
+func (d *Dispatcher) reconcileLoop(ctx context.Context, kick <-chan struct{}) {
+	tick := time.NewTicker(d.ReconcileEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-kick:
+		case <-tick.C:
+		}
+		d.reconcile(ctx)
+	}
+}
+
+// pass is one reconcile pass's view: the active jobs as it read them and Nomad's
+// lists, read once for all of them.
+type pass struct {
+	d *Dispatcher
+	// seen holds the jobs the pass read, by id (only strays adds to it, after the
+	// jobs are settled).
+	seen map[string]*mj.Job
+	// allocs are the live allocations by child, of the pools in listed.
+	allocs map[string][]allocState
+	listed map[string]bool
+	// children are the live children by id; nil when the list failed.
+	children map[string]*api.JobListStub
+	// down: a Nomad call found Nomad unreachable; the pass decides nothing more.
+	down atomic.Bool
+}
+
+// reconcile settles every unfinished dispatched job against Nomad: allocations the
+// stream missed, children Nomad no longer knows, jobs no node could place within the
+// queue limit, allocations that never started, children still alive well past the
+// job's timeout, and children no job wants any more.
+//
+// A pass reads the active jobs in a few etcd multi-gets, and Nomad's side in one
+// list of live allocations per pool and one list of live children; it then settles
+// the jobs several at once, without a read or write for a job the lists show as
+// the job already says. Only a child that is no longer live (it ended or vanished),
+// or whose lists disagree (it changed between them, or has ended allocations), costs
+// calls of its own, as does checking a child's allocations before its attempt is
+// ended on them. A pass stops at the first connection error: Nomad is down, and
+// nothing is decided from its silence.
+func (d *Dispatcher) reconcile(ctx context.Context) {
+	jobs, err := d.Store.JobsUnder(ctx, d.Store.ActivePrefix())
+	if err != nil {
+		d.Log.Warn("reconcile: read active jobs", "err", err)
+		return
+	}
+	p := &pass{d: d, seen: make(map[string]*mj.Job, len(jobs))}
+	var todo []*mj.Job
+	pools := map[string]bool{}
+	for _, j := range jobs {
+		p.seen[j.ID] = j
+		if j.NomadJobID != "" && !j.Status.Terminal() {
+			todo = append(todo, j)
+			pools[j.Machine] = true
+		}
+	}
+	// Allocations before children: a child's summary, read after its allocations,
+	// shows whether they changed in between (see listedAllocs).
+	if d.Allocs != nil {
+		p.allocs, p.listed = map[string][]allocState{}, map[string]bool{}
+		for pool := range pools {
+			stubs, err := p.liveAllocs(ctx, pool)
+			if err != nil {
+				d.Log.Warn("reconcile: list allocations", "pool", pool, "err", err)
+				if unreachable(err) {
+					return
+				}
+				continue // this pool's children are read one by one
+			}
+			p.listed[pool] = true
+			for _, s := range stubs {
+				p.allocs[s.JobID] = append(p.allocs[s.JobID], fromStub(s))
+			}
+		}
+	}
+	children, err := p.liveChildren(ctx)
+	if err != nil {
+		d.Log.Warn("reconcile: list nomad jobs", "err", err)
+		if unreachable(err) {
+			return
+		}
+	} else {
+		p.children = make(map[string]*api.JobListStub, len(children))
+		for _, s := range children {
+			p.children[s.ID] = s
+		}
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(reconcileConcurrency, len(todo)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil && !p.down.Load() {
+				i := int(next.Add(1)) - 1
+				if i >= len(todo) {
+					return
+				}
+				p.settle(ctx, todo[i])
+			}
+		}()
+	}
+	wg.Wait()
+	if ctx.Err() != nil || p.down.Load() {
+		return
+	}
+	if p.children == nil {
+		d.stopStrayChildren(ctx)
+		return
+	}
+	p.strays(ctx, children)
+}
+
+// liveFilter selects allocations that have not ended: ended ones are settled
+// through their child (see listedAllocs), and the list stays the size of the work
+// in flight, not of everything Nomad still keeps.
+const liveFilter = `ClientStatus != "complete" and ClientStatus != "failed" and ClientStatus != "lost"`
+
+// liveAllocs lists the live allocations of a pool's children.
+func (p *pass) liveAllocs(ctx context.Context, pool string) ([]*api.AllocationListStub, error) {
+	q, cancel := p.d.query(ctx)
+	defer cancel()
+	q.Filter = fmt.Sprintf("JobID matches %q and %s", "^"+regexp.QuoteMeta(jobspecs.JobID(pool)+"/dispatch-"), liveFilter)
+	stubs, _, err := p.d.Allocs.List(q)
+	return stubs, err
+}
+
+// liveChildren lists the mediajobs children Nomad has not finished.
+func (p *pass) liveChildren(ctx context.Context) ([]*api.JobListStub, error) {
+	q, cancel := p.d.query(ctx)
+	defer cancel()
+	q.Prefix, q.Filter = "mediajobs-", `Status != "dead" and ParentID != ""`
+	stubs, _, err := p.d.Jobs.List(q)
+	return stubs, err
+}
+
+// fail records a failed Nomad call: unreachable stops the pass.
+func (p *pass) fail(err error) {
+	if unreachable(err) {
+		p.down.Store(true)
+	}
+}
+
+// listedAllocs are child's allocations from the pass's lists, when the lists can
+// be trusted for it: the child is live, and its summary (read after the
+// allocations) counts no ended allocation and exactly the live ones listed.
+func (p *pass) listedAllocs(j *mj.Job) ([]allocState, bool) {
+	s, live := p.children[j.NomadJobID]
+	if !live || !p.listed[j.Machine] || s.JobSummary == nil {
+		return nil, false
+	}
+	n, ended := 0, 0
+	for _, tg := range s.JobSummary.Summary {
+		n += tg.Starting + tg.Running + tg.Unknown
+		ended += tg.Complete + tg.Failed + tg.Lost
+	}
+	allocs := p.allocs[j.NomadJobID]
+	if ended > 0 || n != len(allocs) {
+		return nil, false
+	}
+	return allocs, true
+}
+
+// childAllocs reads child's allocations from Nomad, first checking that Nomad
+// still knows a child the live list lacks (one it no longer knows has vanished:
+// settled here, ok false).
+func (p *pass) childAllocs(ctx context.Context, j *mj.Job, child string) (allocs []allocState, ok bool) {
+	d := p.d
+	if _, live := p.children[child]; !live {
+		q, cancel := d.query(ctx)
+		_, _, err := d.Jobs.Info(child, q)
+		cancel()
+		if isNotFound(err) {
+			d.vanished(ctx, j, child)
+			return nil, false
+		} else if err != nil {
+			d.Log.Warn("reconcile: read nomad job", "job", j.ID, "nomad_job", child, "err", err)
+			p.fail(err)
+			return nil, false
+		}
+	}
+	if p.down.Load() {
+		return nil, false
+	}
+	q, cancel := d.query(ctx)
+	stubs, _, err := d.Jobs.Allocations(child, true, q)
+	cancel()
+	if err != nil {
+		d.Log.Warn("reconcile: list allocations", "job", j.ID, "nomad_job", child, "err", err)
+		p.fail(err)
+		return nil, false
+	}
+	allocs = make([]allocState, len(stubs))
+	for i, s := range stubs {
+		allocs[i] = fromStub(s)
+	}
+	return allocs, true
+}
+
+// settle reconciles one job, as the pass read it, with its child.
+func (p *pass) settle(ctx context.Context, j *mj.Job) {
+	d, child := p.d, j.NomadJobID
+	allocs, listed := p.listedAllocs(j)
+	if !listed {
+		var ok bool
+		if allocs, ok = p.childAllocs(ctx, j, child); !ok {
+			return
+		}
+	}
+	// Where Nomad ran the attempt twice (it replaced a lost allocation), the
+	// allocation that finished, and may have reported, is applied first: a lost
+	// sibling applied before it would start a new attempt and drop its result.
+	sort.SliceStable(allocs, func(a, b int) bool { return applyOrder(allocs[a]) < applyOrder(allocs[b]) })
+	now := time.Now().UTC()
+	changed := false
+	for _, a := range allocs {
+		if applyNeeded(j, a, now) && d.apply(ctx, a) {
+			changed = true
+		}
+	}
+	if len(allocs) == 0 {
+		// Not placed: the stream may have dropped the evaluation that says why
+		// (capacity or infeasibility), and the queue limit depends on it.
+		changed = d.refreshPlacement(ctx, child) || changed
+	}
+	if !changed { // j is still the job as stored: judge it without a read
+		var why string
+		cp := *j
+		if d.overdueFn(now, child, allocs, &why)(&cp) != nil {
+			return
+		}
+	}
+	if listed {
+		// Lists read a moment ago do not end an attempt: its child's own
+		// allocations, read now, do.
+		var ok bool
+		if allocs, ok = p.childAllocs(ctx, j, child); !ok {
+			return
+		}
+	}
+	d.overdue(ctx, j.ID, child, allocs)
+}
+
+// applyNeeded tells, from the job as the pass read it, whether apply could change
+// it: a running allocation the job already shows running, a pending one, or one of
+// another attempt is passed over without a read.
+func applyNeeded(j *mj.Job, a allocState, now time.Time) bool {
+	_, attempt, ok := ParseChildID(a.NomadJobID)
+	if !ok || j.Status.Terminal() || j.Attempt != attempt || j.NomadJobID != a.NomadJobID {
+		return false
+	}
+	switch a.ClientStatus {
+	case api.AllocClientStatusRunning:
+		cp := *j
+		return transition(&cp, a, nil, now, "", 1, defaultDisconnectGrace) != errSkip
+	case api.AllocClientStatusPending:
+		return false
+	}
+	return true
+}
+
+// strays stops the live children no job wants (see stopStrayChildren), from the
+// pass's list of live children. A job's own current child needs no read; the jobs
+// of the others are read in multi-gets. Finished and superseded only ever become
+// true, so a job read at the start of the pass is good enough to stop on.
+func (p *pass) strays(ctx context.Context, children []*api.JobListStub) {
+	d := p.d
+	type cand struct {
+		child, id string
+		attempt   int
+	}
+	var cands []cand
+	var unread []string
+	for _, s := range children {
+		if s.ParentID == "" || !strings.HasPrefix(s.ParentID, "mediajobs-") || s.Stop || s.Status == "dead" {
+			continue
+		}
+		id, attempt, ok := ParseChildID(s.ID)
+		if !ok {
+			continue
+		}
+		j, read := p.seen[id]
+		if read && j.NomadJobID == s.ID && !j.Status.Terminal() {
+			continue
+		}
+		if !read {
+			p.seen[id] = nil // read once below
+			unread = append(unread, id)
+		}
+		cands = append(cands, cand{s.ID, id, attempt})
+	}
+	jobs, errs := d.Store.Jobs(ctx, unread)
+	for i, id := range unread {
+		if errs[i] == nil {
+			p.seen[id] = jobs[i]
+		}
+	}
+	for _, c := range cands {
+		if ctx.Err() != nil {
+			return
+		}
+		// A job this store does not know may belong to another installation that
+		// shares the Nomad namespace: leave it alone.
+		j := p.seen[c.id]
+		switch {
+		case j == nil:
+		case j.Status.Terminal():
+			d.stopChild(ctx, c.child, "job "+string(j.Status), c.id)
+		case c.attempt < max(j.Attempt, 1):
+			d.stopChild(ctx, c.child, fmt.Sprintf("attempt %d was superseded by attempt %d", c.attempt, j.Attempt), c.id)
+		}
+	}
+}
