@@ -30,7 +30,7 @@ type flakyTxn struct {
 	kv *flakyKV
 }
 
-func (t *flakyTxn) If(c ...clientv3.Cmp) clientv3.Txn   { t.Txn = t.Txn.If(c...); return t }
+func (t *flakyTxn) If(c ...clientv3.Cmp) clientv3.Txn  { t.Txn = t.Txn.If(c...); return t }
 func (t *flakyTxn) Then(o ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Then(o...); return t }
 func (t *flakyTxn) Else(o ...clientv3.Op) clientv3.Txn { t.Txn = t.Txn.Else(o...); return t }
 func (t *flakyTxn) Commit() (*clientv3.TxnResponse, error) {
