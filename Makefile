@@ -3,6 +3,8 @@
 
 GO        ?= go
 BIN       := bin/mediajobs
+# mediajobs_build_info{version} and the webhook User-Agent say this.
+VERSION   ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 # A count, not a duration: a -fuzztime duration races Go's fuzz coordinator
 # (golang/go#75804, unfixed before Go 1.27) and fails with a bare
 # "context deadline exceeded" on a busy machine.
@@ -16,12 +18,12 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## install ffmpeg, curl, bubblewrap (apt-get) and build Nomad v1.11.3 and MinIO into ~/.cache/mediajobs
+deps: ## install ffmpeg, curl, bubblewrap, promtool (apt-get) and build Nomad v1.11.3 and MinIO into ~/.cache/mediajobs
 	@deploy/scripts/install-deps.sh
 
 .PHONY: build
 build: ## build bin/mediajobs
-	$(GO) build -o $(BIN) ./cmd/mediajobs
+	$(GO) build -ldflags "-X github.com/mediajobs/mediajobs.Version=$(VERSION)" -o $(BIN) ./cmd/mediajobs
 
 .PHONY: docker
 docker: ## start dockerd if needed (--bridge=none --iptables=false --ip-masq=false) and build the worker image
@@ -42,7 +44,7 @@ cluster: deps build ## a cluster on loopback: 3 etcd members, a Nomad server and
 test: deps docker ## the whole suite against real etcd, Nomad, Docker and ffmpeg, plus vet, gofmt and short fuzz runs
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
-	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) CI=$${CI:-true} $(GO) test -count=1 ./...
+	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) CI=$${CI:-true} $(GO) test -count=1 -timeout=20m ./...
 	$(GO) test -run='^$$' -fuzz=FuzzPrepare -fuzztime=$(FUZZTIME) ./command/
 	$(GO) test -run='^$$' -fuzz=FuzzCreateRequest -fuzztime=$(FUZZTIME) ./gateway/
 

@@ -32,8 +32,9 @@ import (
 //	                  twice (name, and key after its 107-byte prefix
 //	                  jobs/<job>/<attempt>/<allocation>/outputs/), size, commas ≈ 437,000
 //	probe data        MaxProbeBytes, all outputs together, + their keys         ≈ 209,000
+//	log_commands      CeilMaxCommands 1,000 × ≤ 5, and logs_prefix               ≈   4,000
 //	the rest          ids, times, counters, progress                             ≈   1,500
-//	total                                                                          992,481
+//	total                                                                          996,507
 //
 // that is 95% of JobRecordBudget (1,048,576) and 63% of etcd's limit. The output key
 // assumes an allocation directory of 36 bytes (a Nomad allocation ID).

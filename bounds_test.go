@@ -109,6 +109,10 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 			o.Key = scope + "outputs/" + o.Name // dispatcher's transition
 			j.Outputs = append(j.Outputs, o)
 		}
+		for n := 1; n <= len(j.FFmpegCommands); n++ { // one log per command
+			j.LogCommands = append(j.LogCommands, n)
+		}
+		j.LogsPrefix = scope
 		// Not at once in real life (a succeeded job has no error), but each at its
 		// largest here.
 		j.ErrorMessage = r.ErrorMessage

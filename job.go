@@ -1,6 +1,8 @@
 package mediajobs
 
 import (
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -45,6 +47,11 @@ type Job struct {
 
 	// Outputs are the files the runner uploaded, in the order it found them.
 	Outputs []Output `json:"outputs,omitempty"`
+	// LogCommands are the commands whose full ffmpeg log the attempt that ended
+	// the job uploaded, each at LogsPrefix + "logs/<n>.log" (kept this compact: a
+	// job may have a thousand commands).
+	LogCommands []int  `json:"log_commands,omitempty"`
+	LogsPrefix  string `json:"logs_prefix,omitempty"`
 	// Progress is not part of the record: it lives on its own short-lived key
 	// and is merged in when the job is read (store.Job, ListJobs, the gateway's cache).
 	Progress *Progress `json:"-"`
@@ -136,6 +143,27 @@ type WebhookState struct {
 	DeliveredAt    *time.Time `json:"delivered_at"`
 }
 
+// LogFile is one command's full ffmpeg log, uploaded with the result.
+type LogFile struct {
+	Command int   `json:"command"` // 1-based
+	Size    int64 `json:"size"`
+}
+
+// LogKey is where command n's log of an attempt is, under the attempt's (or its
+// allocation's) prefix.
+func LogKey(prefix string, n int) string { return prefix + "logs/" + strconv.Itoa(n) + ".log" }
+
+// LogIndex parses a log's path in an attempt's files, "logs/<n>.log" (n ≥ 1).
+func LogIndex(path string) (int, bool) {
+	rest, ok := strings.CutPrefix(path, "logs/")
+	num, ok2 := strings.CutSuffix(rest, ".log")
+	n, err := strconv.Atoi(num)
+	if !ok || !ok2 || err != nil || n < 1 || strconv.Itoa(n) != num {
+		return 0, false
+	}
+	return n, true
+}
+
 // Result is what a runner reports at the end of an attempt.
 type Result struct {
 	JobID   string `json:"job_id"`
@@ -146,6 +174,7 @@ type Result struct {
 	Succeeded    bool      `json:"succeeded"`
 	ErrorMessage string    `json:"error_message,omitempty"`
 	Outputs      []Output  `json:"outputs,omitempty"`
+	Logs         []LogFile `json:"logs,omitempty"`
 	Progress     *Progress `json:"progress,omitempty"`
 	InputBytes   int64     `json:"input_bytes"`
 }
@@ -171,6 +200,10 @@ type Manifest struct {
 	MaxOutputFiles int `json:"max_output_files,omitempty"`
 	// AllowLoopback lets inputs come from loopback addresses (development only).
 	AllowLoopback bool `json:"allow_loopback,omitempty"`
+	// AllowCIDRs and AllowHosts open internal ranges and host names to inputs
+	// (server.allow_cidrs and server.allow_hosts).
+	AllowCIDRs []string `json:"allow_cidrs,omitempty"`
+	AllowHosts []string `json:"allow_hosts,omitempty"`
 	// AllowGPU: the pool has GPUs, so GPU codecs and filters are allowed.
 	AllowGPU bool `json:"allow_gpu,omitempty"`
 	// DiskBytes caps the job's directory (the pool's disk): inputs, intermediate

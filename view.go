@@ -2,6 +2,7 @@ package mediajobs
 
 import (
 	"sort"
+	"strconv"
 	"time"
 )
 
@@ -31,6 +32,9 @@ type JobView struct {
 	Webhook          *WebhookState         `json:"webhook"`
 	TotalInputBytes  *int64                `json:"total_input_bytes"`
 	TotalOutputBytes *int64                `json:"total_output_bytes"`
+	// Logs maps a command's number ("1", "2", ...) to a signed URL of its full
+	// ffmpeg log, once the job has ended (succeeded or failed).
+	Logs map[string]string `json:"logs"`
 }
 
 // OutputView describes one produced file: its size and what ffprobe says of it.
@@ -50,7 +54,7 @@ func View(j *Job, sign func(key string) string) JobView {
 		StartedAt: j.StartedAt, FinishedAt: j.FinishedAt,
 		Machine: j.Machine, FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
 		InputFiles: nonNil(j.InputFiles), Metadata: nonNil(j.Metadata),
-		OutputFiles: map[string]string{}, Outputs: map[string]OutputView{},
+		OutputFiles: map[string]string{}, Outputs: map[string]OutputView{}, Logs: map[string]string{},
 		StatusDetail: j.StatusDetail, Webhook: j.Webhook,
 	}
 	if v.FFmpegCommands == nil {
@@ -65,6 +69,11 @@ func View(j *Job, sign func(key string) string) JobView {
 	if j.TotalInputBytes > 0 || j.Status == StatusSucceeded {
 		n := j.TotalInputBytes
 		v.TotalInputBytes = &n
+	}
+	if j.Status.Terminal() {
+		for _, n := range j.LogCommands {
+			v.Logs[strconv.Itoa(n)] = sign(LogKey(j.LogsPrefix, n))
+		}
 	}
 	if j.Status == StatusSucceeded {
 		n := j.TotalOutputBytes

@@ -5,8 +5,13 @@ package config
 
 import (
 	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -14,6 +19,8 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/logging"
+	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
 )
@@ -26,7 +33,22 @@ type Config struct {
 	Storage    *Storage    `hcl:"storage,block"`
 	Dispatcher *Dispatcher `hcl:"dispatcher,block"`
 	Webhooks   *Webhooks   `hcl:"webhooks,block"`
+	Log        *Log        `hcl:"log,block"`
 	Pools      []*Pool     `hcl:"pool,block"`
+
+	file *hcl.File // the parsed file, for the source lines of later diagnostics
+}
+
+// Log is the server commands' log (stderr): "text" (key=value lines, the default)
+// or "json" (one JSON object a line), from level up: debug, info (default), warn,
+// error.
+type Log struct {
+	Format string `hcl:"format,optional"`
+	Level  string `hcl:"level,optional"`
+
+	FormatRange hcl.Range `hcl:"format,attr_range"`
+	LevelRange  hcl.Range `hcl:"level,attr_range"`
+	LevelV      slog.Level
 }
 
 // Webhooks tunes webhook delivery: 1 attempt + 5 retries, waiting about
@@ -42,6 +64,8 @@ type Webhooks struct {
 	Concurrency        int `hcl:"concurrency,optional"`
 	AccountConcurrency int `hcl:"account_concurrency,optional"`
 
+	ConcRange    hcl.Range `hcl:"concurrency,attr_range"`
+	AcctRange    hcl.Range `hcl:"account_concurrency,attr_range"`
 	BaseRange    hcl.Range `hcl:"backoff_base,attr_range"`
 	CapRange     hcl.Range `hcl:"backoff_cap,attr_range"`
 	TimeoutRange hcl.Range `hcl:"attempt_timeout,attr_range"`
@@ -64,9 +88,13 @@ type Dispatcher struct {
 	// DisconnectGrace: how long a job waits for the Nomad node running it to come
 	// back (its allocation "unknown") before it is retried elsewhere.
 	DisconnectGrace string `hcl:"disconnect_grace,optional"`
+	// Listen is where the dispatcher serves /metrics, /healthz and /readyz
+	// (host:port); "" (the default) serves nothing.
+	Listen string `hcl:"listen,optional"`
 
 	ReconcileRange  hcl.Range `hcl:"reconcile_every,attr_range"`
 	DisconnectRange hcl.Range `hcl:"disconnect_grace,attr_range"`
+	ListenRange     hcl.Range `hcl:"listen,attr_range"`
 	LeaderRange     hcl.Range `hcl:"leader_ttl,attr_range"`
 	GraceRange      hcl.Range `hcl:"timeout_grace,attr_range"`
 	ReconcileD      time.Duration
@@ -78,6 +106,9 @@ type Dispatcher struct {
 // Server configures the HTTP gateway and signed links.
 type Server struct {
 	Listen string `hcl:"listen,optional"`
+	// MetricsListen, when set, serves /metrics on this host:port only, not on
+	// Listen (the public port).
+	MetricsListen string `hcl:"metrics_listen,optional"`
 	// PublicURL is the base of every signed link: what clients and runners dial.
 	PublicURL     string `hcl:"public_url,optional"`
 	SigningSecret string `hcl:"signing_secret,optional"`
@@ -98,15 +129,37 @@ type Server struct {
 	// included: it must cover max_upload_bytes at the slowest client's speed.
 	UploadTimeout string `hcl:"upload_timeout,optional"`
 	AllowLoopback bool   `hcl:"allow_loopback,optional"`
+	// AllowCIDRs and AllowHosts let job inputs and webhooks reach internal
+	// addresses: the ranges listed ("10.1.0.0/16"), and the private addresses of the
+	// host names listed ("minio.internal", "*.svc.internal"). Loopback stays behind
+	// allow_loopback; link-local and cloud metadata addresses open only to a range
+	// that names them. Set in code, or decoded from allow_cidrs / allow_hosts.
+	AllowCIDRs []string
+	AllowHosts []string
+	// The attributes as written, so each entry's problem points at its own line.
+	AllowCIDRsExpr hcl.Expression `hcl:"allow_cidrs,optional"`
+	AllowHostsExpr hcl.Expression `hcl:"allow_hosts,optional"`
 	// RateLimit is each account's sustained requests per second on /api, per gateway
 	// process; RateBurst the short burst above it. 0 disables the limit.
 	RateLimit      float64 `hcl:"rate_limit,optional"`
 	RateBurst      int     `hcl:"rate_burst,optional"`
 	RequestTimeout string  `hcl:"request_timeout,optional"`
+	// ShutdownTimeout bounds a graceful shutdown: requests in flight (a ?wait=true
+	// among them) get this long to finish before the rest are cut off. Unset: the
+	// larger of 30s and wait_limit + 5s; set: at least wait_limit.
+	ShutdownTimeout string `hcl:"shutdown_timeout,optional"`
 
+	DefRange       hcl.Range `hcl:",def_range"`
+	ListenRange    hcl.Range `hcl:"listen,attr_range"`
+	MetricsRange   hcl.Range `hcl:"metrics_listen,attr_range"`
+	RateLimitRange hcl.Range `hcl:"rate_limit,attr_range"`
+	RateBurstRange hcl.Range `hcl:"rate_burst,attr_range"`
+	BodyBytesRange hcl.Range `hcl:"max_body_bytes,attr_range"`
+	UploadRange    hcl.Range `hcl:"max_upload_bytes,attr_range"`
 	PublicURLRange hcl.Range `hcl:"public_url,attr_range"`
 	WaitLimitRange hcl.Range `hcl:"wait_limit,attr_range"`
 	ReqTimeRange   hcl.Range `hcl:"request_timeout,attr_range"`
+	ShutdownRange  hcl.Range `hcl:"shutdown_timeout,attr_range"`
 	TmpTTLRange    hcl.Range `hcl:"tmp_file_ttl,attr_range"`
 	UploadTORange  hcl.Range `hcl:"upload_timeout,attr_range"`
 	SecretRange    hcl.Range `hcl:"signing_secret,attr_range"`
@@ -120,6 +173,7 @@ type Server struct {
 	RequestTimeoutD time.Duration
 	TmpFileTTLD     time.Duration
 	UploadTimeoutD  time.Duration
+	ShutdownD       time.Duration
 }
 
 // Etcd says where jobs live: an etcd cluster, or an embedded server (one machine).
@@ -152,6 +206,9 @@ type Etcd struct {
 	DefragFreeRatio float64 `hcl:"defrag_free_ratio,optional"`
 	DefragMinBytes  int64   `hcl:"defrag_min_bytes,optional"`
 
+	EndpointsRange   hcl.Range `hcl:"endpoints,attr_range"`
+	ClientRange      hcl.Range `hcl:"listen_client,attr_range"`
+	PeerRange        hcl.Range `hcl:"listen_peer,attr_range"`
 	DialTimeoutRange hcl.Range `hcl:"dial_timeout,attr_range"`
 	CompactionRange  hcl.Range `hcl:"compaction_retention,attr_range"`
 	QuotaRange       hcl.Range `hcl:"quota_backend_bytes,attr_range"`
@@ -207,6 +264,8 @@ type Storage struct {
 	// a job outlives its files.
 	JobRetention string `hcl:"job_retention,optional"`
 
+	DefRange       hcl.Range `hcl:",def_range"`
+	PathRange      hcl.Range `hcl:"path,attr_range"`
 	TypeRange      hcl.Range `hcl:"type,attr_range"`
 	URLRange       hcl.Range `hcl:"url,attr_range"`
 	TTLRange       hcl.Range `hcl:"download_url_ttl,attr_range"`
@@ -266,6 +325,8 @@ type Pool struct {
 	QueueLimRange  hcl.Range `hcl:"queue_limit,attr_range"`
 	StartTORange   hcl.Range `hcl:"start_timeout,attr_range"`
 	SandboxRange   hcl.Range `hcl:"sandbox,attr_range"`
+	InFlightRange  hcl.Range `hcl:"max_in_flight,attr_range"`
+	AttemptsRange  hcl.Range `hcl:"max_attempts,attr_range"`
 
 	DefaultTimeoutD time.Duration
 	MaxTimeoutD     time.Duration
@@ -279,7 +340,8 @@ type Constraint struct {
 	Operator  string `hcl:"operator,optional"`
 	Value     string `hcl:"value,optional"`
 
-	DefRange hcl.Range `hcl:",def_range"`
+	DefRange   hcl.Range `hcl:",def_range"`
+	ValueRange hcl.Range `hcl:"value,attr_range"`
 }
 
 // GPU is a pool's GPU request.
@@ -295,6 +357,8 @@ type GPU struct {
 	DefRange    hcl.Range `hcl:",def_range"`
 	VendorRange hcl.Range `hcl:"vendor,attr_range"`
 	CountRange  hcl.Range `hcl:"count,attr_range"`
+	MinMemRange hcl.Range `hcl:"min_memory_mb,attr_range"`
+	ModelRange  hcl.Range `hcl:"model,attr_range"`
 }
 
 // GPUs is how many GPUs one job of the pool gets (0 for a CPU pool).
@@ -324,6 +388,7 @@ func Default() *Config {
 		Nomad:      &Nomad{PurgeAfter: "1h"},
 		Webhooks:   &Webhooks{BackoffBase: "1s", BackoffCap: "30s", AttemptTimeout: "10s", Concurrency: 128},
 		Dispatcher: &Dispatcher{ReconcileEvery: "15s", LeaderTTL: "10s", TimeoutGrace: "60s", DisconnectGrace: "5m"},
+		Log:        &Log{Format: "text", Level: "info"},
 		Storage:    &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m", JobRetention: "720h"},
 	}
 }
@@ -345,22 +410,147 @@ func Parse(src []byte, filename string) (*Config, error) {
 		return nil, Diagnostics{diags, file}
 	}
 	c := Default()
+	c.file = file
 	diags = gohcl.DecodeBody(file.Body, evalContext(), c)
 	if diags.HasErrors() {
-		return nil, Diagnostics{diags, file}
+		return nil, Diagnostics{nomadInterpolationHint(diags, src), file}
 	}
 	if diags := c.finish(); diags.HasErrors() {
-		return nil, Diagnostics{diags, file}
+		return nil, Diagnostics{nomadInterpolationHint(diags, src), file}
 	}
 	return c, nil
+}
+
+// nomadInterpolationHint adds to HCL's "Variables not allowed" what to write
+// instead when the variable was meant for Nomad: ${attr.x} in a constraint is read
+// by HCL here, and only $${attr.x} reaches Nomad as ${attr.x}.
+func nomadInterpolationHint(diags hcl.Diagnostics, src []byte) hcl.Diagnostics {
+	for _, d := range diags {
+		if d.Subject == nil || (d.Summary != "Variables not allowed" && d.Summary != "Unknown variable") {
+			continue
+		}
+		start, end := d.Subject.Start.Byte, d.Subject.End.Byte
+		if start < 2 || end > len(src) || string(src[start-2:start]) != "${" {
+			continue
+		}
+		ref := string(src[start:end]) // the root name only: attr of attr.kernel.name
+		if i := strings.IndexAny(string(src[start:]), "}\n"); i > 0 && src[start+i] == '}' {
+			ref = string(src[start : start+i])
+		}
+		d.Detail += fmt.Sprintf(" This file has no variables: to pass Nomad's ${%s} through to the jobspec, write $${%s} (HCL turns \"$${\" into a literal \"${\").", ref, ref)
+	}
+	return diags
 }
 
 // Finish applies defaults and checks a Config built in code (tests, dev).
 func (c *Config) Finish() error {
 	if diags := c.finish(); diags.HasErrors() {
-		return Diagnostics{Diags: diags}
+		return Diagnostics{Diags: diags, File: c.file}
 	}
 	return nil
+}
+
+// What a configuration is checked for: the server commands that need more than
+// every configuration does. `mediajobs config check -for` takes these.
+const (
+	ForGateway    = "gateway"
+	ForDispatcher = "dispatcher"
+	ForDev        = "dev" // makes its own signing secret when none is set
+)
+
+// CheckFor reports, with file:line, what the named server command would refuse to
+// start with beyond what Parse and Finish check already. The servers call it (or
+// RequireSigningSecret) as they start, and `mediajobs config check` before them.
+func (c *Config) CheckFor(role string) error {
+	switch role {
+	case ForGateway, ForDispatcher:
+		return c.RequireSigningSecret()
+	case ForDev:
+		return nil
+	}
+	return fmt.Errorf("unknown server %q: use %s, %s or %s", role, ForGateway, ForDispatcher, ForDev)
+}
+
+// RequireSigningSecret refuses a config without server.signing_secret: gateways
+// and dispatchers sign and check each other's links with it.
+func (c *Config) RequireSigningSecret() error {
+	if c.Server.SigningSecret != "" {
+		return nil
+	}
+	rng := c.Server.SecretRange
+	detail := "gateway and dispatcher sign and verify links with it, so every one of them needs the same secret of at least 16 characters (`mediajobs dev` makes its own)."
+	if rng.Filename != "" {
+		detail = "signing_secret is empty (an env(...) whose variable is unset?); " + detail
+	} else if rng = c.Server.DefRange; rng.Filename == "" && c.file != nil {
+		rng = hcl.Range{Filename: c.file.Body.MissingItemRange().Filename, Start: hcl.InitialPos, End: hcl.InitialPos}
+	}
+	d := &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Missing signing_secret", Detail: "server.signing_secret is not set: " + detail}
+	if rng.Filename != "" {
+		d.Subject = &rng
+	}
+	return Diagnostics{Diags: hcl.Diagnostics{d}, File: c.file}
+}
+
+// Guard is the outbound policy for job inputs and webhooks: allow_loopback,
+// allow_cidrs and allow_hosts (checked by Finish; an invalid entry set in code
+// afterwards is dropped).
+func (s *Server) Guard() netguard.Policy {
+	p := netguard.Policy{AllowLoopback: s.AllowLoopback}
+	for _, c := range s.AllowCIDRs {
+		if pr, err := netguard.ParseCIDR(c); err == nil {
+			p.AllowCIDRs = append(p.AllowCIDRs, pr)
+		}
+	}
+	for _, h := range s.AllowHosts {
+		if netguard.CheckHost(h) == nil {
+			p.AllowHosts = append(p.AllowHosts, strings.ToLower(strings.TrimSuffix(h, ".")))
+		}
+	}
+	return p
+}
+
+// stringList decodes a list-of-strings attribute kept as an expression, with the
+// range of each element (the attribute's own where the list is not written out).
+func stringList(expr hcl.Expression) ([]string, []hcl.Range, hcl.Diagnostics) {
+	if expr == nil {
+		return nil, nil, nil
+	}
+	v, diags := expr.Value(evalContext())
+	if diags.HasErrors() || v.IsNull() {
+		return nil, nil, diags
+	}
+	var out []string
+	if diags := gohcl.DecodeExpression(expr, evalContext(), &out); diags.HasErrors() {
+		return nil, nil, diags
+	}
+	ranges := make([]hcl.Range, len(out))
+	tuple, _ := expr.(*hclsyntax.TupleConsExpr)
+	for i := range out {
+		ranges[i] = expr.Range()
+		if tuple != nil && i < len(tuple.Exprs) {
+			ranges[i] = tuple.Exprs[i].Range()
+		}
+	}
+	return out, ranges, nil
+}
+
+// listenProblem says what is wrong with a host:port to listen on, or "".
+// fromFile: port 0 (any free port) is for code, not for a file others dial.
+func listenProblem(addr string, fromFile bool) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Sprintf("%q is not host:port, such as \"127.0.0.1:8080\" or \":8080\" (all interfaces).", addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 || (n == 0 && fromFile) {
+		return fmt.Sprintf("%q: port %q must be a number from 1 to 65535.", addr, port)
+	}
+	if host != "" && !strings.EqualFold(host, "localhost") {
+		if _, err := netip.ParseAddr(host); err != nil && netguard.CheckHost(host) != nil {
+			return fmt.Sprintf("%q: %q is neither an IP address nor a host name.", addr, host)
+		}
+	}
+	return ""
 }
 
 func (c *Config) finish() hcl.Diagnostics {
@@ -385,10 +575,68 @@ func (c *Config) finish() hcl.Diagnostics {
 		bad(s.PublicURLRange, "Invalid public_url", fmt.Sprintf("public_url = %q must be an absolute http(s) URL that clients and workers can reach.", s.PublicURL))
 	}
 	s.PublicURL = strings.TrimRight(s.PublicURL, "/")
+	if msg := listenProblem(s.Listen, s.ListenRange.Filename != ""); msg != "" {
+		bad(s.ListenRange, "Invalid listen", "listen = "+msg)
+	}
+	if s.MetricsListen != "" {
+		if msg := listenProblem(s.MetricsListen, s.MetricsRange.Filename != ""); msg != "" {
+			bad(s.MetricsRange, "Invalid metrics_listen", "metrics_listen = "+msg)
+		} else if s.MetricsListen == s.Listen {
+			bad(s.MetricsRange, "Invalid metrics_listen", fmt.Sprintf("metrics_listen = %q is listen's address: leave it unset to serve /metrics on the public port, or give it an address of its own.", s.MetricsListen))
+		}
+	}
+	if s.RateLimit < 0 {
+		bad(s.RateLimitRange, "Invalid rate_limit", fmt.Sprintf("rate_limit = %g: use requests per second above 0, or 0 for no limit.", s.RateLimit))
+	}
+	if s.RateBurst < 0 {
+		bad(s.RateBurstRange, "Invalid rate_burst", fmt.Sprintf("rate_burst = %d: use the requests an account may send at once above rate_limit (at least 1).", s.RateBurst))
+	}
+	if s.MaxBodyBytes == 0 && s.BodyBytesRange.Filename == "" { // unset in a Config built in code
+		s.MaxBodyBytes = 1 << 20
+	}
+	if s.MaxUploadBytes == 0 && s.UploadRange.Filename == "" {
+		s.MaxUploadBytes = 8 << 30
+	}
+	if s.MaxBodyBytes <= 0 {
+		bad(s.BodyBytesRange, "Invalid max_body_bytes", fmt.Sprintf("max_body_bytes = %d must be positive (default 1048576): every create request is a JSON body.", s.MaxBodyBytes))
+	}
+	if s.MaxUploadBytes <= 0 {
+		bad(s.UploadRange, "Invalid max_upload_bytes", fmt.Sprintf("max_upload_bytes = %d must be positive (default 8589934592, 8 GiB).", s.MaxUploadBytes))
+	}
+	// allow_cidrs and allow_hosts: every entry checked where it is written.
+	for _, l := range []struct {
+		expr  hcl.Expression
+		dst   *[]string
+		name  string
+		check func(string) error
+	}{
+		{s.AllowCIDRsExpr, &s.AllowCIDRs, "allow_cidrs", func(v string) error { _, err := netguard.ParseCIDR(v); return err }},
+		{s.AllowHostsExpr, &s.AllowHosts, "allow_hosts", netguard.CheckHost},
+	} {
+		vals, ranges, d := stringList(l.expr)
+		diags = append(diags, d...)
+		if vals != nil {
+			*l.dst = vals
+		}
+		for i, v := range *l.dst {
+			if err := l.check(v); err != nil {
+				var rng hcl.Range
+				if i < len(ranges) {
+					rng = ranges[i]
+				}
+				bad(rng, "Invalid "+l.name, fmt.Sprintf("%s: %v.", l.name, err))
+			}
+		}
+	}
 	s.WaitLimitD = dur(s.WaitLimit, s.WaitLimitRange, "wait_limit")
 	s.RequestTimeoutD = dur(s.RequestTimeout, s.ReqTimeRange, "request_timeout")
 	s.TmpFileTTLD = dur(s.TmpFileTTL, s.TmpTTLRange, "tmp_file_ttl")
 	s.UploadTimeoutD = dur(s.UploadTimeout, s.UploadTORange, "upload_timeout")
+	if s.ShutdownTimeout == "" {
+		s.ShutdownD = max(DefaultShutdownTimeout, s.WaitLimitD+5*time.Second)
+	} else if s.ShutdownD = dur(s.ShutdownTimeout, s.ShutdownRange, "shutdown_timeout"); s.ShutdownD > 0 && s.ShutdownD < s.WaitLimitD {
+		bad(s.ShutdownRange, "Invalid shutdown_timeout", fmt.Sprintf("shutdown_timeout = %q is shorter than wait_limit = %q: a POST ?wait=true in flight at shutdown would be cut off; use at least wait_limit (default: the larger of 30s and wait_limit + 5s).", s.ShutdownTimeout, s.WaitLimit))
+	}
 	if s.SigningSecret != "" && len(s.SigningSecret) < 16 {
 		bad(s.SecretRange, "Signing secret too short", "signing_secret must be at least 16 characters; use a long random string.")
 	}
@@ -413,10 +661,43 @@ func (c *Config) finish() hcl.Diagnostics {
 	jobBound(&s.MaxOutputFiles, mj.DefaultMaxOutputFiles, mj.CeilMaxOutputFiles, s.OutFilesRange, "max_output_files",
 		"every file produced is stored in the job record with its name, key and probe, about 400 bytes each plus probe data")
 
+	if c.Log == nil { // a Config built in code
+		c.Log = &Log{}
+	}
+	lg := c.Log
+	switch lg.Format {
+	case "":
+		lg.Format = "text"
+	case "text", "json":
+	default:
+		bad(lg.FormatRange, "Invalid log format", fmt.Sprintf("format = %q; use \"text\" (key=value lines, the default) or \"json\" (one JSON object a line).", lg.Format))
+	}
+	if v, err := logging.ParseLevel(lg.Level); err != nil {
+		bad(lg.LevelRange, "Invalid log level", fmt.Sprintf("level = %q; use \"debug\", \"info\" (the default), \"warn\" or \"error\".", lg.Level))
+	} else {
+		lg.LevelV = v
+	}
+
 	e := c.Etcd
 	e.DialTimeoutD = dur(e.DialTimeout, e.DialTimeoutRange, "dial_timeout")
 	if !e.Embedded && len(e.Endpoints) == 0 {
 		e.Endpoints = []string{"http://127.0.0.1:2379"}
+	}
+	if e.Embedded {
+		for _, l := range []struct {
+			addr, name string
+			rng        hcl.Range
+		}{{e.ListenClient, "listen_client", e.ClientRange}, {e.ListenPeer, "listen_peer", e.PeerRange}} {
+			if msg := listenProblem(l.addr, l.rng.Filename != ""); msg != "" {
+				bad(l.rng, "Invalid "+l.name, l.name+" = "+msg)
+			}
+		}
+	} else {
+		for _, ep := range e.Endpoints {
+			if u, err := url.Parse(ep); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
+				bad(e.EndpointsRange, "Invalid endpoints", fmt.Sprintf("endpoints: %q is not an etcd client URL such as \"http://etcd-1.internal:2379\" (https:// with TLS).", ep))
+			}
+		}
 	}
 	if !strings.HasSuffix(e.Prefix, "/") {
 		e.Prefix += "/"
@@ -445,6 +726,12 @@ func (c *Config) finish() hcl.Diagnostics {
 	wh.BaseD = dur(wh.BackoffBase, wh.BaseRange, "backoff_base")
 	wh.CapD = dur(wh.BackoffCap, wh.CapRange, "backoff_cap")
 	wh.TimeoutD = dur(wh.AttemptTimeout, wh.TimeoutRange, "attempt_timeout")
+	if wh.Concurrency < 0 || (wh.Concurrency == 0 && wh.ConcRange.Filename != "") {
+		bad(wh.ConcRange, "Invalid concurrency", fmt.Sprintf("concurrency = %d: webhook attempts in flight at once must be at least 1 (default 128).", wh.Concurrency))
+	}
+	if wh.AccountConcurrency < 0 || (wh.AcctRange.Filename != "" && (wh.AccountConcurrency == 0 || wh.AccountConcurrency > max(wh.Concurrency, 1))) {
+		bad(wh.AcctRange, "Invalid account_concurrency", fmt.Sprintf("account_concurrency = %d must be between 1 and concurrency (%d); default an eighth of concurrency.", wh.AccountConcurrency, wh.Concurrency))
+	}
 	if wh.Concurrency <= 0 {
 		wh.Concurrency = 128
 	}
@@ -460,6 +747,11 @@ func (c *Config) finish() hcl.Diagnostics {
 	if dd.LeaderTTLD > 0 && dd.LeaderTTLD < 2*time.Second {
 		bad(dd.LeaderRange, "Invalid leader_ttl", "leader_ttl must be at least 2s: etcd sessions count in whole seconds.")
 	}
+	if dd.Listen != "" {
+		if msg := listenProblem(dd.Listen, dd.ListenRange.Filename != ""); msg != "" {
+			bad(dd.ListenRange, "Invalid listen", "dispatcher listen = "+msg)
+		}
+	}
 
 	st := c.Storage
 	if st.Type != "local" {
@@ -469,6 +761,12 @@ func (c *Config) finish() hcl.Diagnostics {
 		if msg := storageURLProblem(st.URL); msg != "" {
 			bad(st.URLRange, "Invalid storage url", msg)
 		}
+	} else if st.Path == "" {
+		rng := st.PathRange
+		if rng.Filename == "" {
+			rng = st.DefRange
+		}
+		bad(rng, "Missing storage", "storage needs url (file:///dir or s3://bucket?...) or path (a local directory).")
 	}
 	st.TTL = dur(st.DownloadURLTTL, st.TTLRange, "download_url_ttl")
 	st.Retention = dur(st.OutputRetention, st.RetentionRange, "output_retention")
@@ -487,6 +785,9 @@ func (c *Config) finish() hcl.Diagnostics {
 			bad(p.DefRange, "Duplicate pool", fmt.Sprintf("pool %q is defined twice.", p.Name))
 		}
 		seen[p.Name] = true
+		// Written as 0 (or less) in the file: applyDefaults would take it for unset.
+		inFlight0 := p.MaxInFlight == 0 && p.InFlightRange.Filename != ""
+		attempts, attempts0 := p.MaxAttempts, p.MaxAttempts <= 0 && p.AttemptsRange.Filename != ""
 		p.applyDefaults()
 		if !supportedDrivers[p.Driver] {
 			bad(p.DriverRange, "Unsupported driver", fmt.Sprintf("pool %q: driver %q has no jobspec; supported: docker, raw_exec.", p.Name, p.Driver))
@@ -509,6 +810,9 @@ func (c *Config) finish() hcl.Diagnostics {
 			default:
 				bad(c.DefRange, "Invalid constraint", fmt.Sprintf("pool %q: constraint operator %q is not one of Nomad's (=, !=, <, <=, >, >=, regexp, set_contains, version, is_set, ...).", p.Name, c.Operator))
 			}
+			if _, err := regexp.Compile(c.Value); c.Operator == "regexp" && err != nil && !strings.Contains(c.Value, "${") {
+				bad(c.ValueRange, "Invalid constraint", fmt.Sprintf("pool %q: constraint value %q is not a regular expression: %v.", p.Name, c.Value, err))
+			}
 		}
 		if g := p.GPU; g != nil {
 			if g.Vendor != "nvidia" {
@@ -517,12 +821,25 @@ func (c *Config) finish() hcl.Diagnostics {
 			if g.Count < 1 || g.Count > 16 {
 				bad(g.CountRange, "Invalid GPU count", fmt.Sprintf("pool %q: gpu count = %d must be between 1 and 16.", p.Name, g.Count))
 			}
+			if g.MinMemoryMB < 0 {
+				bad(g.MinMemRange, "Invalid min_memory_mb", fmt.Sprintf("pool %q: gpu min_memory_mb = %d: use the least GPU memory in MiB, or leave it unset.", p.Name, g.MinMemoryMB))
+			}
+			if _, err := regexp.Compile(g.Model); g.Model != "" && err != nil {
+				bad(g.ModelRange, "Invalid GPU model", fmt.Sprintf("pool %q: gpu model = %q is not a regular expression (Nomad matches the device model with it): %v.", p.Name, g.Model, err))
+			}
 		}
 		if p.CPU < 100 {
 			bad(p.CPURange, "Invalid cpu", fmt.Sprintf("pool %q: cpu = %d MHz is below Nomad's minimum of 100.", p.Name, p.CPU))
 		}
-		if p.MaxInFlight < -1 {
-			bad(p.DefRange, "Invalid max_in_flight", fmt.Sprintf("pool %q: max_in_flight = %d; use a positive number, or -1 for no cap.", p.Name, p.MaxInFlight))
+		if p.MaxInFlight < -1 || inFlight0 {
+			rng := p.InFlightRange
+			if rng.Filename == "" {
+				rng = p.DefRange
+			}
+			bad(rng, "Invalid max_in_flight", fmt.Sprintf("pool %q: max_in_flight = %d; use a positive number, or -1 for no cap (default %d).", p.Name, min(p.MaxInFlight, 0), DefaultMaxInFlight))
+		}
+		if attempts0 {
+			bad(p.AttemptsRange, "Invalid max_attempts", fmt.Sprintf("pool %q: max_attempts = %d must be at least 1 (default 3): the first attempt counts.", p.Name, attempts))
 		}
 		if p.Memory < 64 {
 			bad(p.MemoryRange, "Invalid memory", fmt.Sprintf("pool %q: memory = %d MiB is too small for ffmpeg; use at least 64.", p.Name, p.Memory))
@@ -537,6 +854,10 @@ func (c *Config) finish() hcl.Diagnostics {
 	}
 	return diags
 }
+
+// DefaultShutdownTimeout is server.shutdown_timeout's floor when unset (see
+// Server.ShutdownTimeout).
+const DefaultShutdownTimeout = 30 * time.Second
 
 // DefaultMaxInFlight is a pool's max_in_flight when unset: enough to keep a
 // sizeable cluster busy, few enough that a burst waits in etcd, not in Nomad.

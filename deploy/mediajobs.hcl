@@ -18,6 +18,10 @@ server {
   # Keep it below your clients' read timeout (VGF's Python SDK uses 30s).
   wait_limit = "25s"
 
+  # A separate address for the gateway's Prometheus /metrics. Unset (the default):
+  # /metrics is on listen; set: only here, so the public port need not expose it.
+  # metrics_listen = "127.0.0.1:9090"
+
   # A job is stored as one etcd value, which etcd refuses over 1.5 MiB: these bound
   # what one job holds, and each has a ceiling that keeps the largest job possible
   # within two thirds of that (see bounds.go). Over a bound, a create is a 400
@@ -64,6 +68,13 @@ server {
 
   # Allow input URLs on loopback (127.0.0.0/8, ::1). Only for development.
   allow_loopback = false
+
+  # Internal ranges and host names that job inputs and webhooks may reach, which are
+  # refused otherwise (private addresses). Link-local and cloud metadata addresses
+  # open only to a range that names them (e.g. "169.254.169.254/32"), never to a
+  # broad one. Checked by the gateway, the dispatcher's webhooks and the runners.
+  # allow_cidrs = ["10.1.0.0/16", "fd12:3456::/48"]
+  # allow_hosts = ["minio.internal", "*.svc.internal"]
 }
 
 etcd {
@@ -165,6 +176,10 @@ dispatcher {
   # A job whose Nomad node stopped heartbeating waits this long for the node to come
   # back (a network blip), then runs again elsewhere.
   disconnect_grace = "5m"
+  # Where this dispatcher serves /metrics, /healthz and /readyz (etcd session, etcd
+  # and Nomad reachable; leadership is not a condition). Unset (the default): none.
+  # Set it on every dispatcher you monitor; the alerts in deploy/observability expect it.
+  # listen = "127.0.0.1:9091"
 }
 
 # One pool per kind of hardware; a job picks one with "machine" (default "cpu").

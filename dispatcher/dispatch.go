@@ -189,7 +189,7 @@ func (d *Dispatcher) failUnknownPools(ctx context.Context) {
 		})
 		switch {
 		case err == nil:
-			metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
+			metrics.Finished(j)
 			d.Log.Warn("failed a job of an unknown pool", "job", id, "pool", j.Machine)
 		case errors.Is(err, errSkip), mj.ErrorCode(err) == mj.ENotFound:
 		default:
@@ -282,6 +282,8 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 		UploadsURL:     d.Signer.URLFor("/upload-urls/", "UPLOADS", scope+"uploads", scope+"uploads", exp),
 		MaxOutputFiles: d.Config.Server.MaxOutputFiles,
 		AllowLoopback:  d.Config.Server.AllowLoopback,
+		AllowCIDRs:     d.Config.Server.AllowCIDRs,
+		AllowHosts:     d.Config.Server.AllowHosts,
 		AllowGPU:       pool != nil && pool.GPUs() > 0,
 	}
 	if pool != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/jobspecs"
+	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
@@ -131,8 +132,12 @@ type Dispatcher struct {
 	ungrouped bool
 	// nomadDown: a dispatch found Nomad unreachable, and none has succeeded since.
 	nomadDown atomic.Bool
-	mu        sync.Mutex
-	leading   bool
+	// session is the etcd session this dispatcher campaigns or leads with (Ready).
+	session atomic.Pointer[concurrency.Session]
+	// ready is the last readiness Ready found, to log only its changes.
+	ready   atomic.Bool
+	mu      sync.Mutex
+	leading bool
 	// registered holds the pools whose parameterized job Nomad accepted.
 	registered map[string]bool
 }
@@ -200,6 +205,12 @@ func (d *Dispatcher) setLeading(v bool) {
 	d.mu.Lock()
 	d.leading = v
 	d.mu.Unlock()
+	if v {
+		metrics.DispatcherLeader.WithLabelValues().Set(1)
+		metrics.LeadershipChanges.WithLabelValues().Inc()
+	} else {
+		metrics.DispatcherLeader.WithLabelValues().Set(0)
+	}
 }
 
 // Run campaigns for leadership and, while leading, runs every loop; it returns when
@@ -208,6 +219,11 @@ func (d *Dispatcher) setLeading(v bool) {
 // leader's late writes are refused.
 func (d *Dispatcher) Run(ctx context.Context) error {
 	d.defaults()
+	metrics.DispatcherLeader.WithLabelValues().Set(0)
+	// Exported from the start, at 0, by dispatchers only (see package metrics).
+	metrics.LeadershipChanges.WithLabelValues()
+	metrics.EventStreamReconnects.WithLabelValues()
+	defer d.session.Store(nil)
 	for ctx.Err() == nil {
 		sess, err := concurrency.NewSession(d.Store.Client(), concurrency.WithTTL(int(d.LeaderTTL/time.Second)), concurrency.WithContext(ctx))
 		if err != nil {
@@ -215,6 +231,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			sleep(ctx, time.Second)
 			continue
 		}
+		d.session.Store(sess)
 		el := concurrency.NewElection(sess, d.Store.ElectionPrefix())
 		d.Log.Info("dispatcher waiting for leadership", "name", d.Name)
 		if err := el.Campaign(ctx, d.Name); err != nil {
@@ -265,7 +282,7 @@ func (d *Dispatcher) lead(ctx context.Context) {
 			failed = append(failed, pool)
 		}
 	}
-	loops := []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.janitorLoop, d.etcdMaintenanceLoop}
+	loops := []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.janitorLoop, d.etcdMaintenanceLoop, d.queueMetricsLoop}
 	if len(failed) > 0 {
 		loops = append(loops, func(ctx context.Context) { d.retryPools(ctx, failed) })
 	}

@@ -114,7 +114,8 @@ func (s *allocState) taskInfo(states map[string]*api.TaskState) {
 // settles everything against Nomad after each (re)connect and every
 // ReconcileEvery, beside the stream rather than in its way. Events are applied by
 // partitioned workers (see partitions); the saved index is the watermark of what
-// they have applied, and applying an event twice changes nothing.
+// they have handled (an apply that failed included: reconcile repairs it, see
+// watermark), and applying an event twice changes nothing.
 func (d *Dispatcher) eventLoop(ctx context.Context) {
 	kick := make(chan struct{}, 1)
 	poke := func() {
@@ -129,7 +130,10 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 	work := newPartitions(eventWorkers, eventQueue)
 	defer func() { work.close(); wg.Wait() }()
 	backoff := time.Second
-	for ctx.Err() == nil {
+	for first := true; ctx.Err() == nil; first = false {
+		if !first {
+			metrics.EventStreamReconnects.WithLabelValues().Inc()
+		}
 		index, err := d.Store.EventIndex(ctx)
 		if err != nil {
 			d.Log.Warn("read event index", "err", err)
@@ -202,6 +206,9 @@ func (d *Dispatcher) follow(ctx context.Context, events <-chan *api.Events, work
 			}
 			*backoff = time.Second
 			d.submit(ctx, evs, work, mark)
+			// submit waits while a worker's queue is full, and nothing reads the
+			// stream meanwhile: that wait is ours, not the stream's silence.
+			idle.Reset(streamIdle)
 			save(false)
 		}
 	}
@@ -229,8 +236,9 @@ func (d *Dispatcher) submit(ctx context.Context, evs *api.Events, work *partitio
 	}
 }
 
-// streamIdle is how long the event stream may stay silent, heartbeats included.
-const streamIdle = 45 * time.Second
+// streamIdle is how long the event stream may stay silent, heartbeats included (a
+// variable only so that tests can shorten it).
+var streamIdle = 45 * time.Second
 
 // eventIndexEvery is how often, at most, a busy stream's index is saved.
 const eventIndexEvery = 5 * time.Second
@@ -266,6 +274,30 @@ func applyOrder(a allocState) int {
 func unreachable(err error) bool {
 	var ue *url.Error
 	return errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// nomadTrouble tells an error that says Nomad cannot answer now: unreachable, or
+// a 5xx answer (no cluster leader, overloaded, a server timing out). A reconcile
+// pass stops on it; a 4xx is an answer about the request itself.
+func nomadTrouble(err error) bool {
+	return unreachable(err) || statusCode(err) >= 500
+}
+
+// statusCode is the HTTP status of Nomad's answer in err, 0 when err is none.
+func statusCode(err error) int {
+	var ue api.UnexpectedResponseError
+	if errors.As(err, &ue) {
+		return ue.StatusCode()
+	}
+	var uep *api.UnexpectedResponseError
+	if errors.As(err, &uep) {
+		return uep.StatusCode()
+	}
+	var code int
+	if err != nil {
+		fmt.Sscanf(err.Error(), "Unexpected response code: %d", &code) // as isNotFound reads it
+	}
+	return code
 }
 
 // vanished settles a job whose current child Nomad no longer knows (garbage
@@ -326,8 +358,10 @@ func (d *Dispatcher) stopStrayChildren(ctx context.Context) {
 		switch {
 		case err != nil:
 		case j.Status.Terminal():
+			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
 			d.stopChild(ctx, s.ID, "job "+string(j.Status), id)
 		case attempt < max(j.Attempt, 1):
+			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
 			d.stopChild(ctx, s.ID, fmt.Sprintf("attempt %d was superseded by attempt %d", attempt, j.Attempt), id)
 		}
 	}
@@ -344,10 +378,13 @@ func (d *Dispatcher) overdue(ctx context.Context, id, child string, allocs []all
 	j, err := d.update(ctx, id, d.overdueFn(time.Now().UTC(), child, allocs, &why))
 	switch {
 	case err == nil && j.Status.Terminal():
-		metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
+		metrics.Finished(j)
 		d.Log.Info("job failed by the dispatcher", "job", id, "reason", j.ErrorMessage)
 		d.stopChild(ctx, child, why, id)
 	case err == nil:
+		if j.NomadJobID == "" { // the only retry overdueFn makes
+			metrics.JobRetries.WithLabelValues(j.Machine, metrics.RetryStartTimeout).Inc()
+		}
 		d.Log.Info("attempt ended by the dispatcher", "job", id, "detail", j.StatusDetail)
 		d.stopChild(ctx, child, why, id)
 	}
@@ -417,13 +454,15 @@ func attemptStart(j *mj.Job) *time.Time {
 }
 
 // refreshPlacement reads the child's latest evaluation and records its placement
-// failure, as the event stream would have; it reports whether the job changed.
-func (d *Dispatcher) refreshPlacement(ctx context.Context, child string) bool {
+// failure, as the event stream would have; it reports whether the job changed. An
+// error is Nomad's evaluations left unread: they may say the job waits for
+// capacity, so nothing is to be judged on their absence.
+func (d *Dispatcher) refreshPlacement(ctx context.Context, child string) (bool, error) {
 	q, cancel := d.query(ctx)
 	evals, _, err := d.Jobs.Evaluations(child, q)
 	cancel()
 	if err != nil {
-		return false
+		return false, err
 	}
 	var latest *api.Evaluation
 	for _, e := range evals {
@@ -431,7 +470,7 @@ func (d *Dispatcher) refreshPlacement(ctx context.Context, child string) bool {
 			latest = e
 		}
 	}
-	return latest != nil && d.placementFailed(ctx, child, latest.FailedTGAllocs)
+	return latest != nil && d.placementFailed(ctx, child, latest.FailedTGAllocs), nil
 }
 
 // placementFailed records why Nomad cannot place a child yet; the job stays queued
@@ -444,7 +483,7 @@ func (d *Dispatcher) placementFailed(ctx context.Context, child string, failed m
 		return false
 	}
 	reason, capacity := placementReason(failed)
-	_, err := d.update(ctx, id, func(j *mj.Job) error {
+	j, err := d.update(ctx, id, func(j *mj.Job) error {
 		if j.Status.Terminal() || attemptStart(j) != nil || j.NomadJobID != child || j.Attempt != attempt ||
 			(j.PlacementReason == reason && j.WaitingForCapacity == capacity) {
 			return errSkip
@@ -459,6 +498,13 @@ func (d *Dispatcher) placementFailed(ctx context.Context, child string, failed m
 		}
 		return nil
 	})
+	if err == nil {
+		cause := "infeasible"
+		if capacity {
+			cause = "capacity"
+		}
+		metrics.PlacementFailures.WithLabelValues(j.Machine, cause).Inc()
+	}
 	return err == nil
 }
 
@@ -531,7 +577,25 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) bool {
 		return transition(j, a, checked(result, j, d.Config.Server.MaxOutputFiles), time.Now().UTC(), prefix, d.maxAttempts(j), d.DisconnectGrace)
 	})
 	d.applied(ctx, id, a.NomadJobID, j, err)
+	if err == nil && retried(j) {
+		metrics.JobRetries.WithLabelValues(j.Machine, retryReason(a)).Inc()
+	}
 	return err == nil
+}
+
+// retried tells a job just sent back to the queue as a new attempt.
+func retried(j *mj.Job) bool { return j.NomadJobID == "" && !j.Status.Terminal() }
+
+// retryReason is mediajobs_job_retries_total's reason for an attempt that
+// transition retried on allocation a.
+func retryReason(a allocState) string {
+	switch a.ClientStatus {
+	case api.AllocClientStatusLost:
+		return metrics.RetryNodeLost
+	case api.AllocClientStatusUnknown:
+		return metrics.RetryNodeDisconnected
+	}
+	return metrics.RetryWorkerCrashed
 }
 
 // lost re-dispatches (or fails, after the last attempt) a job whose child vanished.
@@ -544,6 +608,9 @@ func (d *Dispatcher) lost(ctx context.Context, id, child, why string) {
 		return nil
 	})
 	d.applied(ctx, id, child, j, err)
+	if err == nil && retried(j) {
+		metrics.JobRetries.WithLabelValues(j.Machine, metrics.RetryVanished).Inc()
+	}
 }
 
 func (d *Dispatcher) applied(ctx context.Context, id, child string, j *mj.Job, err error) {
@@ -551,7 +618,7 @@ func (d *Dispatcher) applied(ctx context.Context, id, child string, j *mj.Job, e
 	case err == nil:
 		d.Log.Info("job updated", "job", id, "status", j.Status, "attempt", j.Attempt, "detail", j.StatusDetail)
 		if j.Status.Terminal() {
-			metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
+			metrics.Finished(j)
 		}
 		if j.NomadJobID == "" && !j.Status.Terminal() {
 			d.stopChild(ctx, child, "re-dispatching", id) // usually dead already
@@ -625,6 +692,20 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 			started = a.StartedAt.UTC()
 		}
 		j.StartedAt = &started // a fast task can skip "running" in the stream
+	}
+	if r != nil {
+		// One log per command at most, under the allocation's own prefix.
+		j.LogCommands, j.LogsPrefix = nil, prefix
+		seen := map[int]bool{}
+		for _, l := range r.Logs {
+			if l.Command >= 1 && l.Command <= len(j.FFmpegCommands) && !seen[l.Command] {
+				seen[l.Command] = true
+				j.LogCommands = append(j.LogCommands, l.Command)
+			}
+		}
+		if len(j.LogCommands) == 0 {
+			j.LogsPrefix = ""
+		}
 	}
 	switch {
 	case r != nil && r.Succeeded:

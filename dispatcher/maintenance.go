@@ -24,6 +24,7 @@ func (d *Dispatcher) etcdMaintenanceLoop(ctx context.Context) {
 			metrics.EtcdDBSizeInUse.DeleteLabelValues(ep)
 		}
 		metrics.EtcdAlarm.Reset()
+		metrics.EtcdQuota.Reset()
 	}()
 	for {
 		for _, m := range d.MaintainEtcd(ctx).Members {
@@ -53,6 +54,7 @@ func (d *Dispatcher) MaintainEtcd(ctx context.Context) *store.MaintainReport {
 	if quota <= 0 {
 		quota = store.DefaultQuotaBackendBytes
 	}
+	metrics.EtcdQuota.WithLabelValues().Set(float64(quota))
 	r := store.Maintain(ctx, cli, store.MaintainOptions{Policy: policy, Quota: quota, Log: d.Log})
 	for _, m := range r.Members {
 		if m.StatusErr != nil {

@@ -66,6 +66,12 @@ func (p *partitions) close() {
 // whose batch, and every batch before it, is applied in full. Batches complete out
 // of order; resuming from the watermark skips only applied events (Nomad resends
 // the batch at the index itself, which applying again leaves as it is).
+//
+// "Applied" means handled, not stored: an event whose apply failed (an etcd error,
+// or a result the blob store could not read, left to be read again) counts too, so
+// the saved index can pass events whose effects were never written. Resuming does
+// not replay them; the reconcile pass that follows every (re)connect, and every
+// ReconcileEvery, reads Nomad's state and repairs what they would have done.
 type watermark struct {
 	mu      sync.Mutex
 	mark    uint64
@@ -89,7 +95,8 @@ func (w *watermark) add(index uint64, n int) *eventBatch {
 	return b
 }
 
-// done records that one event of b was applied.
+// done records that one event of b was handled, whether or not its apply stored
+// anything (see watermark).
 func (w *watermark) done(b *eventBatch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()

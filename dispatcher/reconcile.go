@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/jobspecs"
+	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
 )
 
@@ -61,7 +63,8 @@ type pass struct {
 	listed map[string]bool
 	// children are the live children by id; nil when the list failed.
 	children map[string]*api.JobListStub
-	// down: a Nomad call found Nomad unreachable; the pass decides nothing more.
+	// down: a Nomad call found Nomad unreachable or in trouble (a 5xx answer), or
+	// the pass panicked; the pass decides nothing more.
 	down atomic.Bool
 }
 
@@ -76,9 +79,12 @@ type pass struct {
 // the job already says. Only a child that is no longer live (it ended or vanished),
 // or whose lists disagree (it changed between them, or has ended allocations), costs
 // calls of its own, as does checking a child's allocations before its attempt is
-// ended on them. A pass stops at the first connection error: Nomad is down, and
-// nothing is decided from its silence.
+// ended on them. A pass stops at the first connection error or 5xx answer (no
+// cluster leader, overloaded): Nomad is down or in trouble, nothing is decided from
+// its silence, and it is not sent a call per child. Only a list Nomad refuses with
+// a 4xx (a filter it does not take) falls back to reading the children one by one.
 func (d *Dispatcher) reconcile(ctx context.Context) {
+	defer d.recoverPass(nil)
 	jobs, err := d.Store.JobsUnder(ctx, d.Store.ActivePrefix())
 	if err != nil {
 		d.Log.Warn("reconcile: read active jobs", "err", err)
@@ -102,10 +108,10 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 			stubs, err := p.liveAllocs(ctx, pool)
 			if err != nil {
 				d.Log.Warn("reconcile: list allocations", "pool", pool, "err", err)
-				if unreachable(err) {
-					return
+				if nomadTrouble(err) {
+					return // reading each child instead would only pile onto it
 				}
-				continue // this pool's children are read one by one
+				continue // a 4xx (the filter refused): this pool's children are read one by one
 			}
 			p.listed[pool] = true
 			for _, s := range stubs {
@@ -116,7 +122,7 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 	children, err := p.liveChildren(ctx)
 	if err != nil {
 		d.Log.Warn("reconcile: list nomad jobs", "err", err)
-		if unreachable(err) {
+		if nomadTrouble(err) {
 			return
 		}
 	} else {
@@ -131,6 +137,7 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			defer d.recoverPass(p)
 			for ctx.Err() == nil && !p.down.Load() {
 				i := int(next.Add(1)) - 1
 				if i >= len(todo) {
@@ -174,9 +181,24 @@ func (p *pass) liveChildren(ctx context.Context) ([]*api.JobListStub, error) {
 	return stubs, err
 }
 
-// fail records a failed Nomad call: unreachable stops the pass.
+// fail records a failed Nomad call: unreachable, or a 5xx answer, stops the pass.
 func (p *pass) fail(err error) {
-	if unreachable(err) {
+	if nomadTrouble(err) {
+		p.down.Store(true)
+	}
+}
+
+// recoverPass, deferred, turns a panic of a pass (or of one of its workers, p)
+// into a log line with its stack, and ends the pass rather than the process: a
+// panic that recurs on every pass would otherwise crash-loop the dispatcher and
+// then its standby. The next pass starts afresh.
+func (d *Dispatcher) recoverPass(p *pass) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	d.Log.Error("reconcile: pass panicked; ending it", "panic", r, "stack", string(debug.Stack()))
+	if p != nil {
 		p.down.Store(true)
 	}
 }
@@ -211,6 +233,7 @@ func (p *pass) childAllocs(ctx context.Context, j *mj.Job, child string) (allocs
 		_, _, err := d.Jobs.Info(child, q)
 		cancel()
 		if isNotFound(err) {
+			metrics.ReconcileCorrections.WithLabelValues("vanished").Inc()
 			d.vanished(ctx, j, child)
 			return nil, false
 		} else if err != nil {
@@ -241,6 +264,19 @@ func (p *pass) childAllocs(ctx context.Context, j *mj.Job, child string) (allocs
 func (p *pass) settle(ctx context.Context, j *mj.Job) {
 	d, child := p.d, j.NomadJobID
 	allocs, listed := p.listedAllocs(j)
+	if listed {
+		// Lists read a moment ago do not end an attempt (see below): where they
+		// show an allocation whose apply could end it ("unknown": its node went
+		// away, and may be back by now), the child's own allocations, read now,
+		// are applied instead. Running and pending ones never end it.
+		now := time.Now().UTC()
+		for _, a := range allocs {
+			if a.ClientStatus != api.AllocClientStatusRunning && applyNeeded(j, a, now) {
+				listed = false
+				break
+			}
+		}
+	}
 	if !listed {
 		var ok bool
 		if allocs, ok = p.childAllocs(ctx, j, child); !ok {
@@ -255,13 +291,24 @@ func (p *pass) settle(ctx context.Context, j *mj.Job) {
 	changed := false
 	for _, a := range allocs {
 		if applyNeeded(j, a, now) && d.apply(ctx, a) {
+			metrics.ReconcileCorrections.WithLabelValues("allocation").Inc()
 			changed = true
 		}
 	}
 	if len(allocs) == 0 {
 		// Not placed: the stream may have dropped the evaluation that says why
-		// (capacity or infeasibility), and the queue limit depends on it.
-		changed = d.refreshPlacement(ctx, child) || changed
+		// (capacity or infeasibility), and the queue limit depends on it: unread,
+		// the job is not judged (Nomad's silence would fail it at the limit).
+		refreshed, err := d.refreshPlacement(ctx, child)
+		if err != nil {
+			d.Log.Warn("reconcile: read evaluations", "job", j.ID, "nomad_job", child, "err", err)
+			p.fail(err)
+			return
+		}
+		if refreshed {
+			metrics.ReconcileCorrections.WithLabelValues("placement").Inc()
+			changed = true
+		}
 	}
 	if !changed { // j is still the job as stored: judge it without a read
 		var why string
@@ -319,8 +366,11 @@ func (p *pass) strays(ctx context.Context, children []*api.JobListStub) {
 		if !ok {
 			continue
 		}
+		// A job's own current child needs no read. A job still nil here is one
+		// not in the pass's snapshot, already queued to be read (a job with two
+		// live children): only its first child queues the read.
 		j, read := p.seen[id]
-		if read && j.NomadJobID == s.ID && !j.Status.Terminal() {
+		if j != nil && j.NomadJobID == s.ID && !j.Status.Terminal() {
 			continue
 		}
 		if !read {
@@ -345,8 +395,10 @@ func (p *pass) strays(ctx context.Context, children []*api.JobListStub) {
 		switch {
 		case j == nil:
 		case j.Status.Terminal():
+			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
 			d.stopChild(ctx, c.child, "job "+string(j.Status), c.id)
 		case c.attempt < max(j.Attempt, 1):
+			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
 			d.stopChild(ctx, c.child, fmt.Sprintf("attempt %d was superseded by attempt %d", c.attempt, j.Attempt), c.id)
 		}
 	}

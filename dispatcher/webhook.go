@@ -16,6 +16,7 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/logging"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/mediajobs/mediajobs/store"
@@ -25,9 +26,6 @@ import (
 // WebhookAttempts is the contract: 1 attempt + 5 retries.
 const WebhookAttempts = 6
 
-// Version goes into the webhook User-Agent.
-var Version = "dev"
-
 // WebhookSender POSTs job objects to webhook URLs with go-retryablehttp: exponential
 // backoff with jitter, Retry-After honoured, a deadline per attempt, redirects never
 // followed, and every connection through a dialer that refuses private and
@@ -36,6 +34,9 @@ type WebhookSender struct {
 	Base, Cap      time.Duration
 	AttemptTimeout time.Duration
 	AllowLoopback  bool
+	// Guard is the outbound policy (server.allow_cidrs, allow_hosts); AllowLoopback
+	// adds loopback to it.
+	Guard netguard.Policy
 	// MaxIdlePerHost is how many kept-alive connections to one receiver are kept
 	// (default 16): set it to the deliveries in flight.
 	MaxIdlePerHost int
@@ -46,7 +47,9 @@ type WebhookSender struct {
 
 func (w *WebhookSender) httpClient() *http.Client {
 	w.once.Do(func() {
-		w.transport = netguard.Transport(w.AllowLoopback)
+		guard := w.Guard
+		guard.AllowLoopback = guard.AllowLoopback || w.AllowLoopback
+		w.transport = guard.Transport()
 		w.transport.MaxIdleConnsPerHost = max(w.MaxIdlePerHost, 16)
 	})
 	return &http.Client{
@@ -168,7 +171,7 @@ func (w *WebhookSender) Send(ctx context.Context, m Message) Delivery {
 		return Delivery{Attempts: m.Done, Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "mediajobs/"+Version)
+	req.Header.Set("User-Agent", "mediajobs/"+mj.Version)
 	req.Header.Set("X-Mediajobs-Event", m.Event)
 	req.Header.Set("X-Mediajobs-Delivery", m.DeliveryID)
 	resp, err := c.Do(req)
@@ -481,11 +484,16 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 		return
 	}
 	// Recording the outcome removed the outbox entry (store: a derived key).
+	outcome := "delivered"
 	if res.Err != nil {
-		metrics.Webhooks.WithLabelValues("failed").Inc()
-		d.Log.Warn("webhook not delivered", "job", id, "url", j.WebhookURL, "attempts", res.Attempts, "err", res.Err)
-	} else {
-		metrics.Webhooks.WithLabelValues("delivered").Inc()
+		outcome = "failed"
+		// The URL may be the receiver's credential (Zapier, Make, n8n): host only.
+		d.Log.Warn("webhook not delivered", "job", id, "url", logging.RedactURL(j.WebhookURL), "attempts", res.Attempts,
+			"err", logging.RedactError(res.Err, j.WebhookURL))
+	}
+	metrics.Webhooks.WithLabelValues(outcome).Inc()
+	if j.FinishedAt != nil {
+		metrics.WebhookLatency.WithLabelValues(outcome).Observe(max(time.Since(*j.FinishedAt), 0).Seconds())
 	}
 	if err == errSkip {
 		d.Store.DeleteOutbox(ctx, id) // settled by someone else: the entry is stale

@@ -232,7 +232,7 @@ func TestMetrics(t *testing.T) {
 	for _, want := range []string{
 		`mediajobs_http_requests_total{method="GET",route="/api/jobs/:id",status="200"}`,
 		`mediajobs_http_requests_total{method="GET",route="/api/jobs/:id",status="404"}`,
-		`mediajobs_jobs_created_total{machine="cpu"}`,
+		`mediajobs_jobs_created_total{pool="cpu"}`,
 		`mediajobs_http_request_duration_seconds_bucket`,
 	} {
 		if !strings.Contains(text, want) {

@@ -152,5 +152,9 @@ func (g *Gateway) rateLimit(c *fiber.Ctx, accountID string) error {
 // while this runs). Run it for the gateway's lifetime.
 func (g *Gateway) Watch(ctx context.Context) {
 	go g.watchJobs(ctx)
+	go func() {
+		<-ctx.Done()
+		g.StopStreams() // or fiber's Shutdown would wait for every open stream
+	}()
 	g.Store.WatchRevokedKeys(ctx, g.keys.drop)
 }

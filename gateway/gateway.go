@@ -67,6 +67,11 @@ type Gateway struct {
 	// progressPruned is when progressAt was last pruned (unix ns).
 	progressPruned atomic.Int64
 	jobs           jobCache
+	// hub wakes event streams (events.go); streams ends them all at shutdown.
+	hub         eventHub
+	streamsOnce sync.Once
+	streams     context.Context
+	stopStreams context.CancelFunc
 }
 
 // App returns the fiber app serving the whole API.
@@ -97,6 +102,8 @@ func (g *Gateway) App() *fiber.App {
 		ReadTimeout: g.Config.Server.UploadTimeoutD,
 		IdleTimeout: 2 * time.Minute,
 	})
+	// A graceful shutdown answers the requests in flight with "Connection: close".
+	app.Server().CloseOnShutdown = true
 	g.routes(app)
 	return app
 }
@@ -113,11 +120,17 @@ func bodyLimit(n int64) int {
 func (g *Gateway) errorHandler(c *fiber.Ctx, err error) error {
 	e := clientError(err)
 	if e.Code == mj.EInternal {
-		g.Log.Error("request failed", "method", c.Method(), "path", c.Path(), "err", err)
+		g.Log.Error("request failed", "request_id", requestID(c), "method", c.Method(), "path", c.Path(), "err", err)
 	}
 	if c.Request().IsBodyStream() {
-		// The body may be unread (a refused upload): close the connection, or the
-		// server would parse the rest of it as the next request on this connection.
+		// The body may be unread (a refused upload, a JSON body over max_body_bytes):
+		// read and discard the rest first (up to drainLimit), or a client that sends
+		// it all before reading gets a connection reset instead of this answer. Then
+		// close the connection, or the server would parse whatever is left of the body
+		// as the next request on it.
+		if e != errSlowBody {
+			drainBody(c, g.Config.Server.UploadTimeoutD)
+		}
 		c.Context().SetConnectionClose()
 	}
 	if (e.Code == mj.ETooManyRequests || e.Code == mj.EUnavailable) && c.GetRespHeader(fiber.HeaderRetryAfter) == "" {

@@ -7,11 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -47,7 +49,9 @@ func newHarness(t *testing.T) *harness {
 	}
 	blobs, _ := blob.NewLocal(t.TempDir())
 	g := &Gateway{Config: cfg, Store: s, Blobs: blobs, Signer: blob.Signer{Secret: []byte("0123456789abcdef"), Base: "http://gw.test"},
-		Resolver: fakeDNS{}}
+		Resolver: fakeDNS{},
+		// Warnings and errors only: an access line per request would bury them.
+		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	h := &harness{t: t, app: g.App(), gw: g, store: s, keys: map[string]string{}}
 	cfg.Server.RateLimit = 0 // TestRateLimit turns it on
 	for _, acct := range []string{"alice", "bob"} {

@@ -143,13 +143,20 @@ func (g *Gateway) watchJobs(ctx context.Context) {
 			go func() {
 				errs <- g.Store.WatchJobs(wctx, rev, func(id string, j *mj.Job) {
 					if j == nil {
+						g.hub.notify(id, g.jobs.accountOf(id))
 						g.jobs.drop(id)
 					} else {
 						g.jobs.put(j, true)
+						g.hub.notify(id, j.AccountID)
 					}
 				})
 			}()
-			go func() { errs <- g.Store.WatchProgress(wctx, rev, g.jobs.putProgress) }()
+			go func() {
+				errs <- g.Store.WatchProgress(wctx, rev, func(id string, rec *store.ProgressRecord) {
+					g.jobs.putProgress(id, rec)
+					g.hub.notify(id, g.jobs.accountOf(id))
+				})
+			}()
 			err = <-errs
 			g.jobs.reset(false) // before the second watch stops: no update is lost
 			cancel()

@@ -14,7 +14,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/metrics"
-	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/mediajobs/mediajobs/store"
 )
 
@@ -71,20 +70,21 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 }
 
 // checkHosts refuses input and webhook URLs whose hosts are, or resolve to, private,
-// link-local or other internal addresses (loopback only where allow_loopback is set).
+// link-local or other internal addresses (loopback only where allow_loopback is set;
+// internal ranges and names listed in allow_cidrs and allow_hosts).
 func (g *Gateway) checkHosts(ctx context.Context, j *mj.Job) error {
 	problems := map[string]string{}
-	allow := g.Config.Server.AllowLoopback
+	guard := g.Config.Server.Guard()
 	for name, u := range j.InputFiles {
 		if g.ownFile(u) {
 			continue // a temporary file's download_url: fetched from this service
 		}
-		if err := netguard.CheckURL(ctx, g.Resolver, u, allow); err != nil {
+		if err := guard.CheckURL(ctx, g.Resolver, u); err != nil {
 			problems["input_files."+name] = "refused: " + err.Error()
 		}
 	}
 	if j.WebhookURL != "" {
-		if err := netguard.CheckURL(ctx, g.Resolver, j.WebhookURL, allow); err != nil {
+		if err := guard.CheckURL(ctx, g.Resolver, j.WebhookURL); err != nil {
 			problems["webhook_url"] = "refused: " + err.Error()
 		}
 	}
@@ -179,7 +179,7 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 		return err
 	}
 	g.jobs.put(j, false)
-	metrics.JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
+	metrics.Finished(j)
 	return c.JSON(fiber.Map{"data": g.view(j)})
 }
 

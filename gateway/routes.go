@@ -14,11 +14,16 @@ import (
 
 // routes lists every route of the API in one place.
 func (g *Gateway) routes(app *fiber.App) {
-	app.Use(cleanPath, g.withContext, measure)
+	// accessLog first: it sees every request, gives it its id and answers errors;
+	// recoverer last, so a panic still counts in measure.
+	app.Use(g.accessLog, cleanPath, g.withContext, measure, g.recoverer())
 
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	app.Get("/readyz", g.readyz)
-	app.Get("/metrics", adaptor.HTTPHandler(promhttp.Handler()))
+	if g.Config.Server.MetricsListen == "" {
+		// Else /metrics is served on server.metrics_listen only (cmd/mediajobs).
+		app.Get("/metrics", adaptor.HTTPHandler(promhttp.Handler()))
+	}
 
 	// Signed links: the signature is the credential, no API key.
 	app.Get("/files/*", g.download)
@@ -27,12 +32,16 @@ func (g *Gateway) routes(app *fiber.App) {
 	app.Post("/upload-urls/*", g.uploadURLs) // runners ask where to upload (signed per attempt)
 
 	app.Get("/api/openapi.json", g.openapi) // public: the API's description
+	app.Get("/api/docs", g.apiDocs)         // public: the description, readable (Redoc)
+	app.Get("/api/docs/:asset", g.apiDocsAsset)
 
 	api := app.Group("/api", g.authenticate)
 	api.Post("/ffmpeg", g.createJob)
 	api.Post("/jobs", g.createJob)
 	api.Get("/jobs", g.listJobs)
 	api.Get("/jobs/:id", g.getJob)
+	api.Get("/jobs/:id/events", g.jobEvents) // server-sent events until the job ends
+	api.Get("/events", g.accountEvents)      // server-sent events of every job of the account
 	api.Post("/jobs/:id/cancel", g.cancelJob)
 	api.Post("/tmp-file", g.createTmpFile)
 	api.Get("/keys", g.listKeys)
@@ -67,15 +76,19 @@ func (g *Gateway) readyz(c *fiber.Ctx) error {
 	ctx, cancel := context.WithTimeout(c.UserContext(), 2e9)
 	defer cancel()
 	if err := g.Store.Ping(ctx); err != nil {
-		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"errorCode": "unavailable", "message": "etcd is not reachable: " + err.Error()})
+		// The cause goes to the log; the answer (unauthenticated) names no internals.
+		g.Log.Warn("not ready: etcd is not reachable", "request_id", requestID(c), "err", err)
+		return c.Status(fiber.StatusServiceUnavailable).JSON(fiber.Map{"errorCode": "unavailable", "message": "not ready: the job store is not reachable"})
 	}
 	return c.JSON(fiber.Map{"status": "ready"})
 }
 
 // measure records each request's count and duration by route pattern (not path,
-// which would make a series per job id).
+// which would make a series per job id). A long poll (?wait=true) waits for the
+// job by design: its duration goes to a histogram of its own.
 func measure(c *fiber.Ctx) error {
 	start := time.Now()
+	longPoll := c.Method() == fiber.MethodPost && c.Query("wait") == "true" // createJob's wait
 	err := c.Next()
 	route := c.Route().Path
 	status := c.Response().StatusCode()
@@ -86,6 +99,10 @@ func measure(c *fiber.Ctx) error {
 	// fiber's strings alias fasthttp's reused buffers: copy what outlives the request.
 	method := strings.Clone(c.Method())
 	metrics.HTTPRequests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
-	metrics.HTTPDuration.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
+	if longPoll {
+		metrics.HTTPLongPoll.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
+	} else {
+		metrics.HTTPDuration.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
+	}
 	return err
 }

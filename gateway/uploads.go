@@ -65,15 +65,17 @@ func (g *Gateway) uploadURLs(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if max := g.Config.Server.MaxOutputFiles; len(req.Files) > max+1 {
+	if max := g.Config.Server.MaxOutputFiles + len(j.FFmpegCommands); len(req.Files) > max+1 {
 		return mj.Errorf(mj.EValidation, "%d files asked for; a job may produce at most %d", len(req.Files), max)
 	}
 	var outs []mj.Output
 	for _, f := range req.Files {
 		if name, ok := strings.CutPrefix(f, "outputs/"); ok {
 			outs = append(outs, mj.Output{Name: name})
+		} else if n, ok := mj.LogIndex(f); ok && n <= len(j.FFmpegCommands) {
+			continue // a command's log
 		} else if f != "result.json" {
-			return mj.Errorf(mj.EValidation, "%q is neither result.json nor outputs/<name>", mj.Clip(f, 80))
+			return mj.Errorf(mj.EValidation, "%q is neither result.json, outputs/<name> nor logs/<command>.log", mj.Clip(f, 80))
 		}
 	}
 	if err := mj.CheckOutputs(outs, j.OutputNames, g.Config.Server.MaxOutputFiles); err != nil {

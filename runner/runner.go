@@ -190,7 +190,11 @@ func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 	// Inputs are user URLs: they may not reach private or link-local addresses.
 	// The service's own signed files (a temporary file's download_url) come from
 	// where the outputs go, whatever its address.
-	inputs, own := r.client(netguard.Transport(m.AllowLoopback)), r.client(nil)
+	guard, err := netguard.NewPolicy(m.AllowLoopback, m.AllowCIDRs, m.AllowHosts)
+	if err != nil {
+		return fmt.Errorf("manifest: %w", err)
+	}
+	inputs, own := r.client(guard.Transport()), r.client(nil)
 	files := serviceFiles(m.UploadURL)
 	names := make([]string, 0, len(m.InputFiles))
 	for name := range m.InputFiles {
@@ -270,7 +274,21 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 		fmt.Fprintf(r.Log, "running command %d of %d: ffmpeg %s\n", i+1, len(argvs), strings.Join(argv, " "))
 		rep := &reporter{url: m.ProgressURL, file: r.ProgressFile, client: r.client(nil), index: i + 1, count: len(argvs), now: time.Now,
 			duration: r.expectedDuration(ctx, argv)}
-		if err := r.ffmpeg(ctx, argv, rep, m.DiskBytes); err != nil {
+		// A log that cannot be kept fails nothing: the job runs without it.
+		var logw io.Writer = io.Discard
+		lf, err := createLog(r.WorkDir, i+1)
+		if err != nil {
+			fmt.Fprintf(r.Log, "command %d: cannot keep its log: %v\n", i+1, err)
+		} else {
+			logw = lf
+		}
+		err = r.ffmpeg(ctx, argv, rep, m.DiskBytes, logw)
+		if lf != nil {
+			if cerr := lf.Close(); cerr != nil {
+				fmt.Fprintf(r.Log, "command %d: log: %v\n", i+1, cerr)
+			}
+		}
+		if err != nil {
 			if errors.Is(err, errDiskFull) {
 				return fmt.Errorf("command %d of %d: %w", i+1, len(argvs), err)
 			}
@@ -334,13 +352,17 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 	}
 	// Asked for with ctx, not the job's deadline: the result goes up even after a
 	// timeout, to say so.
-	dest, err := r.uploadLinks(ctx, r.patient(), m, st, alloc)
-	if err != nil && !st.Failed {
+	logs := r.presentLogs(m)
+	dest, err := r.uploadLinks(ctx, r.patient(), m, st, logs, alloc)
+	var refused *linksRefused
+	if err != nil && !st.Failed && errors.As(err, &refused) {
 		// The outputs cannot go up (a name the gateway refuses, a limit of its):
 		// the job fails, and says why, if the result alone can still be reported.
+		// A gateway that stayed unreachable is no refusal: nothing is reported, and
+		// the dispatcher runs the attempt again.
 		fmt.Fprintf(r.Log, "upload links: %v\n", err)
 		st.fail(fmt.Errorf("could not upload the outputs: %w", err))
-		dest, err = r.uploadLinks(ctx, r.patient(), m, st, alloc)
+		dest, err = r.uploadLinks(ctx, r.patient(), m, st, logs, alloc)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("report result: %w", err)
@@ -374,7 +396,19 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 			fmt.Fprintf(r.Log, "uploaded output %s: %d bytes\n", o.Name, o.Size)
 		}
 	}
-	res := &mj.Result{JobID: m.JobID, Attempt: m.Attempt, AllocID: strings.TrimSuffix(alloc, "/"), Succeeded: !st.Failed, ErrorMessage: st.Error, InputBytes: st.InputBytes}
+	// The logs go up whatever happened (a failed job's most of all); one that
+	// cannot is left out of the result, which still goes up.
+	var sent []mj.LogFile
+	lctx, lcancel := context.WithTimeout(ctx, 2*time.Minute) // past a timeout too: it says why
+	defer lcancel()
+	for _, l := range logs {
+		if err := r.uploadLog(lctx, client, dest(logPath(l.Command)), l); err != nil {
+			fmt.Fprintf(r.Log, "upload log of command %d: %v\n", l.Command, err)
+			continue
+		}
+		sent = append(sent, l)
+	}
+	res := &mj.Result{JobID: m.JobID, Attempt: m.Attempt, AllocID: strings.TrimSuffix(alloc, "/"), Succeeded: !st.Failed, ErrorMessage: st.Error, InputBytes: st.InputBytes, Logs: sent}
 	if !st.Failed {
 		res.Outputs = st.Outputs
 		fmt.Fprintf(r.Log, "job succeeded: %d output file(s)\n", len(res.Outputs))
@@ -428,21 +462,25 @@ func (r *Runner) command(ctx context.Context, bin string, args ...string) (*exec
 // ffmpeg's -progress goes to file descriptor 3, a pipe of our own, so it can never
 // mix with an output a command writes to stdout. With diskLimit > 0, ffmpeg is
 // stopped once the job's directory holds more than that many bytes.
-func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskLimit int64) error {
+func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskLimit int64, log io.Writer) error {
 	bin := r.FFmpeg
 	if bin == "" {
 		bin = "ffmpeg"
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	args := append([]string{"-hide_banner", "-nostdin", "-y", "-loglevel", "error", "-nostats", "-progress", "pipe:3"}, argv...)
+	// level+info: the full log keeps what ffmpeg says at info level, each line
+	// tagged, so that the error message takes only the errors.
+	args := append([]string{"-hide_banner", "-nostdin", "-y", "-loglevel", "level+info", "-nostats", "-progress", "pipe:3"}, argv...)
 	cmd, err := r.command(ctx, bin, args...)
 	if err != nil {
 		return err
 	}
 	tail := &tailBuffer{max: 4096}
+	errs := &errorLines{dst: tail}
+	defer errs.Flush()
 	cmd.Stdout = io.Discard
-	cmd.Stderr = io.MultiWriter(tail, r.Log)
+	cmd.Stderr = io.MultiWriter(errs, r.Log, log)
 	cmd.WaitDelay = 5 * time.Second
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -469,6 +507,7 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskL
 	}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
+		errs.Flush()
 		msg := strings.TrimSpace(tail.String())
 		if r.Sandbox != nil {
 			if why := sandbox.SetupError(msg); why != "" {
@@ -704,7 +743,7 @@ func serviceFiles(upload string) string {
 // runner asks the gateway for one link per file it found (the store's own
 // presigned PUTs with S3, so no byte passes through a gateway); otherwise the
 // manifest's signed template serves every name.
-func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Manifest, st *State, alloc string) (func(string) string, error) {
+func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Manifest, st *State, logs []mj.LogFile, alloc string) (func(string) string, error) {
 	if m.UploadsURL == "" {
 		return func(path string) string { return uploadURL(m, alloc+path) }, nil
 	}
@@ -713,6 +752,9 @@ func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Man
 		for _, o := range st.Outputs {
 			files = append(files, "outputs/"+o.Name)
 		}
+	}
+	for _, l := range logs {
+		files = append(files, logPath(l.Command))
 	}
 	body := mustJSON(map[string]any{"alloc": strings.TrimSuffix(alloc, "/"), "files": files})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.UploadsURL, strings.NewReader(body))
@@ -731,7 +773,11 @@ func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Man
 		return func(path string) string { return uploadURL(m, alloc+path) }, nil
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("upload links: HTTP %s: %s", resp.Status, lastLines(string(b), 3))
+		err := fmt.Errorf("upload links: HTTP %s: %s", resp.Status, lastLines(string(b), 3))
+		if resp.StatusCode >= 400 && resp.StatusCode < 500 {
+			return nil, &linksRefused{err}
+		}
+		return nil, err
 	}
 	var out struct {
 		Data struct {
@@ -743,7 +789,7 @@ func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Man
 	}
 	for _, f := range files {
 		if out.Data.URLs[f] == "" {
-			return nil, fmt.Errorf("upload links: none for %s", f)
+			return nil, &linksRefused{fmt.Errorf("upload links: none for %s", f)}
 		}
 	}
 	return func(path string) string { return out.Data.URLs[path] }, nil
@@ -815,6 +861,13 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 }
 
 func (t *tailBuffer) String() string { return string(t.b) }
+
+// linksRefused is a gateway's answer that it will not give the upload links asked
+// for (a name it refuses, a finished attempt), as opposed to no answer at all.
+type linksRefused struct{ err error }
+
+func (e *linksRefused) Error() string { return e.err.Error() }
+func (e *linksRefused) Unwrap() error { return e.err }
 
 // patientWait is the first wait of patient's retries (doubling, at most 15 s).
 var patientWait = time.Second

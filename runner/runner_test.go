@@ -390,3 +390,31 @@ func TestUploadLinksOutlastAGatewayRestart(t *testing.T) {
 		t.Fatalf("upload links asked %d times, want 7 (6 refused, then answered)", n)
 	}
 }
+
+// A gateway that stays unreachable past the retries is no refusal: the runner
+// reports nothing (the dispatcher runs the attempt again), even if the gateway
+// answers right after, rather than a failure of a job that did not fail.
+func TestUploadLinksUnreachableReportsNothing(t *testing.T) {
+	defer func(w time.Duration) { patientWait = w }(patientWait)
+	patientWait = time.Millisecond
+	srv, up := newServer(t, nil)
+	var asked atomic.Int32
+	down := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if asked.Add(1) <= 11 { // every try of the first request
+			http.Error(w, "bad gateway", http.StatusBadGateway)
+			return
+		}
+		srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer down.Close()
+	m := mj.Manifest{JobID: "job-1", Attempt: 1, OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"},
+		UploadsURL: down.URL + "/links", UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok"}
+	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard}
+	res, err := r.Run(context.Background(), &m)
+	if err == nil || res != nil {
+		t.Fatalf("Run with the gateway down: %+v, %v; want an error and no result", res, err)
+	}
+	if len(up.files) != 0 {
+		t.Fatalf("uploaded %d files with no links", len(up.files))
+	}
+}

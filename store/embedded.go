@@ -32,6 +32,8 @@ type EmbeddedOptions struct {
 	// QuotaBackendBytes: past this database size etcd raises the NOSPACE alarm and
 	// refuses writes (--quota-backend-bytes).
 	QuotaBackendBytes int64
+	// Logger receives etcd's own log (the server's and the client's); nil discards it.
+	Logger *zap.Logger
 }
 
 // StartEmbedded starts etcd keeping its data in dir, serving clients on clientAddr
@@ -55,13 +57,20 @@ func StartEmbedded(dir, clientAddr, peerAddr string, opts ...EmbeddedOptions) (*
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{"http://" + e.Clients[0].Addr().String()},
 		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
+		Logger:      o.logger(),
 	})
 	if err != nil {
 		e.Close()
 		return nil, err
 	}
 	return &Embedded{etcd: e, Client: cli}, nil
+}
+
+func (o EmbeddedOptions) logger() *zap.Logger {
+	if o.Logger == nil {
+		return zap.NewNop()
+	}
+	return o.Logger
 }
 
 // embedConfig is the etcd configuration StartEmbedded starts.
@@ -75,8 +84,8 @@ func embedConfig(dir, clientAddr, peerAddr string, o EmbeddedOptions) *embed.Con
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
 	cfg.Logger = "zap"
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.LogLevel = "warn"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(o.logger())
 	cu, _ := url.Parse("http://" + clientAddr)
 	pu, _ := url.Parse("http://" + peerAddr)
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}

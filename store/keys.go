@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -18,14 +19,72 @@ func (s *Store) accountKeyIndex(account, keyID string) string {
 	return s.p + "account_keys/" + account + "/" + keyID
 }
 
-// CreateAccount stores a new account.
+// accountNameKey indexes accounts by name (its value: the account id), which makes
+// names unique.
+func (s *Store) accountNameKey(name string) string { return s.p + "account_names/" + name }
+
+// CreateAccount stores a new account. Names are unique: a name already taken is an
+// mj.EConflict error.
 func (s *Store) CreateAccount(ctx context.Context, name string) (*mj.Account, error) {
+	taken := mj.Errorf(mj.EConflict, "account %q already exists", name)
+	// Accounts stored before the name index have no entry in it.
+	if _, err := s.AccountByName(ctx, name); err == nil {
+		return nil, taken
+	} else if !errors.Is(err, mj.ErrNotFound) {
+		return nil, err
+	}
 	a := &mj.Account{ID: uuid.NewString(), Name: name, CreatedAt: time.Now().UTC()}
 	b, _ := json.Marshal(a)
-	if _, err := s.cli.Put(ctx, s.accountKey(a.ID), string(b)); err != nil {
+	resp, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(s.accountNameKey(name)), "=", 0)).
+		Then(clientv3.OpPut(s.accountKey(a.ID), string(b)), clientv3.OpPut(s.accountNameKey(name), a.ID)).
+		Commit()
+	if err != nil {
 		return nil, fmt.Errorf("store account: %w", err)
 	}
+	if !resp.Succeeded {
+		return nil, taken
+	}
 	return a, nil
+}
+
+// AccountByName returns the account named name, or mj.ErrNotFound.
+func (s *Store) AccountByName(ctx context.Context, name string) (*mj.Account, error) {
+	resp, err := s.cli.Get(ctx, s.accountNameKey(name))
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) > 0 {
+		return s.Account(ctx, string(resp.Kvs[0].Value))
+	}
+	accounts, err := s.ListAccounts(ctx) // accounts from before the index
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range accounts {
+		if a.Name == name {
+			return a, nil
+		}
+	}
+	return nil, mj.ErrNotFound
+}
+
+// ListAccounts returns every account, oldest first.
+func (s *Store) ListAccounts(ctx context.Context) ([]*mj.Account, error) {
+	resp, err := s.cli.Get(ctx, s.p+"accounts/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*mj.Account, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var a mj.Account
+		if err := json.Unmarshal(kv.Value, &a); err != nil {
+			return nil, err
+		}
+		out = append(out, &a)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].CreatedAt.Before(out[j].CreatedAt) })
+	return out, nil
 }
 
 // Account returns an account by id.
@@ -78,7 +137,8 @@ func (s *Store) APIKeyByHash(ctx context.Context, hash string) (*mj.APIKey, erro
 	return &k, json.Unmarshal(resp.Kvs[0].Value, &k)
 }
 
-// EnsureAccount creates the account with a fixed id unless it exists (dev setup).
+// EnsureAccount creates the account with a fixed id unless it exists (dev setup),
+// and claims its name in the name index unless another account holds it.
 func (s *Store) EnsureAccount(ctx context.Context, id, name string) (*mj.Account, error) {
 	a := &mj.Account{ID: id, Name: name, CreatedAt: time.Now().UTC()}
 	b, _ := json.Marshal(a)
@@ -88,7 +148,17 @@ func (s *Store) EnsureAccount(ctx context.Context, id, name string) (*mj.Account
 	if err != nil {
 		return nil, err
 	}
-	return s.Account(ctx, id)
+	a, err = s.Account(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	_, err = s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.CreateRevision(s.accountNameKey(a.Name)), "=", 0)).
+		Then(clientv3.OpPut(s.accountNameKey(a.Name), id)).Commit()
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
 }
 
 // ListAPIKeys returns an account's keys, oldest first.
@@ -122,6 +192,16 @@ func (s *Store) ListAPIKeys(ctx context.Context, accountID string) ([]*mj.APIKey
 // RevokeAPIKey deletes one of an account's keys. The last key cannot be revoked, so
 // an account is never locked out of its own API.
 func (s *Store) RevokeAPIKey(ctx context.Context, accountID, keyID string) error {
+	return s.revokeAPIKey(ctx, accountID, keyID, false)
+}
+
+// RevokeAnyAPIKey is RevokeAPIKey that may revoke the account's last key too (an
+// operator's `mediajobs keys revoke -force`, for a leaked key).
+func (s *Store) RevokeAnyAPIKey(ctx context.Context, accountID, keyID string) error {
+	return s.revokeAPIKey(ctx, accountID, keyID, true)
+}
+
+func (s *Store) revokeAPIKey(ctx context.Context, accountID, keyID string, last bool) error {
 	idxPrefix := s.p + "account_keys/" + accountID + "/"
 	// Every revocation bumps this key; reading it in the same snapshot as the index
 	// and comparing it on write stops two concurrent revocations from removing the
@@ -146,7 +226,7 @@ func (s *Store) RevokeAPIKey(ctx context.Context, accountID, keyID string) error
 		if hash == "" {
 			return mj.Errorf(mj.ENotFound, "API key %s not found", keyID)
 		}
-		if len(idx) == 1 {
+		if len(idx) == 1 && !last {
 			return mj.Errorf(mj.EConflict, "this is the account's last API key; create another before revoking it")
 		}
 		resp, err := s.cli.Txn(ctx).

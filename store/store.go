@@ -222,8 +222,14 @@ func (s *Store) CreateJobOnce(ctx context.Context, j *mj.Job, idem *Idempotency)
 		return j, nil
 	}
 	if out.retried {
-		if stored, err := s.Job(ctx, j.ID); err == nil {
+		stored, err := s.Job(ctx, j.ID)
+		if err == nil {
 			return stored, nil
+		}
+		if mj.ErrorCode(err) != mj.ENotFound {
+			// Probably stored, but unreadable now: not a conflict the client
+			// would take as final.
+			return nil, fmt.Errorf("store job: %w", err)
 		}
 	}
 	if idem == nil || len(resp.Responses) == 0 || len(resp.Responses[0].GetResponseRange().Kvs) == 0 {

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/hashicorp/go-cleanhttp"
@@ -22,9 +23,9 @@ import (
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/dispatcher"
 	"github.com/mediajobs/mediajobs/gateway"
+	"github.com/mediajobs/mediajobs/logging"
 	"github.com/mediajobs/mediajobs/store"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // backends are the shared pieces every server command opens from the config.
@@ -34,28 +35,45 @@ type backends struct {
 	blobs  *blob.Bucket
 	signer blob.Signer
 	close  func()
+	// log is the server's log, as the config's log block sets it (openBackendsLog).
+	log *slog.Logger
 }
 
+// openBackends opens the backends with etcd's own log discarded.
 func openBackends(cfg *config.Config, secretFile string) (*backends, error) {
+	return openBackendsLog(cfg, secretFile, nil)
+}
+
+// openBackendsLog opens the backends; etcd's warnings (its client's and an embedded
+// server's) go to log, which b.log keeps.
+func openBackendsLog(cfg *config.Config, secretFile string, log *slog.Logger) (*backends, error) {
+	if secretFile == "" { // refused before anything starts, as config check refuses it
+		if err := cfg.RequireSigningSecret(); err != nil {
+			return nil, err
+		}
+	}
 	var cli *clientv3.Client
 	var closeFn func()
+	// etcd's warnings join the log, except for the noise of its closing.
+	etcdLog, quiet := logging.ZapUntil(log)
 	if cfg.Etcd.Embedded {
 		e, err := store.StartEmbedded(cfg.Etcd.DataDir, cfg.Etcd.ListenClient, cfg.Etcd.ListenPeer, store.EmbeddedOptions{
 			CompactionRetention: cfg.Etcd.CompactionRetentionD, QuotaBackendBytes: cfg.Etcd.QuotaBackendBytes,
+			Logger: etcdLog,
 		})
 		if err != nil {
 			return nil, err
 		}
-		cli, closeFn = e.Client, e.Close
+		cli, closeFn = e.Client, func() { quiet(); e.Close() }
 	} else {
 		c, err := clientv3.New(clientv3.Config{
 			Endpoints: cfg.Etcd.Endpoints, DialTimeout: cfg.Etcd.DialTimeoutD,
-			Username: cfg.Etcd.Username, Password: cfg.Etcd.Password, Logger: zap.NewNop(),
+			Username: cfg.Etcd.Username, Password: cfg.Etcd.Password, Logger: etcdLog,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("etcd: %w", err)
 		}
-		cli, closeFn = c, func() { c.Close() }
+		cli, closeFn = c, func() { quiet(); c.Close() }
 	}
 	blobs, err := openBlobs(cfg)
 	if err != nil {
@@ -71,12 +89,12 @@ func openBackends(cfg *config.Config, secretFile string) (*backends, error) {
 	}
 	if secret == "" {
 		closeFn()
-		return nil, errors.New("server.signing_secret is not set; gateway and dispatcher must share one (at least 16 characters)")
+		return nil, cfg.RequireSigningSecret() // the check `mediajobs config check` makes
 	}
 	return &backends{
 		cfg: cfg, store: store.New(cli, cfg.Etcd.Prefix), blobs: blobs,
 		signer: blob.Signer{Secret: []byte(secret), Base: cfg.Server.PublicURL},
-		close:  closeFn,
+		close:  closeFn, log: log,
 	}, nil
 }
 
@@ -149,7 +167,7 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 		DisconnectGrace: b.cfg.Dispatcher.DisconnectD,
 		Accounts:        b.store, Name: dispatcherName(),
 		Webhook: &dispatcher.WebhookSender{Base: b.cfg.Webhooks.BaseD, Cap: b.cfg.Webhooks.CapD,
-			AttemptTimeout: b.cfg.Webhooks.TimeoutD, AllowLoopback: b.cfg.Server.AllowLoopback,
+			AttemptTimeout: b.cfg.Webhooks.TimeoutD, Guard: b.cfg.Server.Guard(),
 			MaxIdlePerHost: b.cfg.Webhooks.Concurrency},
 	}, nil
 }
@@ -174,14 +192,31 @@ func openBlobs(cfg *config.Config) (*blob.Bucket, error) {
 	return blob.NewLocal(cfg.Storage.Path)
 }
 
-// serve runs app on ln until ctx ends.
-func serve(ctx context.Context, app *fiber.App, ln net.Listener) error {
+// serve runs app on ln until ctx ends, then shuts it down gracefully: it stops
+// accepting, closes idle connections, and gives the requests in flight (a ?wait=true
+// among them) up to timeout (server.shutdown_timeout) to finish; whatever is left
+// then is cut off. Each step is logged.
+func serve(ctx context.Context, app *fiber.App, ln net.Listener, timeout time.Duration, log *slog.Logger) error {
 	errc := make(chan error, 1)
 	go func() { errc <- app.Listener(ln) }()
 	select {
 	case err := <-errc:
 		return err
 	case <-ctx.Done():
-		return app.Shutdown()
 	}
+	start := time.Now()
+	addr := ln.Addr().String()
+	log.Info("shutting down: no new connections, requests in flight may finish", "addr", addr,
+		"open_connections", app.Server().GetOpenConnectionsCount(), "timeout", timeout.String())
+	err := app.ShutdownWithTimeout(timeout)
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		log.Warn("shutdown forced: requests still in flight after shutdown_timeout are cut off", "addr", addr, "timeout", timeout.String())
+		return nil
+	case err != nil:
+		log.Error("shutdown failed", "addr", addr, "err", err)
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("shutdown done", "addr", addr, "took", time.Since(start).Round(time.Millisecond).String())
+	return nil
 }

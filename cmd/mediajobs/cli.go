@@ -10,65 +10,112 @@ import (
 	"strings"
 	"time"
 
+	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/logging"
+	"github.com/spf13/cobra"
 )
 
-const usage = `mediajobs: FFmpeg jobs on Nomad.
-
-Usage: mediajobs <command> [flags]
-
-Commands:
-  dev         one process: embedded etcd, gateway and dispatcher, against a local Nomad
-  gateway     the HTTP API (any number side by side)
-  dispatcher  moves jobs between etcd and Nomad, sends webhooks
-  runner      runs one job inside a Nomad task (started by Nomad, not by hand)
-  keys        create an account and API key: mediajobs keys create -account NAME
-  config      check a configuration file: mediajobs config check FILE
-
-Run "mediajobs <command> -h" for its flags.
-`
-
+// run is the binary: a spf13/cobra command tree. The server and admin commands
+// keep their own flag parsing (their flags are documented in their -h); the client
+// commands (run, jobs, upload) and version are cobra's, with shell completion.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	// Text at info until a server command has read its config's log block (configLog).
+	log := logging.New(stderr, logging.FormatText, slog.LevelInfo)
+	root := &cobra.Command{
+		Use:           "mediajobs",
+		Short:         "FFmpeg jobs on Nomad",
+		Long:          "mediajobs: an HTTP API that runs FFmpeg jobs on Nomad workers, and the tools to use and run it.",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	// passthrough is a command that parses its own flags (package flag).
+	passthrough := func(use, short string, fn func(args []string) error) *cobra.Command {
+		return &cobra.Command{Use: use, Short: short, DisableFlagParsing: true,
+			RunE: func(_ *cobra.Command, args []string) error { return fn(args) }}
+	}
+	root.AddGroup(&cobra.Group{ID: "use", Title: "Use the service:"}, &cobra.Group{ID: "serve", Title: "Run the service:"})
+	for _, c := range []*cobra.Command{
+		passthrough("dev", "one process: embedded etcd, gateway and dispatcher, against a local Nomad", func(a []string) error { return runDev(ctx, a, stdout, log) }),
+		passthrough("gateway", "the HTTP API (any number side by side)", func(a []string) error { return runGateway(ctx, a, log) }),
+		passthrough("dispatcher", "moves jobs between etcd and Nomad, sends webhooks", func(a []string) error { return runDispatcher(ctx, a, log) }),
+		passthrough("runner", "runs one job inside a Nomad task (started by Nomad, not by hand)", func(a []string) error { return runRunner(ctx, a, stdout) }),
+		passthrough("accounts", "accounts of a running installation: accounts create -name NAME | list", func(a []string) error { return runAccounts(ctx, a, stdout) }),
+		passthrough("keys", "API keys of a running installation: keys create -account NAME [-name KEY] | list -account NAME | revoke -account NAME -key ID [-force]", func(a []string) error { return runKeys(ctx, a, stdout) }),
+		passthrough("config", "check a configuration file: config check [-for gateway,dispatcher|dev] [-connect] FILE", func(a []string) error { return runConfigCheck(a, stdout) }),
+	} {
+		c.GroupID = "serve"
+		root.AddCommand(c)
+	}
+	api := &apiFlags{}
+	for _, c := range []*cobra.Command{runCmd(api), jobsCmd(api), uploadCmd(api)} {
+		c.GroupID = "use"
+		api.add(c)
+		root.AddCommand(c)
+	}
+	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", Args: cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) { fmt.Fprintf(cmd.OutOrStdout(), "mediajobs %s\n", mj.Version) }})
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		root.Help()
 		return 2
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	var err error
-	switch args[0] {
-	case "dev":
-		err = runDev(ctx, args[1:], stdout, log)
-	case "gateway":
-		err = runGateway(ctx, args[1:], log)
-	case "dispatcher":
-		err = runDispatcher(ctx, args[1:], log)
-	case "runner":
-		err = runRunner(ctx, args[1:], stdout)
-	case "keys":
-		err = runKeys(ctx, args[1:], stdout)
-	case "config":
-		err = runConfigCheck(args[1:], stdout)
-	case "-h", "--help", "help":
-		fmt.Fprint(stdout, usage)
+	root.SetArgs(goStyleFlags(root, args))
+	err := root.ExecuteContext(ctx)
+	if err == flag.ErrHelp || err == nil {
 		return 0
-	default:
-		fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
+	}
+	fmt.Fprintln(stderr, "mediajobs:", err)
+	if e, ok := err.(exitCoder); ok {
+		return e.ExitCode()
+	}
+	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
 		return 2
 	}
-	if err == flag.ErrHelp {
-		return 0
+	return 1
+}
+
+// goStyleFlags lets the client commands take their long flags with one dash, as
+// every other command of the binary (package flag) does: "-machine nvidia" is
+// "--machine nvidia". Words after "--" are left alone (they are ffmpeg's).
+func goStyleFlags(root *cobra.Command, args []string) []string {
+	cmd, _, err := root.Find(args)
+	if err != nil || cmd.DisableFlagParsing {
+		return args
 	}
-	if err != nil {
-		fmt.Fprintln(stderr, "mediajobs:", err)
-		if e, ok := err.(exitCoder); ok {
-			return e.ExitCode()
+	out := append([]string(nil), args...)
+	for i, a := range out {
+		if a == "--" {
+			break
 		}
-		return 1
+		if !strings.HasPrefix(a, "-") || strings.HasPrefix(a, "--") || len(a) < 3 {
+			continue
+		}
+		name, _, _ := strings.Cut(a[1:], "=")
+		if cmd.Flags().Lookup(name) != nil || cmd.InheritedFlags().Lookup(name) != nil {
+			out[i] = "-" + a
+		}
 	}
-	return 0
+	return out
 }
 
 type exitCoder interface{ ExitCode() int }
+
+// configLog is the log of a server command once its config is read: the log
+// block's format and level, on run's writer. In the process (main, not tests) it
+// becomes slog's default too, for the few places that log without one passed in.
+func configLog(log *slog.Logger, cfg *config.Config) *slog.Logger {
+	l := logging.Reconfigure(log, cfg.Log.Format, cfg.Log.LevelV)
+	if setDefaultLog && l != log {
+		slog.SetDefault(l)
+	}
+	return l
+}
+
+// setDefaultLog is set by main: tests run commands side by side, each with its own
+// writer, and must not redirect the process-wide default.
+var setDefaultLog bool
 
 // loadConfig reads -config, or returns the defaults when none is given.
 func loadConfig(path string) (*config.Config, error) {
@@ -83,16 +130,19 @@ func configFlag(fs *flag.FlagSet) *string {
 	return fs.String("config", os.Getenv("MEDIAJOBS_CONFIG"), "HCL configuration file (default: built-in defaults; see deploy/mediajobs.hcl)")
 }
 
-// runConfigCheck: `mediajobs config check [-connect] FILE` prints every problem with
-// file:line, or a summary of the pools; -connect also writes, reads and deletes a
-// probe file in the storage.
+// runConfigCheck: `mediajobs config check [-for SERVERS] [-connect] FILE` prints
+// every problem with file:line (what config.Load refuses, and what each server
+// named by -for would refuse to start with: config.CheckFor, as they call it), or a
+// summary of the pools; -connect also writes, reads and deletes a probe file in the
+// storage.
 func runConfigCheck(args []string, stdout io.Writer) error {
-	usage := fmt.Errorf("usage: mediajobs config check [-connect] FILE")
+	usage := fmt.Errorf("usage: mediajobs config check [-for gateway,dispatcher|dev] [-connect] FILE")
 	if len(args) == 0 || args[0] != "check" {
 		return usage
 	}
 	fs := flag.NewFlagSet("config check", flag.ContinueOnError)
 	connect := fs.Bool("connect", false, "also check that the storage is reachable and writable")
+	forServers := fs.String("for", config.ForGateway+","+config.ForDispatcher, "the servers the file is for, comma-separated: gateway, dispatcher, dev (dev makes its own signing secret)")
 	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 1 {
 		return usage
 	}
@@ -100,6 +150,11 @@ func runConfigCheck(args []string, stdout io.Writer) error {
 	cfg, err := config.Load(file)
 	if err != nil {
 		return err
+	}
+	for _, role := range strings.Split(*forServers, ",") {
+		if err := cfg.CheckFor(strings.TrimSpace(role)); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", file)
 	if *connect {

@@ -14,6 +14,7 @@ import (
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/metrics"
 )
 
 // devOptions are what `mediajobs dev` adds to a config: where its data lives, the
@@ -43,6 +44,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer, log *slog.Logg
 	if err != nil {
 		return err
 	}
+	log = configLog(log, cfg)
 	opts := devOptions{DataDir: *data, APIKey: os.Getenv("MEDIAJOBS_DEV_API_KEY")}
 	return startDev(ctx, cfg, opts, log, func(s *devStack) {
 		fmt.Fprintf(stdout, `
@@ -52,14 +54,29 @@ mediajobs dev is up.
   API key    %[2]s
   etcd       embedded, data in %[3]s
   Nomad      %[4]s (UI: %[4]s/ui/jobs)
-
+%[5]s
 Try it (a 3-second test pattern, encoded on Nomad; waits for the result):
   curl -s -H "Authorization: Bearer %[2]s" -H "Content-Type: application/json" \
     -d '{"output_files":["out.mp4"],"ffmpeg_commands":["-f lavfi -i testsrc=duration=3 -c:v libx264 {{out.mp4}}"]}' \
     '%[1]s/api/ffmpeg?wait=true'
 
-`, s.URL, s.APIKey, cfg.Etcd.DataDir, nomadAddr(cfg))
+`, s.URL, s.APIKey, cfg.Etcd.DataDir, nomadAddr(cfg), devListeners(cfg))
 	})
+}
+
+// devListeners is the banner's lines for the dispatcher's and metrics listeners.
+func devListeners(cfg *config.Config) string {
+	var b strings.Builder
+	if a := cfg.Dispatcher.Listen; a != "" {
+		fmt.Fprintf(&b, "  Dispatcher http://%s/readyz, /healthz, /metrics\n", a)
+	}
+	switch a := cfg.Server.MetricsListen; {
+	case a == "":
+		fmt.Fprintf(&b, "  Metrics    %s/metrics\n", cfg.Server.PublicURL)
+	case a != cfg.Dispatcher.Listen:
+		fmt.Fprintf(&b, "  Metrics    http://%s/metrics\n", a)
+	}
+	return b.String()
 }
 
 func nomadAddr(cfg *config.Config) string {
@@ -90,6 +107,7 @@ func devConfig(path, dataDir string) (*config.Config, error) {
 			cfg.Pools[0].Driver, cfg.Pools[0].Image = "docker", "mediajobs-worker:local"
 		}
 		cfg.Etcd.DataDir = filepath.Join(dataDir, "etcd")
+		cfg.Dispatcher.Listen = "127.0.0.1:9091" // /metrics, /healthz, /readyz of the dispatcher
 		cfg.Storage.Path = filepath.Join(dataDir, "blobs")
 		// MEDIAJOBS_STORAGE=s3 make run starts a MinIO and names its bucket here.
 		cfg.Storage.URL = os.Getenv("MEDIAJOBS_S3_URL")
@@ -97,6 +115,9 @@ func devConfig(path, dataDir string) (*config.Config, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if addr, ok := os.LookupEnv("MEDIAJOBS_DISPATCHER_ADDR"); ok {
+		cfg.Dispatcher.Listen = addr // "" turns the dispatcher's listener off
 	}
 	if addr := os.Getenv("MEDIAJOBS_HTTP_ADDR"); addr != "" {
 		derived := cfg.Server.PublicURL == "http://"+cfg.Server.Listen
@@ -114,7 +135,7 @@ func startDev(ctx context.Context, cfg *config.Config, o devOptions, log *slog.L
 	if !cfg.Etcd.Embedded {
 		return fmt.Errorf("dev runs an embedded etcd; set etcd { embedded = true }")
 	}
-	b, err := openBackends(cfg, filepath.Join(o.DataDir, "signing_secret"))
+	b, err := openBackendsLog(cfg, filepath.Join(o.DataDir, "signing_secret"), log)
 	if err != nil {
 		return err
 	}
@@ -137,6 +158,20 @@ func startDev(ctx context.Context, cfg *config.Config, o devOptions, log *slog.L
 	if o.RunnerCommand != "" {
 		d.RunnerCommand = o.RunnerCommand
 	}
+	// The dispatcher's listener (its handler serves /metrics too), and the
+	// gateway's metrics listener unless it is the same address.
+	stopListener, err := serveSide(cfg.Dispatcher.Listen, "dispatcher", d.Handler(), log)
+	if err != nil {
+		return fmt.Errorf("%w (set MEDIAJOBS_DISPATCHER_ADDR to use another address)", err)
+	}
+	defer stopListener()
+	if m := cfg.Server.MetricsListen; m != cfg.Dispatcher.Listen {
+		stopMetrics, err := serveSide(m, "metrics", metrics.Handler(), log)
+		if err != nil {
+			return err
+		}
+		defer stopMetrics()
+	}
 	if err := d.RegisterPools(); err != nil {
 		return fmt.Errorf("%w (is a Nomad agent running at %s?)", err, nomadAddr(cfg))
 	}
@@ -146,7 +181,7 @@ func startDev(ctx context.Context, cfg *config.Config, o devOptions, log *slog.L
 	var wg sync.WaitGroup
 	errc := make(chan error, 2)
 	wg.Add(2)
-	go func() { defer wg.Done(); errc <- serve(ctx, b.gateway(ctx, log), ln) }()
+	go func() { defer wg.Done(); errc <- serve(ctx, b.gateway(ctx, log), ln, cfg.Server.ShutdownD, log) }()
 	go func() { defer wg.Done(); errc <- d.Run(ctx) }()
 	ready(&devStack{URL: cfg.Server.PublicURL, APIKey: key, b: b})
 	err = <-errc

@@ -105,6 +105,7 @@ func mainWithStack(m *testing.M) int {
 	cfg.Etcd.ListenPeer = freeAddr()
 	cfg.Storage.Path = filepath.Join(tmp, "blobs")
 	cfg.Nomad.Address = agent.Addr
+	cfg.Dispatcher.Listen = freeAddr() // dev serves the dispatcher's listener too (metrics_e2e_test.go)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)

@@ -12,5 +12,9 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// The first signal starts a graceful shutdown (server.shutdown_timeout); a second
+	// one ends the process at once.
+	go func() { <-ctx.Done(); stop() }()
+	setDefaultLog = true
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
 }

@@ -143,7 +143,7 @@ func TestConfigCheckConnectsToTheBucket(t *testing.T) {
 	m := testenv.StartMinIO(t)
 	m.SetEnv(t)
 	cfg := filepath.Join(t.TempDir(), "s3.hcl")
-	os.WriteFile(cfg, []byte("storage {\n  url = \""+m.URL()+"\"\n}\n"), 0o600)
+	os.WriteFile(cfg, []byte("server {\n  signing_secret = \"0123456789abcdef\"\n}\nstorage {\n  url = \""+m.URL()+"\"\n}\n"), 0o600)
 	var out strings.Builder
 	if code := run(context.Background(), []string{"config", "check", "-connect", cfg}, &out, &out); code != 0 || !strings.Contains(out.String(), "reachable and writable") {
 		t.Fatalf("exit %d\n%s", code, out.String())

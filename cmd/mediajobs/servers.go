@@ -6,10 +6,13 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+
+	"github.com/mediajobs/mediajobs/metrics"
 )
 
-// open parses a server command's flags (-config) and opens what the config names.
-func open(name string, args []string) (*backends, error) {
+// open parses a server command's flags (-config) and opens what the config names;
+// b.log is log as the config's log block sets it.
+func open(name string, args []string, log *slog.Logger) (*backends, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	cfgPath := configFlag(fs)
 	if err := fs.Parse(args); err != nil {
@@ -19,34 +22,48 @@ func open(name string, args []string) (*backends, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openBackends(cfg, "")
+	return openBackendsLog(cfg, "", configLog(log, cfg))
 }
 
 func runGateway(ctx context.Context, args []string, log *slog.Logger) error {
-	b, err := open("gateway", args)
+	b, err := open("gateway", args, log)
 	if err != nil {
 		return err
 	}
 	defer b.close()
+	log = b.log
 	cfg := b.cfg
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		return err
 	}
 	log.Info("gateway listening", "addr", ln.Addr().String(), "public_url", cfg.Server.PublicURL)
-	return serve(ctx, b.gateway(ctx, log), ln)
+	// server.metrics_listen: /metrics there, and not on the public port (gateway routes).
+	stopMetrics, err := serveSide(cfg.Server.MetricsListen, "metrics", metrics.Handler(), log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	defer stopMetrics()
+	return serve(ctx, b.gateway(ctx, log), ln, cfg.Server.ShutdownD, log)
 }
 
 func runDispatcher(ctx context.Context, args []string, log *slog.Logger) error {
-	b, err := open("dispatcher", args)
+	b, err := open("dispatcher", args, log)
 	if err != nil {
 		return err
 	}
 	defer b.close()
+	log = b.log
 	d, err := b.dispatcher(log)
 	if err != nil {
 		return err
 	}
+	stopListener, err := serveSide(b.cfg.Dispatcher.Listen, "dispatcher", d.Handler(), log)
+	if err != nil {
+		return err
+	}
+	defer stopListener()
 	if err := d.Run(ctx); err != nil {
 		return fmt.Errorf("dispatcher: %w", err)
 	}

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs what mediajobs needs on a fresh Debian machine: ffmpeg/ffprobe, curl and
-# bubblewrap (the sandbox of raw_exec pools) from Debian's packages (as root, or through sudo), and Nomad built from the Go
+# Installs what mediajobs needs on a fresh Debian machine: ffmpeg/ffprobe, curl,
+# bubblewrap (the sandbox of raw_exec pools) and promtool (package prometheus) from Debian's packages (as root, or through sudo), and Nomad built from the Go
 # module proxy (install-nomad.sh), and MinIO, the S3 server of the tests and of
 # `MEDIAJOBS_STORAGE=s3 make run`, likewise (install-minio.sh). Prints nothing but progress on stderr.
 set -euo pipefail
@@ -19,6 +19,23 @@ if [ ${#missing[@]} -gt 0 ]; then
 		$SUDO apt-get update -q >&2
 		$SUDO apt-get install -y -q "${missing[@]}" >&2
 	}
+fi
+
+# promtool checks deploy/observability/alerts.yml in the tests. Debian ships it only
+# in the prometheus package: installed without its recommends (node exporter), and
+# the server the package starts under systemd is stopped and disabled again.
+if ! command -v promtool >/dev/null 2>&1; then
+	SUDO=""
+	if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+	echo "installing prometheus (for promtool) with apt-get..." >&2
+	export DEBIAN_FRONTEND=noninteractive
+	$SUDO apt-get install -y -q --no-install-recommends prometheus >&2 || {
+		$SUDO apt-get update -q >&2
+		$SUDO apt-get install -y -q --no-install-recommends prometheus >&2
+	}
+	if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled prometheus >/dev/null 2>&1; then
+		$SUDO systemctl disable --now prometheus >&2 || true
+	fi
 fi
 
 "$(dirname "$0")/install-nomad.sh" >/dev/null

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"text/template"
 	"time"
 
@@ -94,6 +95,10 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		}
 	}
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
+		return nil, err
+	}
+	// Whose cluster this is, for SweepStale.
+	if err := os.WriteFile(filepath.Join(o.Dir, "harness.pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
 		return nil, err
 	}
 	c = &Cluster{opts: o, Prefix: "/mediajobs/"}
@@ -222,7 +227,6 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 				Env: []string{
 					"AWS_ACCESS_KEY_ID=" + c.MinIO.AccessKey, "AWS_SECRET_ACCESS_KEY=" + c.MinIO.SecretKey,
 					"AWS_REGION=" + c.MinIO.Region, "AWS_SESSION_TOKEN=", "AWS_PROFILE=",
-					"MEDIAJOBS_CONFIG=",
 				}}
 			if err := p.Start(); err != nil {
 				return c, err
@@ -333,8 +337,30 @@ func poll(ctx context.Context, timeout time.Duration, what string, cond func() (
 
 func (c *Cluster) waitEtcd(ctx context.Context) error {
 	return poll(ctx, 60*time.Second, "etcd cluster healthy", func() (bool, error) {
-		return c.EtcdHealthy(ctx) == nil, c.EtcdHealthy(ctx)
+		err := c.EtcdHealthy(ctx)
+		return err == nil, err
 	})
+}
+
+// SweepStale kills what runs in, and unmounts and removes, the directories under
+// parent named prefix* that belong to no running process's cluster: a harness
+// killed outright (a test's -timeout) runs no cleanup, and Pdeathsig reaches only
+// its direct children.
+func SweepStale(parent, prefix string) {
+	dirs, _ := filepath.Glob(filepath.Join(parent, prefix+"*"))
+	for _, d := range dirs {
+		if fi, err := os.Stat(d); err != nil || !fi.IsDir() || time.Since(fi.ModTime()) < time.Minute {
+			continue // another run's, just made
+		}
+		if owner, err := os.ReadFile(filepath.Join(d, "harness.pid")); err == nil {
+			if pid, _ := strconv.Atoi(strings.TrimSpace(string(owner))); pid > 0 && syscall.Kill(pid, 0) == nil {
+				continue // its harness still runs
+			}
+		}
+		testenv.KillUnder(d)
+		testenv.UnmountUnder(d)
+		os.RemoveAll(d)
+	}
 }
 
 // EtcdHealthy checks that every member answers and they agree on one leader.
@@ -430,7 +456,8 @@ func (c *Cluster) Leader(ctx context.Context) (int, error) {
 	}
 	name := string(resp.Kvs[0].Value)
 	for i, p := range c.Dispatchers {
-		if pid := p.Pid(); pid != 0 && strings.HasSuffix(name, ":"+strconv.Itoa(pid)) {
+		host := strings.SplitN(name, "@", 2)[0] // host:pid[@alloc]
+		if pid := p.Pid(); pid != 0 && strings.HasSuffix(host, ":"+strconv.Itoa(pid)) {
 			return i, nil
 		}
 	}

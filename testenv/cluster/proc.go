@@ -47,7 +47,7 @@ func (p *Proc) Start() error {
 	}
 	defer logf.Close() // the child has its own descriptor
 	cmd := exec.Command(p.Bin, p.Args...)
-	cmd.Env = append(os.Environ(), p.Env...)
+	cmd.Env = append(cleanEnv(), p.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// A harness that dies (a test binary killed by -timeout) takes the cluster along.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -147,4 +147,18 @@ func (p *Proc) LogTail(n int) string {
 		s = "…" + s[len(s)-n:]
 	}
 	return s
+}
+
+// cleanEnv is this process's environment without what would point the cluster's
+// processes elsewhere: a developer's NOMAD_* (address, token, namespace), and
+// MinIO's and mediajobs' own settings.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "NOMAD_") || strings.HasPrefix(kv, "MINIO_") || strings.HasPrefix(kv, "MEDIAJOBS_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
 }

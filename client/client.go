@@ -1,0 +1,287 @@
+// Package client is a Go client of the mediajobs API (and of any service that
+// speaks Very Good FFmpeg's wire protocol): create, get, list, cancel and wait for
+// jobs, upload temporary files and download outputs.
+//
+// Every call takes a context. Requests are retried on 429, 502, 503 and 504 and
+// on connection errors, with backoff that honours Retry-After; a create carries an
+// Idempotency-Key, the same on every retry, so a retried create never makes two
+// jobs. Errors the API answers with are *Error values.
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/hashicorp/go-retryablehttp"
+	mj "github.com/mediajobs/mediajobs"
+)
+
+// Job is a job as the API shows it.
+type Job = mj.JobView
+
+// Client calls one mediajobs service with one API key. It is safe for concurrent use.
+type Client struct {
+	base      string
+	key       string
+	http      *retryablehttp.Client
+	userAgent string
+	// PollInterval is how often Wait polls when the events stream is unavailable.
+	PollInterval time.Duration
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithHTTPClient sends requests through hc (its Transport and Timeout). Event
+// streams need a client without an overall Timeout.
+func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.http.HTTPClient = hc } }
+
+// WithRetries sets how often a failed request is retried (default 4) and the
+// longest wait between tries (default 30 s).
+func WithRetries(n int, maxWait time.Duration) Option {
+	return func(c *Client) { c.http.RetryMax, c.http.RetryWaitMax = n, maxWait }
+}
+
+// WithUserAgent names the caller in the User-Agent header.
+func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// New returns a client of the service at baseURL (such as http://127.0.0.1:8080)
+// that authenticates with apiKey.
+func New(baseURL, apiKey string, opts ...Option) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("client: base URL %q is not an absolute http(s) URL", baseURL)
+	}
+	rc := retryablehttp.NewClient()
+	rc.Logger = nil
+	rc.RetryMax, rc.RetryWaitMin, rc.RetryWaitMax = 4, 500*time.Millisecond, 30*time.Second
+	rc.HTTPClient = &http.Client{}
+	rc.CheckRetry = checkRetry
+	rc.ErrorHandler = retryablehttp.PassthroughErrorHandler
+	c := &Client{base: u.String(), key: apiKey, http: rc, userAgent: "mediajobs-go-client/" + mj.Version, PollInterval: time.Second}
+	for _, o := range opts {
+		o(c)
+	}
+	return c, nil
+}
+
+// checkRetry retries connection errors and the answers that say "later"; every
+// other answer, 500 included, is final.
+func checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	if ctx.Err() != nil {
+		return false, ctx.Err()
+	}
+	if err != nil {
+		return retryablehttp.DefaultRetryPolicy(ctx, resp, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusTooManyRequests, http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return true, nil
+	}
+	return false, nil
+}
+
+// Error is an answer of the API that is not a success: its errorCode, message and,
+// for validation errors, the fields at fault.
+type Error struct {
+	StatusCode int               `json:"-"`
+	Code       string            `json:"errorCode"`
+	Message    string            `json:"message"`
+	Details    map[string]string `json:"details,omitempty"`
+}
+
+func (e *Error) Error() string {
+	s := fmt.Sprintf("%s (HTTP %d): %s", e.Code, e.StatusCode, e.Message)
+	for _, k := range sortedKeys(e.Details) {
+		s += fmt.Sprintf("; %s: %s", k, e.Details[k])
+	}
+	return s
+}
+
+// IsCode reports whether err is an *Error with the given errorCode
+// ("validationError", "notFound", "conflict", ...).
+func IsCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
+// do sends a request to the API and decodes the "data" of its answer into out.
+func (c *Client) do(ctx context.Context, method, path string, body any, header http.Header, out any) error {
+	var raw []byte
+	if body != nil {
+		var err error
+		if raw, err = json.Marshal(body); err != nil {
+			return err
+		}
+	}
+	req, err := retryablehttp.NewRequestWithContext(ctx, method, c.base+path, raw)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("User-Agent", c.userAgent)
+	req.Header.Set("Accept", "application/json")
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return decode(resp, out)
+}
+
+// decode reads an API answer: "data" into out, or an *Error.
+func decode(resp *http.Response, out any) error {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		e := &Error{StatusCode: resp.StatusCode}
+		if json.Unmarshal(b, e) != nil || e.Code == "" {
+			e.Code, e.Message = "httpError", strings.TrimSpace(string(b))
+			if e.Message == "" {
+				e.Message = resp.Status
+			}
+		}
+		return e
+	}
+	if out == nil {
+		return nil
+	}
+	env := struct {
+		Data json.RawMessage `json:"data"`
+	}{}
+	if err := json.Unmarshal(b, &env); err != nil || env.Data == nil {
+		return fmt.Errorf("client: unexpected answer from %s: %.200s", resp.Request.URL.Path, b)
+	}
+	return json.Unmarshal(env.Data, out)
+}
+
+// CreateRequest is a new job: named inputs (URLs), output names, and ffmpeg
+// commands that refer to them as {{name}} (or inputs/name and outputs/name).
+type CreateRequest struct {
+	InputFiles     map[string]string `json:"input_files,omitempty"`
+	OutputFiles    []string          `json:"output_files"`
+	FFmpegCommands []string          `json:"ffmpeg_commands"`
+	WebhookURL     string            `json:"webhook_url,omitempty"`
+	// Machine is the pool: "cpu" (default) or a GPU pool such as "nvidia".
+	Machine        string            `json:"machine,omitempty"`
+	TimeoutSeconds int               `json:"timeout_seconds,omitempty"`
+	Metadata       map[string]string `json:"metadata,omitempty"`
+	// IdempotencyKey is sent as Idempotency-Key; empty: a new random one per
+	// Create call, kept across that call's retries.
+	IdempotencyKey string `json:"-"`
+}
+
+// Create submits a job and returns it as stored (status "queued").
+func (c *Client) Create(ctx context.Context, r CreateRequest) (*Job, error) {
+	key := r.IdempotencyKey
+	if key == "" {
+		key = uuid.NewString()
+	}
+	var j Job
+	err := c.do(ctx, http.MethodPost, "/api/ffmpeg", r, http.Header{"Idempotency-Key": {key}}, &j)
+	if err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// Get returns one job.
+func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
+	var j Job
+	if err := c.do(ctx, http.MethodGet, "/api/jobs/"+url.PathEscape(id), nil, nil, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// Cancel cancels a queued or running job (an *Error "conflict" when it has ended).
+func (c *Client) Cancel(ctx context.Context, id string) (*Job, error) {
+	var j Job
+	if err := c.do(ctx, http.MethodPost, "/api/jobs/"+url.PathEscape(id)+"/cancel", nil, nil, &j); err != nil {
+		return nil, err
+	}
+	return &j, nil
+}
+
+// ListOptions page and filter List.
+type ListOptions struct {
+	Status string // "" for all, else queued, running, succeeded, failed or cancelled
+	Limit  int    // 1–100, default 50
+	Offset int
+}
+
+// Page is one page of jobs, newest first.
+type Page struct {
+	Jobs    []Job
+	Total   int
+	HasMore bool
+}
+
+// List returns the account's jobs, newest first.
+func (c *Client) List(ctx context.Context, o ListOptions) (*Page, error) {
+	q := url.Values{}
+	if o.Status != "" {
+		q.Set("status", o.Status)
+	}
+	if o.Limit > 0 {
+		q.Set("limit", strconv.Itoa(o.Limit))
+	}
+	if o.Offset > 0 {
+		q.Set("offset", strconv.Itoa(o.Offset))
+	}
+	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/jobs?"+q.Encode(), nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("User-Agent", c.userAgent)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return nil, decode(resp, nil)
+	}
+	var body struct {
+		Data   []Job `json:"data"`
+		Paging struct {
+			Total   int  `json:"total"`
+			HasMore bool `json:"hasMore"`
+		} `json:"pagingParams"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		return nil, err
+	}
+	return &Page{Jobs: body.Data, Total: body.Paging.Total, HasMore: body.Paging.HasMore}, nil
+}
+
+// Terminal reports whether a job has ended.
+func Terminal(j *Job) bool { return j != nil && j.Status.Terminal() }
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

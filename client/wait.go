@@ -1,0 +1,127 @@
+package client
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// Wait follows a job until it ends and returns it as it ended. onChange, when not
+// nil, is called with the job on every change seen (status, progress), in order.
+// Wait follows the job's event stream (GET /api/jobs/{id}/events) and falls back
+// to polling every PollInterval where there is none (an older server, a proxy that
+// buffers); a broken stream is resumed. A job that ends failed or cancelled is not
+// an error: check its Status.
+func (c *Client) Wait(ctx context.Context, id string, onChange func(*Job)) (*Job, error) {
+	var last string
+	seen := func(j *Job) {
+		b, _ := json.Marshal(j)
+		if string(b) != last && onChange != nil {
+			onChange(j)
+		}
+		last = string(b)
+	}
+	streaming := true
+	for {
+		if streaming {
+			j, err := c.follow(ctx, id, seen)
+			switch {
+			case err == nil && Terminal(j):
+				return j, nil
+			case ctx.Err() != nil:
+				return nil, ctx.Err()
+			case errors.Is(err, errNoStream):
+				streaming = false
+			case IsCode(err, "notFound") || IsCode(err, "unauthorized") || IsCode(err, "badApiKey"):
+				return nil, err
+			}
+			// The stream broke or ended early: read the job, then follow again.
+		}
+		j, err := c.Get(ctx, id)
+		if err != nil {
+			var e *Error
+			if errors.As(err, &e) || ctx.Err() != nil {
+				return nil, err
+			}
+		} else {
+			seen(j)
+			if Terminal(j) {
+				return j, nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(c.PollInterval):
+		}
+	}
+}
+
+// errNoStream: the server has no event stream for jobs.
+var errNoStream = errors.New("no event stream")
+
+// follow reads the job's event stream, calling seen for each job event, until it
+// ends; it returns the last job seen.
+func (c *Client) follow(ctx context.Context, id string, seen func(*Job)) (*Job, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/jobs/"+url.PathEscape(id)+"/events", nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.key)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("User-Agent", c.userAgent)
+	hc := *c.http.HTTPClient
+	hc.Timeout = 0 // a stream lasts as long as the job; ctx bounds it
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
+		// A job that does not exist says so in JSON; a route that does not exist
+		// does not, or says "no such route".
+		err := decode(resp, nil)
+		var e *Error
+		if errors.As(err, &e) && e.Code == "notFound" && !strings.Contains(e.Message, "route") {
+			return nil, err
+		}
+		return nil, errNoStream
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, decode(resp, nil)
+	}
+	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		return nil, errNoStream
+	}
+	var last *Job
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 16<<20)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event:"):
+			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+		case strings.HasPrefix(line, "data:") && event == "job":
+			var j Job
+			if err := json.Unmarshal([]byte(strings.TrimSpace(strings.TrimPrefix(line, "data:"))), &j); err == nil {
+				last = &j
+				seen(&j)
+			}
+		case line == "":
+			if event == "end" {
+				return last, nil
+			}
+			event = ""
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return last, err
+	}
+	return last, nil
+}

@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mediajobs/mediajobs/testenv"
+)
+
+// admin runs `mediajobs ARGS -config cfg` in-process: its exit code and stdout,
+// with stderr checked to hold no secret.
+func admin(t *testing.T, cfg string, args ...string) (int, string) {
+	t.Helper()
+	var out, errs bytes.Buffer
+	code := run(context.Background(), append(args, "-config", cfg), &out, &errs)
+	if s := regexp.MustCompile(`mj_[A-Za-z0-9_]{16,}`).FindString(errs.String()); s != "" {
+		t.Fatalf("%v: a secret went to stderr: %s", args, errs.String())
+	}
+	return code, out.String() + errs.String()
+}
+
+// TestAdminCommandsAgainstRunningDev: the admin commands reach the embedded etcd of
+// a running `mediajobs dev` as clients (the config says embedded = true and where it
+// listens; no second server starts), and what they do takes effect in the API.
+func TestAdminCommandsAgainstRunningDev(t *testing.T) {
+	needStack(t)
+	endpoint := strings.TrimPrefix(stack.b.store.Client().Endpoints()[0], "http://")
+	dataDir := filepath.Join(t.TempDir(), "must-not-exist")
+	cfg := filepath.Join(t.TempDir(), "admin.hcl")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("etcd {\n  embedded      = true\n  listen_client = %q\n  data_dir      = %q\n}\n", endpoint, dataDir)), 0o600)
+
+	name := fmt.Sprintf("acme-%d", time.Now().UnixNano())
+	if code, out := admin(t, cfg, "accounts", "create", "-name", name); code != 0 || !strings.Contains(out, "account "+name) {
+		t.Fatalf("accounts create: exit %d\n%s", code, out)
+	}
+	if code, out := admin(t, cfg, "accounts", "create", "-name", name); code == 0 || !strings.Contains(out, "already exists") {
+		t.Fatalf("second account of one name: exit %d\n%s", code, out)
+	}
+	if code, out := admin(t, cfg, "accounts", "list"); code != 0 || !strings.Contains(out, name) || !regexp.MustCompile(`(?m)^dev\s`).MatchString(out) {
+		t.Fatalf("accounts list: exit %d\n%s", code, out)
+	}
+
+	secretRE := regexp.MustCompile(`secret\s+(mj_\S+)`)
+	idRE := regexp.MustCompile(`key\s+\S+ \(([0-9a-f-]{36})\)`)
+	var secrets, ids []string
+	for _, k := range []string{"first", "second"} {
+		code, out := admin(t, cfg, "keys", "create", "-account", name, "-name", k)
+		s, id := secretRE.FindStringSubmatch(out), idRE.FindStringSubmatch(out)
+		if code != 0 || s == nil || id == nil || !strings.Contains(out, "existing") {
+			t.Fatalf("keys create: exit %d\n%s", code, out)
+		}
+		secrets, ids = append(secrets, s[1]), append(ids, id[1])
+	}
+	for _, s := range secrets {
+		if r := call(t, "GET", "/api/jobs", s, nil); r.Status != 200 {
+			t.Fatalf("a created key: HTTP %d %s", r.Status, r.Body)
+		}
+	}
+	if code, out := admin(t, cfg, "keys", "list", "-account", name); code != 0 || !strings.Contains(out, ids[0]) || !strings.Contains(out, "second") || strings.Contains(out, secrets[0]) {
+		t.Fatalf("keys list: exit %d\n%s", code, out)
+	}
+
+	// Revoked by the start of its id: refused at once (gateways watch revocations).
+	if code, out := admin(t, cfg, "keys", "revoke", "-account", name, "-key", ids[0][:8]); code != 0 || !strings.Contains(out, "revoked") {
+		t.Fatalf("keys revoke: exit %d\n%s", code, out)
+	}
+	testenv.Eventually(t, 10*time.Second, "the revoked key to be refused", func() bool {
+		return call(t, "GET", "/api/jobs", secrets[0], nil).Status == 401
+	})
+	if r := call(t, "GET", "/api/jobs", secrets[1], nil); r.Status != 200 {
+		t.Fatalf("the other key after a revocation: HTTP %d", r.Status)
+	}
+	if code, out := admin(t, cfg, "keys", "revoke", "-account", name, "-key", ids[1]); code == 0 || !strings.Contains(out, "-force") {
+		t.Fatalf("revoking the last key without -force: exit %d\n%s", code, out)
+	}
+	if code, out := admin(t, cfg, "keys", "revoke", "-account", name, "-key", ids[1], "-force"); code != 0 {
+		t.Fatalf("revoke -force: exit %d\n%s", code, out)
+	}
+	testenv.Eventually(t, 10*time.Second, "the last key, revoked by force, to be refused", func() bool {
+		return call(t, "GET", "/api/jobs", secrets[1], nil).Status == 401
+	})
+
+	// keys create for a new name makes the account, as before.
+	other := name + "-new"
+	if code, out := admin(t, cfg, "keys", "create", "-account", other); code != 0 || !strings.Contains(out, "created") {
+		t.Fatalf("keys create for a new account: exit %d\n%s", code, out)
+	}
+	if code, out := admin(t, cfg, "keys", "list", "-account", "nobody-"+name); code == 0 || !strings.Contains(out, "no account named") {
+		t.Fatalf("keys list of an unknown account: exit %d\n%s", code, out)
+	}
+	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+		t.Fatalf("an admin command touched the embedded etcd's data_dir (started a server?): %v", err)
+	}
+}
+
+// TestAdminCommandsWithoutEtcd: nothing listening: a clear error, not a second
+// etcd server.
+func TestAdminCommandsWithoutEtcd(t *testing.T) {
+	dataDir := filepath.Join(t.TempDir(), "etcd")
+	cfg := filepath.Join(t.TempDir(), "admin.hcl")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("etcd {\n  listen_client = %q\n  data_dir = %q\n  dial_timeout = \"1s\"\n}\n", testenv.FreeAddr(t), dataDir)), 0o600)
+	for _, args := range [][]string{{"accounts", "list"}, {"keys", "create", "-account", "acme"}} {
+		code, out := admin(t, cfg, args...)
+		if code == 0 || !strings.Contains(out, "cannot reach etcd") || !strings.Contains(out, "mediajobs dev") || !strings.Contains(out, "etcd.endpoints") {
+			t.Fatalf("%v without etcd: exit %d\n%s", args, code, out)
+		}
+	}
+	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
+		t.Fatal("an admin command started an embedded etcd")
+	}
+}

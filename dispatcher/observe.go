@@ -1,0 +1,176 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/mediajobs/mediajobs/metrics"
+	"github.com/mediajobs/mediajobs/store"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// queueMetricsEvery is how often the leader counts the queue, the active set and
+// the outbox for the gauges.
+const queueMetricsEvery = 10 * time.Second
+
+// readyTimeout bounds one readiness check (etcd and Nomad together).
+const readyTimeout = 2 * time.Second
+
+// queueMetricsLoop keeps the queue gauges while this dispatcher leads, and drops
+// them when leadership ends, so only the leader reports them.
+func (d *Dispatcher) queueMetricsLoop(ctx context.Context) {
+	defer func() {
+		metrics.JobsQueued.Reset()
+		metrics.JobsRunning.Reset()
+		metrics.OldestQueued.Reset()
+		metrics.OutboxDepth.Reset()
+	}()
+	for {
+		d.countQueues(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(queueMetricsEvery):
+		}
+	}
+}
+
+// countQueues sets the queue gauges from etcd, cheaply: per pool, one keys-only
+// read of the queue's first key (the oldest; the range's count comes with it) and
+// one count of the active set; one count of the outbox. A failed read leaves the
+// gauges as they were until the next pass.
+func (d *Dispatcher) countQueues(ctx context.Context) {
+	cli := d.Store.Client()
+	if cli == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, queueMetricsEvery)
+	defer cancel()
+	now := time.Now()
+	for _, pool := range d.Config.Pools {
+		resp, err := cli.Get(ctx, d.Store.PoolQueuePrefix(pool.Name), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+		if err != nil {
+			return
+		}
+		oldest := 0.0
+		if len(resp.Kvs) > 0 {
+			if at, ok := store.QueuedAtFromKey(string(resp.Kvs[0].Key)); ok {
+				oldest = max(now.Sub(at).Seconds(), 0)
+			}
+		}
+		running, err := d.Store.Count(ctx, d.Store.PoolActivePrefix(pool.Name))
+		if err != nil {
+			return
+		}
+		metrics.JobsQueued.WithLabelValues(pool.Name).Set(float64(resp.Count))
+		metrics.OldestQueued.WithLabelValues(pool.Name).Set(oldest)
+		metrics.JobsRunning.WithLabelValues(pool.Name).Set(float64(running))
+	}
+	if n, err := d.Store.Count(ctx, d.Store.OutboxPrefix()); err == nil {
+		metrics.OutboxDepth.WithLabelValues().Set(float64(n))
+	}
+}
+
+// Why a dispatcher is not ready: the fixed texts /readyz answers with.
+var (
+	errNoSession = errors.New("no etcd session")
+	errEtcdDown  = errors.New("etcd is not reachable")
+	errNomadDown = errors.New("nomad is not reachable")
+)
+
+// Ready reports whether this dispatcher can do its work, leading or standing by:
+// it holds a live etcd session (it campaigns or leads), etcd answers (with a
+// leader), and Nomad answers a cheap job list with this dispatcher's token.
+// Leadership is not a condition: a standby is ready to take over
+// (mediajobs_dispatcher_leader says who leads).
+func (d *Dispatcher) Ready(ctx context.Context) error {
+	s := d.session.Load()
+	if s == nil {
+		return errNoSession
+	}
+	select {
+	case <-s.Done():
+		return errNoSession
+	default:
+	}
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	if _, err := d.Store.Client().Get(clientv3.WithRequireLeader(ctx), d.Store.ElectionPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+		return fmt.Errorf("%w: %w", errEtcdDown, err)
+	}
+	q := &api.QueryOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace, Prefix: "mediajobs-", PerPage: 1}
+	if _, _, err := d.Jobs.List(q.WithContext(ctx)); err != nil {
+		return fmt.Errorf("%w: %w", errNomadDown, err)
+	}
+	return nil
+}
+
+// checkReady is Ready, logging when the answer changes (the error's text goes to
+// the log, never into an HTTP answer).
+func (d *Dispatcher) checkReady(ctx context.Context) error {
+	err := d.Ready(ctx)
+	if was := d.ready.Swap(err == nil); was != (err == nil) {
+		log := d.Log
+		if log == nil { // Handler may serve before Run set the defaults
+			log = slog.Default()
+		}
+		if err != nil {
+			log.Warn("dispatcher not ready", "err", err)
+		} else {
+			log.Info("dispatcher ready")
+		}
+	}
+	return err
+}
+
+// Handler serves the dispatcher's listener (dispatcher.listen): /metrics (every
+// collector of this process, plus mediajobs_dispatcher_ready, checked at each
+// scrape), /healthz (the process answers) and /readyz (Ready: 200, or 503 with a
+// fixed reason). No answer carries an internal error's text.
+func (d *Dispatcher) Handler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "mediajobs_dispatcher_ready",
+		Help: "1 when this dispatcher is ready (etcd session alive, etcd and Nomad reachable), else 0; checked at each scrape.",
+	}, func() float64 {
+		if d.checkReady(context.Background()) != nil {
+			return 0
+		}
+		return 1
+	}))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{prometheus.DefaultGatherer, reg}, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSONStatus(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		err := d.checkReady(r.Context())
+		if err == nil {
+			writeJSONStatus(w, http.StatusOK, map[string]string{"status": "ready"})
+			return
+		}
+		why := errNoSession
+		for _, e := range []error{errEtcdDown, errNomadDown} {
+			if errors.Is(err, e) {
+				why = e
+			}
+		}
+		writeJSONStatus(w, http.StatusServiceUnavailable, map[string]string{"errorCode": "unavailable", "message": "not ready: " + why.Error()})
+	})
+	return mux
+}
+
+func writeJSONStatus(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}

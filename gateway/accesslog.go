@@ -1,0 +1,169 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	"github.com/gofiber/fiber/v2/middleware/recover"
+)
+
+// HeaderRequestID carries a request's id: taken from the request when it is sane
+// (requestIDOK), else generated, and always returned in the response.
+const HeaderRequestID = "X-Request-Id"
+
+const (
+	localRequestID = "requestID"
+	localPanicked  = "panicked"
+)
+
+// maxRequestID bounds an incoming X-Request-Id (a UUID is 36, a W3C trace id 32).
+const maxRequestID = 128
+
+// requestIDOK reports whether an incoming request id may be used (and logged) as
+// it is: 1 to maxRequestID characters of letters, digits and - _ . : = + / @.
+func requestIDOK(s string) bool {
+	if s == "" || len(s) > maxRequestID {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		switch b := s[i]; {
+		case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		case strings.IndexByte("-_.:=+/@", b) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+func newRequestID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// requestID is the id of c's request ("" outside accessLog).
+func requestID(c *fiber.Ctx) string {
+	id, _ := c.Locals(localRequestID).(string)
+	return id
+}
+
+// quietRoutes are probed and scraped every few seconds: their successful requests
+// are logged at debug, not info.
+var quietRoutes = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+
+// accessLog is the outermost middleware: it gives the request its id (answered in
+// X-Request-Id), lets the error handler answer any error (so the line carries the
+// status the client got), and logs one line per request: method, route (the
+// pattern), path (never the query, which carries link signatures), status,
+// duration, response bytes, request id, the account once authenticated, and the
+// job id of routes that name one.
+func (g *Gateway) accessLog(c *fiber.Ctx) error {
+	start := time.Now()
+	id := c.Get(HeaderRequestID)
+	if !requestIDOK(id) {
+		id = newRequestID()
+	} else {
+		id = strings.Clone(id) // fiber's strings alias fasthttp's reused buffers
+	}
+	c.Locals(localRequestID, id)
+	c.Set(HeaderRequestID, id)
+
+	if err := c.Next(); err != nil {
+		if herr := g.errorHandler(c, err); herr != nil {
+			g.Log.Error("error handler failed", "request_id", id, "err", herr)
+			c.Status(fiber.StatusInternalServerError)
+		}
+	}
+	// The handler may have reset the headers; the id is always answered.
+	c.Set(HeaderRequestID, id)
+
+	status := c.Response().StatusCode()
+	route := c.Route().Path
+	level := slog.LevelInfo
+	if quietRoutes[route] && status < 400 {
+		level = slog.LevelDebug
+	}
+	if !g.Log.Enabled(c.UserContext(), level) {
+		return nil
+	}
+	// Response().Body() would read a streamed body (a download) into memory.
+	bytes := c.Response().Header.ContentLength()
+	if !c.Response().IsBodyStream() {
+		bytes = len(c.Response().Body())
+	}
+	attrs := []slog.Attr{
+		slog.String("method", c.Method()), slog.String("route", route), slog.String("path", c.Path()),
+		slog.Int("status", status),
+		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+		slog.Int("bytes", bytes), slog.String("request_id", id),
+	}
+	if acct, ok := c.Locals(localAccount).(string); ok {
+		attrs = append(attrs, slog.String("account", acct))
+	}
+	if strings.Contains(route, ":id") && strings.HasPrefix(route, "/api/jobs/") {
+		attrs = append(attrs, slog.String("job", c.Params("id")))
+	}
+	g.Log.LogAttrs(c.UserContext(), level, "request", attrs...)
+	return nil
+}
+
+// recoverer turns a panic in a handler into an unknownError answer (500), logged
+// with the request id and the stack.
+func (g *Gateway) recoverer() fiber.Handler {
+	rec := recover.New(recover.Config{EnableStackTrace: true, StackTraceHandler: func(c *fiber.Ctx, v any) {
+		c.Locals(localPanicked, true)
+		g.Log.Error("handler panicked", "request_id", requestID(c), "method", c.Method(), "path", c.Path(),
+			"panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+	}})
+	return func(c *fiber.Ctx) error {
+		err := rec(c)
+		if c.Locals(localPanicked) != nil {
+			// Whatever was panicked with (an *mj.Error too) answers unknownError.
+			return fmt.Errorf("panic: %v", err)
+		}
+		return err
+	}
+}
+
+// drainLimit and drainTime bound how much of a request body the server reads and
+// discards after answering without reading it (a refused upload, a JSON body over
+// max_body_bytes, a bad key): a client that sends its whole body before reading
+// the answer (most do) would otherwise see the connection reset instead of the
+// answer. A body longer than this gets the reset: its Content-Length is checked
+// first, so nothing is read in vain.
+const (
+	drainLimit = 64 << 20
+	drainTime  = 30 * time.Second
+)
+
+// drainBody reads and discards what is left of c's streamed request body, up to
+// drainLimit and drainTime, and reports whether it reached its end (so the
+// connection may serve another request).
+func drainBody(c *fiber.Ctx, uploadTimeout time.Duration) bool {
+	if cl := c.Request().Header.ContentLength(); cl > drainLimit {
+		return false
+	}
+	body := c.Context().RequestBodyStream()
+	if body == nil {
+		return true
+	}
+	// The request's own read deadline (upload_timeout from its start) still holds;
+	// the drain gets at most drainTime of it.
+	deadline := time.Now().Add(drainTime)
+	if d := c.Context().Time().Add(uploadTimeout); uploadTimeout > 0 && d.Before(deadline) {
+		deadline = d
+	}
+	if conn := c.Context().Conn(); conn != nil {
+		conn.SetReadDeadline(deadline)
+	}
+	n, err := io.CopyN(io.Discard, body, drainLimit+1)
+	return err == io.EOF && n <= drainLimit
+}
