@@ -212,10 +212,18 @@ func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
 	return &j, nil
 }
 
-// Cancel cancels a queued or running job (an *Error "conflict" when it has ended).
+// Cancel cancels a queued or running job and returns it. A job that has already
+// ended is returned as it ended, with an *Error "conflict" (which is also what a
+// retried cancel whose first try went through gets: check the job's Status).
 func (c *Client) Cancel(ctx context.Context, id string) (*Job, error) {
 	var j Job
-	if err := c.do(ctx, http.MethodPost, "/api/jobs/"+url.PathEscape(id)+"/cancel", nil, nil, &j); err != nil {
+	err := c.do(ctx, http.MethodPost, "/api/jobs/"+url.PathEscape(id)+"/cancel", nil, nil, &j)
+	if IsCode(err, "conflict") {
+		if ended, gerr := c.Get(ctx, id); gerr == nil {
+			return ended, err
+		}
+	}
+	if err != nil {
 		return nil, err
 	}
 	return &j, nil

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 )
@@ -105,9 +106,10 @@ func (c *Client) Download(ctx context.Context, url string, w io.Writer, progress
 	return io.Copy(w, r)
 }
 
-// DownloadFile downloads a signed URL into a local file (created or truncated).
+// DownloadFile downloads a signed URL into a local file. The file is replaced only
+// once the whole download has arrived: a failed one leaves what was there.
 func (c *Client) DownloadFile(ctx context.Context, url, path string, progress Progress) (int64, error) {
-	fh, err := os.Create(path)
+	fh, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".part-*")
 	if err != nil {
 		return 0, err
 	}
@@ -115,8 +117,12 @@ func (c *Client) DownloadFile(ctx context.Context, url, path string, progress Pr
 	if cerr := fh.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil {
+		os.Chmod(fh.Name(), 0o644)
+		err = os.Rename(fh.Name(), path)
+	}
 	if err != nil {
-		os.Remove(path)
+		os.Remove(fh.Name())
 	}
 	return n, err
 }

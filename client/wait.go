@@ -37,7 +37,7 @@ func (c *Client) Wait(ctx context.Context, id string, onChange func(*Job)) (*Job
 				return nil, ctx.Err()
 			case errors.Is(err, errNoStream):
 				streaming = false
-			case IsCode(err, "notFound") || IsCode(err, "unauthorized") || IsCode(err, "badApiKey"):
+			case IsCode(err, "notFound") || IsCode(err, "badApiKey"):
 				return nil, err
 			}
 			// The stream broke or ended early: read the job, then follow again.
@@ -57,10 +57,14 @@ func (c *Client) Wait(ctx context.Context, id string, onChange func(*Job)) (*Job
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case <-time.After(c.PollInterval):
+		case <-time.After(max(c.PollInterval, 100*time.Millisecond)):
 		}
 	}
 }
+
+// streamIdle is how long a job's event stream may stay silent (the server sends a
+// comment every 15 s).
+const streamIdle = 45 * time.Second
 
 // errNoStream: the server has no event stream for jobs.
 var errNoStream = errors.New("no event stream")
@@ -76,7 +80,14 @@ func (c *Client) follow(ctx context.Context, id string, seen func(*Job)) (*Job, 
 	req.Header.Set("Accept", "text/event-stream")
 	req.Header.Set("User-Agent", c.userAgent)
 	hc := *c.http.HTTPClient
-	hc.Timeout = 0 // a stream lasts as long as the job; ctx bounds it
+	hc.Timeout = 0 // a stream lasts as long as the job; ctx bounds it, and idleness
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req = req.WithContext(ctx)
+	// The server sends something at least every 15 s: silence for streamIdle is a
+	// half-open connection (a lost gateway), and the stream is opened again.
+	idle := time.AfterFunc(streamIdle, cancel)
+	defer idle.Stop()
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, err
@@ -103,6 +114,7 @@ func (c *Client) follow(ctx context.Context, id string, seen func(*Job)) (*Job, 
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	event := ""
 	for sc.Scan() {
+		idle.Reset(streamIdle)
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, "event:"):

@@ -985,5 +985,13 @@ func sourceLine(src []byte, n int) string {
 	if n < 1 || n > len(lines) {
 		return ""
 	}
-	return strings.TrimRight(lines[n-1], "\r")
+	line := strings.TrimRight(lines[n-1], "\r")
+	if m := secretAttr.FindStringSubmatchIndex(line); m != nil && !strings.HasPrefix(strings.TrimSpace(line[m[1]:]), "env(") {
+		// A secret written in the file is never echoed into a log or a terminal.
+		return line[:m[1]] + "<hidden>"
+	}
+	return line
 }
+
+// secretAttr is an attribute that holds a secret, up to its "=".
+var secretAttr = regexp.MustCompile(`^\s*(signing_secret|password|token|secret_access_key|access_key_id|secret)\s*=\s*`)

@@ -2,6 +2,8 @@ package config
 
 import (
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +65,16 @@ func TestLogAndShutdownErrorsPointAtFileAndLine(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("Parse(%q) = %v, want %q", tc.src, err, tc.want)
 		}
+	}
+}
+
+// A config error on a line that holds a secret shows the line without it.
+func TestConfigErrorHidesSecrets(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "c.hcl")
+	os.WriteFile(p, []byte("server {\n  signing_secret = \"tooshort-s3cr3t\"\n}\n"), 0o600)
+	_, err := Load(p)
+	if err == nil || strings.Contains(err.Error(), "s3cr3t") || !strings.Contains(err.Error(), "signing_secret = <hidden>") {
+		t.Fatalf("error: %v", err)
 	}
 }

@@ -417,10 +417,19 @@ func TestUploadURLs(t *testing.T) {
 	if len(urls) != 3 || !strings.Contains(urls["outputs/seg_001.ts"].(string), "/files/jobs/"+id+"/1/"+alloc+"/outputs/seg_001.ts?") {
 		t.Fatalf("links %v", urls)
 	}
+	// The command's log (one command here) goes up beside the result.
+	if status, body := ask(1, `{"alloc":"`+alloc+`","files":["result.json","logs/1.log"]}`, false); status != 200 ||
+		!strings.Contains(body["data"].(map[string]any)["urls"].(map[string]any)["logs/1.log"].(string), "/"+alloc+"/logs/1.log?") {
+		t.Fatalf("log link: %d %v", status, body)
+	}
 	for name, req := range map[string]string{
-		"an undeclared output": `{"files":["outputs/other.mp4"]}`,
-		"a path outside":       `{"files":["../x"]}`,
-		"a bad allocation":     `{"alloc":"../..","files":["result.json"]}`,
+		"an undeclared output":      `{"files":["outputs/other.mp4"]}`,
+		"a path outside":            `{"files":["../x"]}`,
+		"a bad allocation":          `{"alloc":"../..","files":["result.json"]}`,
+		"the log of no command":     `{"files":["logs/2.log"]}`,
+		"a log path outside":        `{"files":["logs/../x.log"]}`,
+		"a log with a leading zero": `{"files":["logs/01.log"]}`,
+		"a log of command zero":     `{"files":["logs/0.log"]}`,
 	} {
 		if status, body := ask(1, req, false); status != 400 {
 			t.Errorf("%s: %d %v", name, status, body)

@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,10 +22,10 @@ import (
 // down, and a comment line every eventsHeartbeat so proxies and clients can tell a
 // quiet stream from a dead one.
 
-const (
-	eventsHeartbeat = 15 * time.Second
-	eventsBackstop  = 2 * time.Second
-)
+// eventsHeartbeat is a var for tests.
+var eventsHeartbeat = 15 * time.Second
+
+const eventsBackstop = 2 * time.Second
 
 // eventHub tells subscribers which jobs changed: by job id and by account.
 type eventHub struct {
@@ -35,6 +38,18 @@ type subscriber struct {
 	wake    chan struct{} // a change is waiting (coalesced)
 	mu      sync.Mutex
 	changed map[string]bool // account streams: the jobs that changed
+	resync  bool            // account streams: the watch restarted
+}
+
+// maxTracked bounds the views an account stream remembers (to skip repeats).
+const maxTracked = 10_000
+
+func (s *subscriber) takeResync() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.resync
+	s.resync = false
+	return r
 }
 
 func newSubscriber() *subscriber { return &subscriber{wake: make(chan struct{}, 1)} }
@@ -101,6 +116,28 @@ func (h *eventHub) notify(id, account string) {
 	}
 }
 
+// resync tells every account stream that the watch restarted, so that changes
+// made while it was down, which no event carried, are read again by the clients.
+func (h *eventHub) resync() {
+	h.mu.Lock()
+	var subs []*subscriber
+	for _, m := range h.byAccount {
+		for s := range m {
+			subs = append(subs, s)
+		}
+	}
+	h.mu.Unlock()
+	for _, s := range subs {
+		s.mu.Lock()
+		s.resync = true
+		s.mu.Unlock()
+		select {
+		case s.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // accountOf is the account of a cached job, for progress changes (whose keys do
 // not name it).
 func (c *jobCache) accountOf(id string) string {
@@ -116,6 +153,64 @@ func (c *jobCache) accountOf(id string) string {
 func sse(w *bufio.Writer, event string, data []byte) bool {
 	fmt.Fprintf(w, "event: %s\ndata: %s\n\n", event, data)
 	return w.Flush() == nil
+}
+
+// streamWriteTimeout bounds one write to a stream's client: one that keeps its
+// connection open but stops reading is dropped, rather than holding the stream
+// (and a shutting-down gateway) forever.
+const streamWriteTimeout = 30 * time.Second
+
+// stream holds what a stream re-checks as it goes: its connection (for write
+// deadlines) and the key that opened it (a revoked key ends the stream).
+type stream struct {
+	g       *Gateway
+	conn    net.Conn
+	keyHash string
+}
+
+func (g *Gateway) newStream(c *fiber.Ctx) *stream {
+	_, secret, _ := strings.Cut(c.Get(fiber.HeaderAuthorization), " ")
+	return &stream{g: g, conn: c.Context().Conn(), keyHash: mj.HashAPIKey(strings.TrimSpace(secret))}
+}
+
+// deadline sets the write deadline of the next write.
+func (s *stream) deadline() {
+	if s.conn != nil {
+		s.conn.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+	}
+}
+
+// beat writes a heartbeat; false ends the stream: the client is gone, or the key
+// that opened it was revoked since (then it is told so).
+func (s *stream) beat(w *bufio.Writer) bool {
+	s.deadline()
+	if !s.g.keyValid(s.keyHash) {
+		sse(w, "end", []byte(`{"reason":"the API key was revoked"}`))
+		return false
+	}
+	if _, err := w.WriteString(": ping\n\n"); err != nil {
+		return false
+	}
+	return w.Flush() == nil
+}
+
+// recoverStream keeps a panic in a stream (run by fasthttp after the handler
+// returned, outside the recover middleware) from taking the gateway down.
+func (g *Gateway) recoverStream() {
+	if r := recover(); r != nil {
+		g.Log.Error("event stream panicked", "panic", r, "stack", string(debug.Stack()))
+	}
+}
+
+// keyValid tells whether the key with this hash still authenticates.
+func (g *Gateway) keyValid(hash string) bool {
+	if _, ok := g.keys.get(hash, g.Now()); ok {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := g.Store.APIKeyByHash(ctx, hash)
+	return mj.ErrorCode(err) != mj.ENotFound // etcd briefly down: keep the stream
 }
 
 func startSSE(c *fiber.Ctx) {
@@ -151,14 +246,17 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 	sub := newSubscriber()
 	unsubscribe := g.hub.add(&g.hub.byJob, id, sub) // before the first read: no change is missed
 	done := g.streamCtx()
+	st := g.newStream(c)
 	startSSE(c)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer unsubscribe()
+		defer g.recoverStream()
 		var last []byte
 		// send writes the job's view if it changed; it reports whether to go on.
 		send := func(j *mj.Job) bool {
 			b, _ := json.Marshal(g.view(j))
 			if string(b) != string(last) {
+				st.deadline()
 				if !sse(w, "job", b) {
 					return false
 				}
@@ -173,6 +271,7 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 		if !send(j) {
 			return
 		}
+		lastRead := time.Now()
 		beat := time.NewTicker(eventsHeartbeat)
 		defer beat.Stop()
 		backstop := time.NewTicker(eventsBackstop)
@@ -182,13 +281,17 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 			case <-done.Done():
 				return
 			case <-beat.C:
-				if _, err := w.WriteString(": ping\n\n"); err != nil || w.Flush() != nil {
+				if !st.beat(w) {
 					return
 				}
 				continue
 			case <-sub.wake:
 			case <-backstop.C:
+				if !g.jobs.live.Load() && time.Since(lastRead) < 5*eventsBackstop {
+					continue // the watch is down: read etcd less often
+				}
 			}
+			lastRead = time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			j, err := g.job(ctx, id)
 			cancel()
@@ -215,9 +318,11 @@ func (g *Gateway) accountEvents(c *fiber.Ctx) error {
 	sub.changed = map[string]bool{}
 	unsubscribe := g.hub.add(&g.hub.byAccount, acct, sub)
 	done := g.streamCtx()
+	st := g.newStream(c)
 	startSSE(c)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer unsubscribe()
+		defer g.recoverStream()
 		last := map[string]string{} // job id -> last view sent; forgotten at the end
 		if !sse(w, "ready", []byte(`{}`)) {
 			return
@@ -229,11 +334,19 @@ func (g *Gateway) accountEvents(c *fiber.Ctx) error {
 			case <-done.Done():
 				return
 			case <-beat.C:
-				if _, err := w.WriteString(": ping\n\n"); err != nil || w.Flush() != nil {
+				if !st.beat(w) {
 					return
 				}
 				continue
 			case <-sub.wake:
+			}
+			if sub.takeResync() {
+				// The watch restarted: changes in the gap were not seen.
+				clear(last)
+				st.deadline()
+				if !sse(w, "resync", []byte(`{}`)) {
+					return
+				}
 			}
 			for _, id := range sub.take() {
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -246,13 +359,13 @@ func (g *Gateway) accountEvents(c *fiber.Ctx) error {
 				if last[id] == string(b) {
 					continue
 				}
+				st.deadline()
 				if !sse(w, "job", b) {
 					return
 				}
-				if j.Status.Terminal() {
-					delete(last, id)
-				} else {
-					last[id] = string(b)
+				last[id] = string(b)
+				if len(last) > maxTracked {
+					clear(last) // bounded: at worst a view is sent again
 				}
 			}
 		}

@@ -160,3 +160,37 @@ func TestJobEventsStream(t *testing.T) {
 		t.Fatal("StopStreams left a stream open")
 	}
 }
+
+// A stream opened with a key that is then revoked ends at the next heartbeat,
+// saying why.
+func TestEventStreamEndsWhenItsKeyIsRevoked(t *testing.T) {
+	defer func(d time.Duration) { eventsHeartbeat = d }(eventsHeartbeat)
+	eventsHeartbeat = 100 * time.Millisecond
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go h.gw.Watch(ctx)
+	base := h.serve()
+	status, body, _ := h.do("POST", "/api/keys", "alice", map[string]any{"name": "second"})
+	if status != 200 {
+		t.Fatalf("create key: %d %v", status, body)
+	}
+	data := body["data"].(map[string]any)
+	h.keys["alice2"] = data["secret"].(string)
+	_, events := h.stream(base, "/api/events", "alice2")
+	if ev := next(t, events, "ready"); ev.name != "ready" {
+		t.Fatalf("first event: %+v", ev)
+	}
+	if status, body, _ := h.do("DELETE", "/api/keys/"+data["id"].(string), "alice", nil); status != 200 {
+		t.Fatalf("revoke: %d %v", status, body)
+	}
+	for {
+		ev := next(t, events, "the end after revocation")
+		if ev.name == "end" {
+			if ev.job["reason"] != "the API key was revoked" {
+				t.Fatalf("end event: %+v", ev)
+			}
+			return
+		}
+	}
+}

@@ -134,10 +134,13 @@ func (c *jobCache) reset(live bool) {
 // watchJobs keeps the cache current, jobs and their progress; whenever either
 // watch fails the cache is dropped and bypassed until new watches run.
 func (g *Gateway) watchJobs(ctx context.Context) {
-	for ctx.Err() == nil {
+	for restarts := 0; ctx.Err() == nil; restarts++ {
 		rev, err := g.Store.Revision(ctx)
 		if err == nil {
 			g.jobs.reset(true)
+			if restarts > 0 {
+				g.hub.resync()
+			}
 			wctx, cancel := context.WithCancel(ctx)
 			errs := make(chan error, 2)
 			go func() {

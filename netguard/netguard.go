@@ -264,10 +264,13 @@ func (p Policy) check(addr netip.Addr, viaHost bool) error {
 	case public:
 		return nil
 	case embedded:
-		if p.cidrAllows(addr, netip.Prefix{}) {
+		v4, _ := embeddedIPv4(addr)
+		// A range that allows the IPv6 form (64:ff9b::/96, ::/0) opens private
+		// addresses behind it, never the special ones (loopback, link-local, this
+		// host, metadata): those are checked on the embedded address always.
+		if k4, _ := classify(v4); p.cidrAllows(addr, netip.Prefix{}) && (k4 == public || k4 == private || k4 == reserved) {
 			return nil
 		}
-		v4, _ := embeddedIPv4(addr)
 		if err := p.check(v4, viaHost); err != nil {
 			return fmt.Errorf("address %s embeds %s: %w", addr, v4, err)
 		}

@@ -97,6 +97,8 @@ func TestAllowCIDRs(t *testing.T) {
 		// ...but never the special ones a broad range does not name.
 		"127.0.0.1": false, "::1": false, "0.0.0.0": false, "::": false, "169.254.169.254": false, "169.254.1.1": false,
 		"fe80::1": false, "fd00:ec2::254": false, "168.63.129.16": false, "192.0.0.192": false,
+		// ::/0 allows the NAT64 form, but not of a special address behind it.
+		"64:ff9b::a9fe:a9fe": false, "64:ff9b::7f00:1": false, "64:ff9b::c0a8:101": true,
 	} {
 		if err := p.Check(netip.MustParseAddr(addr)); (err == nil) != ok {
 			t.Errorf("Check(%s) = %v, want allowed=%v", addr, err, ok)

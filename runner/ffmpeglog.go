@@ -30,6 +30,7 @@ type capLog struct {
 	written int64 // to the file
 	extra   int64 // past the head
 	tail    tailBuffer
+	err     error // the first write error
 }
 
 func createLog(workDir string, n int) (*capLog, error) {
@@ -44,12 +45,14 @@ func createLog(workDir string, n int) (*capLog, error) {
 	return &capLog{f: f, tail: tailBuffer{max: logCap / 2}}, nil
 }
 
+// Write never fails: a log that cannot be written (a full disk) must not stop
+// ffmpeg, whose stderr this is; the first error is kept for Close.
 func (l *capLog) Write(p []byte) (int, error) {
 	n := len(p)
-	if room := logCap/2 - l.written; room > 0 {
+	if room := logCap/2 - l.written; room > 0 && l.err == nil {
 		k := min(int64(len(p)), room)
 		if _, err := l.f.Write(p[:k]); err != nil {
-			return 0, err
+			l.err = err
 		}
 		l.written += k
 		p = p[k:]
@@ -63,6 +66,10 @@ func (l *capLog) Write(p []byte) (int, error) {
 
 // Close writes what it kept of the end.
 func (l *capLog) Close() error {
+	if l.err != nil {
+		l.f.Close()
+		return l.err
+	}
 	if dropped := l.extra - int64(len(l.tail.b)); dropped > 0 {
 		fmt.Fprintf(l.f, "\n[mediajobs] %d bytes of this log were left out here (it keeps its first and last %d KiB)\n", dropped, logCap/2/1024)
 	}

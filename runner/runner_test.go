@@ -348,19 +348,23 @@ func TestUploadLinksFallbacks(t *testing.T) {
 	refusing := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct{ Files []string }
 		json.NewDecoder(r.Body).Decode(&req)
-		if len(req.Files) > 1 {
-			w.WriteHeader(400)
-			io.WriteString(w, `{"errorCode":"validationError","message":"outputs/a.wav is not a declared output"}`)
-			return
+		urls := map[string]string{}
+		for _, f := range req.Files {
+			if strings.HasPrefix(f, "outputs/") {
+				w.WriteHeader(400)
+				io.WriteString(w, `{"errorCode":"validationError","message":"outputs/a.wav is not a declared output"}`)
+				return
+			}
+			urls[f] = srv.URL + "/up/refused/" + f + "?sig=ok"
 		}
-		json.NewEncoder(w).Encode(map[string]any{"data": map[string]any{"urls": map[string]string{"result.json": srv.URL + "/up/refused/result.json?sig=ok"}}})
+		json.NewEncoder(w).Encode(map[string]any{"data": map[string]any{"urls": urls}})
 	}))
 	defer refusing.Close()
 	m.UploadsURL = refusing.URL
 	res := run(t, srv, m)
 	var reported mj.Result
 	if err := json.Unmarshal(up.files["refused/result.json"], &reported); err != nil || res.Succeeded || reported.Succeeded ||
-		!strings.Contains(reported.ErrorMessage, "not a declared output") {
+		!strings.Contains(reported.ErrorMessage, "not a declared output") || len(reported.Logs) != 1 || len(up.files["refused/logs/1.log"]) == 0 {
 		t.Fatalf("refused outputs: %+v; reported %s", res, up.files["refused/result.json"])
 	}
 }

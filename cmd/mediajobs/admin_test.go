@@ -53,7 +53,7 @@ func TestAdminCommandsAgainstRunningDev(t *testing.T) {
 	for _, k := range []string{"first", "second"} {
 		code, out := admin(t, cfg, "keys", "create", "-account", name, "-name", k)
 		s, id := secretRE.FindStringSubmatch(out), idRE.FindStringSubmatch(out)
-		if code != 0 || s == nil || id == nil || !strings.Contains(out, "existing") {
+		if code != 0 || s == nil || id == nil || !strings.Contains(out, "EXISTING account") {
 			t.Fatalf("keys create: exit %d\n%s", code, out)
 		}
 		secrets, ids = append(secrets, s[1]), append(ids, id[1])

@@ -93,6 +93,9 @@ final job on stdout.`,
 			if cmd.ArgsLenAtDash() < 0 || len(args) == 0 {
 				return usageError("give the ffmpeg arguments after --")
 			}
+			if cmd.ArgsLenAtDash() > 0 {
+				return usageError(fmt.Sprintf("%q before --: the ffmpeg arguments all go after --, files to upload in -i NAME=FILE", args[0]))
+			}
 			if len(outputs) == 0 {
 				return usageError("name at least one output with -o")
 			}
@@ -191,10 +194,14 @@ func runJob(ctx context.Context, c *client.Client, req client.CreateRequest, loc
 	case <-ctx.Done():
 		stage.pause()
 		if ui.ask(fmt.Sprintf("cancel job %s? [y/N] ", job.ID)) {
-			if _, err := c.Cancel(context.Background(), job.ID); err != nil && !client.IsCode(err, "conflict") {
+			j, err := c.Cancel(context.Background(), job.ID)
+			if err != nil && !(client.IsCode(err, "conflict") && j != nil) {
 				return fmt.Errorf("cancel %s: %w", job.ID, err)
 			}
 			stopWork()
+			if j.Status != mj.StatusCancelled { // it ended while we asked
+				return &exitError{130, fmt.Sprintf("job %s had already ended: %s", job.ID, j.Status)}
+			}
 			return &exitError{130, fmt.Sprintf("job %s cancelled", job.ID)}
 		}
 		stage.resume()
@@ -353,6 +360,9 @@ func jobsCmd(api *apiFlags) *cobra.Command {
 				return err
 			}
 			j, err := c.Cancel(cmd.Context(), args[0])
+			if err != nil && j != nil && j.Status == mj.StatusCancelled {
+				err = nil // a retry of a cancel that went through
+			}
 			if err != nil {
 				return err
 			}
@@ -386,12 +396,19 @@ func jobsCmd(api *apiFlags) *cobra.Command {
 				return fmt.Errorf("job %s has no logs (it ran no command, or ran before logs were kept)", j.ID)
 			}
 			out := cmd.OutOrStdout()
+			if command != 0 && j.Logs[fmt.Sprint(command)] == "" {
+				return fmt.Errorf("job %s has no log of command %d (it has %d)", j.ID, command, len(nums))
+			}
 			for _, n := range nums {
 				if command != 0 && n != command {
 					continue
 				}
 				if command == 0 && len(nums) > 1 {
-					fmt.Fprintf(out, "==> command %d of %d: ffmpeg %s\n", n, len(j.FFmpegCommands), j.FFmpegCommands[n-1])
+					text := ""
+					if n >= 1 && n <= len(j.FFmpegCommands) {
+						text = ": ffmpeg " + j.FFmpegCommands[n-1]
+					}
+					fmt.Fprintf(out, "==> command %d of %d%s\n", n, len(j.FFmpegCommands), text)
 				}
 				if _, err := c.Download(cmd.Context(), j.Logs[fmt.Sprint(n)], out, nil); err != nil {
 					return fmt.Errorf("log of command %d: %w", n, err)

@@ -58,6 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(&cobra.Command{Use: "version", Short: "print the version", Args: cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) { fmt.Fprintf(cmd.OutOrStdout(), "mediajobs %s\n", mj.Version) }})
 	if len(args) == 0 {
+		root.SetOut(stderr)
 		root.Help()
 		return 2
 	}
@@ -70,8 +71,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if e, ok := err.(exitCoder); ok {
 		return e.ExitCode()
 	}
-	if strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
-		return 2
+	// cobra's own errors are usage errors: unknown commands and flags, bad values,
+	// wrong argument counts.
+	for _, p := range []string{"unknown ", "invalid argument", "accepts ", "requires ", "flag needs an argument", "bad flag syntax"} {
+		if strings.HasPrefix(err.Error(), p) {
+			return 2
+		}
 	}
 	return 1
 }

@@ -197,9 +197,11 @@ func runKeys(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		state := "existing"
-		if created {
-			state = "created"
+		state := "created"
+		if !created {
+			// Names are unique: a second customer given the same name would get a
+			// key to the first one's account. Say so plainly.
+			state = fmt.Sprintf("EXISTING account, created %s: this key opens its jobs", a.CreatedAt.Format("2006-01-02"))
 		}
 		fmt.Fprintf(stdout, "account %s (%s, %s)\nkey     %s (%s)\nsecret  %s\n\nThe secret is shown only now; only its hash is stored.\n", a.Name, a.ID, state, k.Name, k.ID, secret)
 		return nil
