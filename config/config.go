@@ -125,6 +125,8 @@ type Server struct {
 	MaxBodyBytes   int    `hcl:"max_body_bytes,optional"`
 	MaxUploadBytes int64  `hcl:"max_upload_bytes,optional"`
 	TmpFileTTL     string `hcl:"tmp_file_ttl,optional"`
+	// SessionTTL is how long a dashboard sign-in lasts.
+	SessionTTL string `hcl:"session_ttl,optional"`
 	// UploadTimeout bounds one request's reading, the body of a large upload
 	// included: it must cover max_upload_bytes at the slowest client's speed.
 	UploadTimeout string `hcl:"upload_timeout,optional"`
@@ -161,6 +163,7 @@ type Server struct {
 	ReqTimeRange   hcl.Range `hcl:"request_timeout,attr_range"`
 	ShutdownRange  hcl.Range `hcl:"shutdown_timeout,attr_range"`
 	TmpTTLRange    hcl.Range `hcl:"tmp_file_ttl,attr_range"`
+	SessionRange   hcl.Range `hcl:"session_ttl,attr_range"`
 	UploadTORange  hcl.Range `hcl:"upload_timeout,attr_range"`
 	SecretRange    hcl.Range `hcl:"signing_secret,attr_range"`
 	CommandsRange  hcl.Range `hcl:"max_commands,attr_range"`
@@ -172,6 +175,7 @@ type Server struct {
 	WaitLimitD      time.Duration
 	RequestTimeoutD time.Duration
 	TmpFileTTLD     time.Duration
+	SessionTTLD     time.Duration
 	UploadTimeoutD  time.Duration
 	ShutdownD       time.Duration
 }
@@ -383,7 +387,7 @@ func (c *Config) Pool(name string) *Pool {
 // embedded etcd, local blobs, a raw_exec cpu pool.
 func Default() *Config {
 	return &Config{
-		Server:     &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: mj.DefaultMaxCommands, MaxCommandBytes: mj.DefaultMaxCommandBytes, MaxInputs: mj.DefaultMaxInputs, MaxOutputs: mj.DefaultMaxOutputs, MaxOutputFiles: mj.DefaultMaxOutputFiles, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", UploadTimeout: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
+		Server:     &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: mj.DefaultMaxCommands, MaxCommandBytes: mj.DefaultMaxCommandBytes, MaxInputs: mj.DefaultMaxInputs, MaxOutputs: mj.DefaultMaxOutputs, MaxOutputFiles: mj.DefaultMaxOutputFiles, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", SessionTTL: "12h", UploadTimeout: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
 		Etcd:       &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s", CompactionRetention: "10m", QuotaBackendBytes: 8 << 30, DefragEvery: "10m", DefragFreeRatio: 0.5, DefragMinBytes: 64 << 20},
 		Nomad:      &Nomad{PurgeAfter: "1h"},
 		Webhooks:   &Webhooks{BackoffBase: "1s", BackoffCap: "30s", AttemptTimeout: "10s", Concurrency: 128},
@@ -632,6 +636,12 @@ func (c *Config) finish() hcl.Diagnostics {
 	s.RequestTimeoutD = dur(s.RequestTimeout, s.ReqTimeRange, "request_timeout")
 	s.TmpFileTTLD = dur(s.TmpFileTTL, s.TmpTTLRange, "tmp_file_ttl")
 	s.UploadTimeoutD = dur(s.UploadTimeout, s.UploadTORange, "upload_timeout")
+	if s.SessionTTL == "" && s.SessionRange.Filename == "" { // unset in a Config built in code
+		s.SessionTTL = "12h"
+	}
+	if s.SessionTTLD = dur(s.SessionTTL, s.SessionRange, "session_ttl"); s.SessionTTLD > 0 && (s.SessionTTLD < time.Minute || s.SessionTTLD > 30*24*time.Hour) {
+		bad(s.SessionRange, "Invalid session_ttl", fmt.Sprintf("session_ttl = %q: a dashboard sign-in lasts from 1m to 720h (30 days); the default is 12h.", s.SessionTTL))
+	}
 	if s.ShutdownTimeout == "" {
 		s.ShutdownD = max(DefaultShutdownTimeout, s.WaitLimitD+5*time.Second)
 	} else if s.ShutdownD = dur(s.ShutdownTimeout, s.ShutdownRange, "shutdown_timeout"); s.ShutdownD > 0 && s.ShutdownD < s.WaitLimitD {

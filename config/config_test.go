@@ -32,6 +32,9 @@ func TestDefaults(t *testing.T) {
 	if c.Server.Listen != "127.0.0.1:8080" || c.Server.PublicURL != "http://127.0.0.1:8080" || !c.Etcd.Embedded {
 		t.Fatalf("defaults: %+v %+v", c.Server, c.Etcd)
 	}
+	if c.Server.SessionTTLD != 12*time.Hour {
+		t.Fatalf("session_ttl default: %v", c.Server.SessionTTLD)
+	}
 	if p := c.Pool("cpu"); p == nil || p.Driver != "raw_exec" || p.DefaultTimeoutD != time.Hour || p.Sandbox != "bwrap" {
 		t.Fatalf("default pool: %+v", p)
 	}
@@ -51,6 +54,8 @@ func TestEnvFunction(t *testing.T) {
 func TestErrorsPointAtFileAndLine(t *testing.T) {
 	cases := []struct{ src, want string }{
 		{"server {\n  wait_limit = \"soon\"\n}\n", `bad.hcl:2,3: Invalid duration`},
+		{"server {\n  session_ttl = \"10s\"\n}\n", `bad.hcl:2,3: Invalid session_ttl`},
+		{"server {\n  session_ttl = \"forever\"\n}\n", `bad.hcl:2,3: Invalid duration`},
 		{"pool \"cpu\" {\n  driver = \"podman\"\n}\n", `bad.hcl:2,3: Unsupported driver`},
 		{"pool \"cpu\" {}\npool \"cpu\" {}\n", `bad.hcl:2,1: Duplicate pool`},
 		{"pool \"cpu\" {\n  cpu = 10\n}\n", `bad.hcl:2,3: Invalid cpu`},

@@ -54,6 +54,10 @@ server {
   # Lifetime of the upload_url and download_url of POST /api/tmp-file.
   tmp_file_ttl = "1h"
 
+  # How long a dashboard sign-in lasts (it also ends on sign-out, and when the API
+  # key that signed in is revoked).
+  session_ttl = "12h"
+
   # A request, the body of an upload included, must arrive within this: it must
   # cover max_upload_bytes at your slowest clients' speed (8 GiB at 20 Mbit/s ≈ 1 h).
   upload_timeout = "1h"

@@ -92,30 +92,55 @@ func (c *keyCache) dueTouch(hash string, now time.Time) bool {
 	return true
 }
 
+// errBadKey is the answer to a key that does not exist (never did, or revoked).
+var errBadKey = mj.Errorf(mj.EBadAPIKey, "invalid or revoked API key")
+
 // authenticate resolves "Authorization: Bearer <key>" to the key's account. Keys
-// are looked up by their SHA-256 hash; the secret is never stored.
+// are looked up by their SHA-256 hash; the secret is never stored. A request with
+// no Authorization header may instead carry a dashboard session's cookie
+// (session.go); a request with one ignores cookies.
 func (g *Gateway) authenticate(c *fiber.Ctx) error {
 	h := c.Get(fiber.HeaderAuthorization)
+	if h == "" && c.Cookies(sessionCookie) != "" {
+		return g.cookieAuth(c)
+	}
 	scheme, secret, ok := strings.Cut(h, " ")
 	secret = strings.TrimSpace(secret)
 	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
 		return mj.Errorf(mj.EBadAPIKey, "missing API key: send the header \"Authorization: Bearer <API_KEY>\"")
 	}
 	hash := mj.HashAPIKey(secret)
-	now := g.Now()
-	key, ok := g.keys.get(hash, now)
-	if !ok {
-		gen := g.keys.generation()
-		k, err := g.Store.APIKeyByHash(c.UserContext(), hash)
-		if mj.ErrorCode(err) == mj.ENotFound {
-			return mj.Errorf(mj.EBadAPIKey, "invalid or revoked API key")
-		}
-		if err != nil {
-			return err
-		}
-		g.keys.put(hash, k, now, gen)
-		key = *k
+	key, err := g.lookupKey(c.UserContext(), hash)
+	if err != nil {
+		return err
 	}
+	g.touchKey(hash, key)
+	c.Locals(localAccount, key.AccountID)
+	return g.rateLimit(c, key.AccountID)
+}
+
+// lookupKey returns the key with this hash, from the cache or etcd; errBadKey when
+// there is none.
+func (g *Gateway) lookupKey(ctx context.Context, hash string) (mj.APIKey, error) {
+	now := g.Now()
+	if key, ok := g.keys.get(hash, now); ok {
+		return key, nil
+	}
+	gen := g.keys.generation()
+	k, err := g.Store.APIKeyByHash(ctx, hash)
+	if mj.ErrorCode(err) == mj.ENotFound {
+		return mj.APIKey{}, errBadKey
+	}
+	if err != nil {
+		return mj.APIKey{}, err
+	}
+	g.keys.put(hash, k, now, gen)
+	return *k, nil
+}
+
+// touchKey records the key's use, at most once a minute.
+func (g *Gateway) touchKey(hash string, key mj.APIKey) {
+	now := g.Now()
 	if g.keys.dueTouch(hash, now) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -125,26 +150,34 @@ func (g *Gateway) authenticate(c *fiber.Ctx) error {
 			}
 		}()
 	}
-	c.Locals(localAccount, key.AccountID)
-	return g.rateLimit(c, key.AccountID)
 }
 
 func account(c *fiber.Ctx) string { return c.Locals(localAccount).(string) }
 
 // rateLimit applies the account's token bucket (per gateway process).
 func (g *Gateway) rateLimit(c *fiber.Ctx, accountID string) error {
+	if err := g.allow(c, &g.limiters, accountID); err != nil {
+		return err
+	}
+	return c.Next()
+}
+
+// allow takes one request from the token bucket of key in limiters (made on first
+// use with rate_limit and rate_burst); a tooManyRequests error, with Retry-After
+// set, when it is empty.
+func (g *Gateway) allow(c *fiber.Ctx, limiters *sync.Map, key string) error {
 	limit := g.Config.Server.RateLimit
 	if limit <= 0 {
-		return c.Next()
+		return nil
 	}
-	v, _ := g.limiters.LoadOrStore(accountID, rate.NewLimiter(rate.Limit(limit), max(g.Config.Server.RateBurst, 1)))
+	v, _ := limiters.LoadOrStore(key, rate.NewLimiter(rate.Limit(limit), max(g.Config.Server.RateBurst, 1)))
 	r := v.(*rate.Limiter).ReserveN(g.Now(), 1)
 	if d := r.DelayFrom(g.Now()); d > 0 {
 		r.CancelAt(g.Now())
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(int(math.Ceil(d.Seconds()))))
 		return mj.Errorf(mj.ETooManyRequests, "rate limit of %g requests per second exceeded; retry after %s", limit, d.Round(time.Millisecond))
 	}
-	return c.Next()
+	return nil
 }
 
 // Watch keeps this gateway's caches current: it drops revoked keys as soon as any

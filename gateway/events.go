@@ -13,6 +13,7 @@ import (
 
 	"github.com/gofiber/fiber/v2"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/store"
 )
 
 // Server-sent events: GET /api/jobs/{id}/events streams one job's view on every
@@ -161,14 +162,19 @@ func sse(w *bufio.Writer, event string, data []byte) bool {
 const streamWriteTimeout = 30 * time.Second
 
 // stream holds what a stream re-checks as it goes: its connection (for write
-// deadlines) and the key that opened it (a revoked key ends the stream).
+// deadlines) and the key that opened it (a revoked key ends the stream), or the
+// dashboard session (signed out, expired or its key revoked: the stream ends).
 type stream struct {
 	g       *Gateway
 	conn    net.Conn
 	keyHash string
+	session string // the session's id, for a stream opened by its cookie
 }
 
 func (g *Gateway) newStream(c *fiber.Ctx) *stream {
+	if sess, ok := c.Locals(localSession).(*store.Session); ok {
+		return &stream{g: g, conn: c.Context().Conn(), session: sess.ID}
+	}
 	_, secret, _ := strings.Cut(c.Get(fiber.HeaderAuthorization), " ")
 	return &stream{g: g, conn: c.Context().Conn(), keyHash: mj.HashAPIKey(strings.TrimSpace(secret))}
 }
@@ -184,7 +190,12 @@ func (s *stream) deadline() {
 // that opened it was revoked since (then it is told so).
 func (s *stream) beat(w *bufio.Writer) bool {
 	s.deadline()
-	if !s.g.keyValid(s.keyHash) {
+	if s.session != "" {
+		if !s.g.sessionValid(s.session) {
+			sse(w, "end", []byte(`{"reason":"the session ended"}`))
+			return false
+		}
+	} else if !s.g.keyValid(s.keyHash) {
 		sse(w, "end", []byte(`{"reason":"the API key was revoked"}`))
 		return false
 	}

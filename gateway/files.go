@@ -3,10 +3,14 @@ package gateway
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
@@ -48,7 +52,100 @@ func (g *Gateway) download(c *fiber.Ctx) error {
 	// them as pages of the API's origin.
 	c.Set(fiber.HeaderXContentTypeOptions, "nosniff")
 	c.Set(fiber.HeaderContentDisposition, blob.Attachment(path.Base(key)))
-	return c.SendStream(f, int(size)) // fasthttp closes f when done
+	c.Set(fiber.HeaderAcceptRanges, "bytes")
+	var mod time.Time
+	etag := ""
+	if m, ok := f.(interface{ ModTime() time.Time }); ok && !m.ModTime().IsZero() {
+		// A file may be uploaded again under its key (a temporary file): its time
+		// and size tell the versions apart, for If-Range.
+		mod = m.ModTime()
+		etag = fmt.Sprintf(`"%x-%x"`, mod.UnixNano(), size)
+		c.Set(fiber.HeaderLastModified, mod.UTC().Format(http.TimeFormat))
+		c.Set(fiber.HeaderETag, etag)
+	}
+	rng := c.Get(fiber.HeaderRange)
+	if rng == "" || !ifRange(c.Get(fiber.HeaderIfRange), etag, mod) {
+		return c.SendStream(f, int(size)) // fasthttp closes f when done
+	}
+	start, n, ok := byteRange(rng, size)
+	switch {
+	case !ok: // not one range of bytes (or several): the whole file, as RFC 9110 allows
+		return c.SendStream(f, int(size))
+	case n == 0:
+		f.Close()
+		c.Set(fiber.HeaderContentRange, fmt.Sprintf("bytes */%d", size))
+		return c.Status(fiber.StatusRequestedRangeNotSatisfiable).Send(nil)
+	}
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		f.Close()
+		return err
+	}
+	c.Set(fiber.HeaderContentRange, fmt.Sprintf("bytes %d-%d/%d", start, start+n-1, size))
+	c.Status(fiber.StatusPartialContent)
+	return c.SendStream(struct {
+		io.Reader
+		io.Closer
+	}{io.LimitReader(f, n), f}, int(n))
+}
+
+// ifRange tells whether a Range request applies: without If-Range always; with it
+// only when it names this version of the file (its strong ETag or its exact
+// Last-Modified time), else the whole file is sent.
+func ifRange(v, etag string, mod time.Time) bool {
+	v = strings.TrimSpace(v)
+	switch {
+	case v == "":
+		return true
+	case strings.HasPrefix(v, `"`) || strings.HasPrefix(v, "W/"):
+		return etag != "" && v == etag
+	}
+	t, err := http.ParseTime(v)
+	return err == nil && !mod.IsZero() && t.Unix() == mod.Unix()
+}
+
+// byteRange reads a Range header of one byte range ("bytes=a-b", "bytes=a-",
+// "bytes=-n") against a file of size bytes: where it starts and how many bytes it
+// covers (0 when none of it is in the file: 416). ok is false for anything else,
+// several ranges included, which is answered with the whole file.
+func byteRange(h string, size int64) (start, n int64, ok bool) {
+	spec, found := strings.CutPrefix(h, "bytes=")
+	if !found || strings.Contains(spec, ",") {
+		return 0, 0, false
+	}
+	first, last, found := strings.Cut(strings.TrimSpace(spec), "-")
+	if !found {
+		return 0, 0, false
+	}
+	num := func(s string) (int64, bool) {
+		if s == "" || strings.TrimLeft(s, "0123456789") != "" {
+			return 0, false
+		}
+		v, err := strconv.ParseInt(s, 10, 64)
+		return v, err == nil
+	}
+	if first == "" { // the last n bytes
+		suffix, ok := num(last)
+		if !ok {
+			return 0, 0, false
+		}
+		suffix = min(suffix, size)
+		return size - suffix, suffix, true
+	}
+	a, ok := num(first)
+	if !ok {
+		return 0, 0, false
+	}
+	b := size - 1
+	if last != "" {
+		if b, ok = num(last); !ok || b < a {
+			return 0, 0, false
+		}
+		b = min(b, size-1)
+	}
+	if a >= size {
+		return 0, 0, true
+	}
+	return a, b - a + 1, true
 }
 
 // upload streams a PUT body into the blob store: temporary files from clients, and

@@ -37,6 +37,11 @@ type Store interface {
 	TouchAPIKey(ctx context.Context, hash string, t time.Time) error
 	WatchRevokedKeys(ctx context.Context, fn func(hash string))
 	SetWebhookSecret(ctx context.Context, accountID, secret string) error
+	Account(ctx context.Context, id string) (*mj.Account, error)
+	CreateSession(ctx context.Context, accountID, keyHash string, ttl time.Duration) (*store.Session, error)
+	Session(ctx context.Context, id string) (*store.Session, error)
+	DeleteSession(ctx context.Context, id string) error
+	ConsumeLoginToken(ctx context.Context, token string, now time.Time) (*store.LoginToken, error)
 	WatchJobs(ctx context.Context, from int64, fn func(id string, j *mj.Job)) error
 	PutProgress(ctx context.Context, j *mj.Job, attempt int, p *mj.Progress) error
 	WatchProgress(ctx context.Context, from int64, fn func(id string, rec *store.ProgressRecord)) error
@@ -63,6 +68,7 @@ type Gateway struct {
 
 	keys       keyCache
 	limiters   sync.Map // account id -> *rate.Limiter
+	signIns    sync.Map // "" -> *rate.Limiter: dashboard sign-in attempts, all together
 	progressAt sync.Map // job id -> time.Time of the last stored progress
 	// progressPruned is when progressAt was last pruned (unix ns).
 	progressPruned atomic.Int64
@@ -72,6 +78,8 @@ type Gateway struct {
 	streamsOnce sync.Once
 	streams     context.Context
 	stopStreams context.CancelFunc
+	cspOnce     sync.Once
+	csp         string
 }
 
 // App returns the fiber app serving the whole API.

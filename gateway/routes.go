@@ -16,7 +16,7 @@ import (
 func (g *Gateway) routes(app *fiber.App) {
 	// accessLog first: it sees every request, gives it its id and answers errors;
 	// recoverer last, so a panic still counts in measure.
-	app.Use(g.accessLog, cleanPath, g.withContext, measure, g.recoverer())
+	app.Use(securityHeaders, g.accessLog, cleanPath, g.withContext, measure, g.recoverer())
 
 	app.Get("/healthz", func(c *fiber.Ctx) error { return c.JSON(fiber.Map{"status": "ok"}) })
 	app.Get("/readyz", g.readyz)
@@ -31,9 +31,18 @@ func (g *Gateway) routes(app *fiber.App) {
 	app.Post("/progress/*", g.progress)      // runners report progress (signed per attempt)
 	app.Post("/upload-urls/*", g.uploadURLs) // runners ask where to upload (signed per attempt)
 
+	// The dashboard: its page and assets (dashboard.go), its session (session.go).
+	app.Get("/", func(c *fiber.Ctx) error { return c.Redirect("/dashboard/", fiber.StatusFound) })
+	app.Post("/dashboard/session", g.signIn)
+	app.Get("/dashboard/session", g.getSession)
+	app.Delete("/dashboard/session", g.signOut)
+	app.Get("/dashboard/login", g.loginLink)
+
 	app.Get("/api/openapi.json", g.openapi) // public: the API's description
 	app.Get("/api/docs", g.apiDocs)         // public: the description, readable (Redoc)
 	app.Get("/api/docs/:asset", g.apiDocsAsset)
+	app.Get("/dashboard/", g.dashboard) // the dashboard: the page, then the JSON API
+	app.Get("/dashboard/assets/*", g.dashboard)
 
 	api := app.Group("/api", g.authenticate)
 	api.Post("/ffmpeg", g.createJob)

@@ -237,6 +237,10 @@ func (s *Store) revokeAPIKey(ctx context.Context, accountID, keyID string, last 
 			return err
 		}
 		if resp.Succeeded {
+			// The dashboard sessions the key signed in end with it. Should this fail,
+			// they are refused all the same (a session's key must still exist) and
+			// expire by their lease.
+			s.DeleteKeySessions(ctx, hash)
 			return nil
 		}
 	}

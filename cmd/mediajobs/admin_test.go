@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -114,5 +115,63 @@ func TestAdminCommandsWithoutEtcd(t *testing.T) {
 	}
 	if _, err := os.Stat(dataDir); !os.IsNotExist(err) {
 		t.Fatal("an admin command started an embedded etcd")
+	}
+}
+
+// TestAdminLoginLink: `accounts login-link` prints a one-time dashboard sign-in
+// link that the running gateway honours once.
+func TestAdminLoginLink(t *testing.T) {
+	needStack(t)
+	endpoint := strings.TrimPrefix(stack.b.store.Client().Endpoints()[0], "http://")
+	cfg := filepath.Join(t.TempDir(), "admin.hcl")
+	os.WriteFile(cfg, []byte(fmt.Sprintf("etcd {\n  embedded      = true\n  listen_client = %q\n  data_dir      = %q\n}\n", endpoint, t.TempDir())), 0o600)
+	name := fmt.Sprintf("link-%d", time.Now().UnixNano())
+	if code, out := admin(t, cfg, "accounts", "create", "-name", name); code != 0 {
+		t.Fatalf("accounts create: exit %d\n%s", code, out)
+	}
+	code, out := admin(t, cfg, "accounts", "login-link", "-account", name, "-url", stack.URL+"/")
+	link := strings.TrimSpace(out)
+	if code != 0 || !regexp.MustCompile(`^`+regexp.QuoteMeta(stack.URL)+`/dashboard/login\?token=[0-9a-f]{64}$`).MatchString(link) {
+		t.Fatalf("login-link: exit %d\n%s", code, out)
+	}
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	open := func() (*http.Response, *http.Cookie) {
+		t.Helper()
+		resp, err := noFollow.Get(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		for _, c := range resp.Cookies() {
+			if c.Name == "mj_session" {
+				return resp, c
+			}
+		}
+		return resp, nil
+	}
+	resp, cookie := open()
+	if resp.StatusCode != 303 || resp.Header.Get("Location") != "/dashboard/" || cookie == nil || !cookie.HttpOnly {
+		t.Fatalf("the link: %d %v", resp.StatusCode, resp.Header)
+	}
+	r := call(t, "GET", "/dashboard/session", "", nil, "Cookie", "mj_session="+cookie.Value)
+	if r.Status != 200 || r.data(t)["account"].(map[string]any)["name"] != name {
+		t.Fatalf("the link's session: %d %s", r.Status, r.Body)
+	}
+	if resp, cookie := open(); resp.StatusCode != 303 || resp.Header.Get("Location") != "/dashboard/?error=link" || cookie != nil {
+		t.Fatalf("the link used twice: %d %v", resp.StatusCode, resp.Header)
+	}
+
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-account", name, "-ttl", "2h"}, "at most 1h0m0s"},
+		{[]string{"-account", "nobody-" + name}, "no account named"},
+		{[]string{}, "-account is required"},
+		{[]string{"-account", name, "-url", "ftp://x"}, "absolute http(s)"},
+	} {
+		if code, out := admin(t, cfg, append([]string{"accounts", "login-link"}, c.args...)...); code == 0 || !strings.Contains(out, c.want) {
+			t.Fatalf("login-link %v: exit %d\n%s", c.args, code, out)
+		}
 	}
 }

@@ -50,7 +50,8 @@ func runDev(ctx context.Context, args []string, stdout io.Writer, log *slog.Logg
 		fmt.Fprintf(stdout, `
 mediajobs dev is up.
 
-  API        %[1]s/api
+  Dashboard  %[1]s/dashboard/ (sign in with the API key)
+  API        %[1]s/api (reference: %[1]s/api/docs)
   API key    %[2]s
   etcd       embedded, data in %[3]s
   Nomad      %[4]s (UI: %[4]s/ui/jobs)
@@ -59,6 +60,8 @@ Try it (a 3-second test pattern, encoded on Nomad; waits for the result):
   curl -s -H "Authorization: Bearer %[2]s" -H "Content-Type: application/json" \
     -d '{"output_files":["out.mp4"],"ffmpeg_commands":["-f lavfi -i testsrc=duration=3 -c:v libx264 {{out.mp4}}"]}' \
     '%[1]s/api/ffmpeg?wait=true'
+or from this binary, with live progress:
+  bin/mediajobs run -o out.mp4 -- -f lavfi -i testsrc=duration=3 -c:v libx264 outputs/out.mp4
 
 `, s.URL, s.APIKey, cfg.Etcd.DataDir, nomadAddr(cfg), devListeners(cfg))
 	})

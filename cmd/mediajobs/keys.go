@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"text/tabwriter"
@@ -26,7 +28,7 @@ import (
 // etcd.listen_client; with a config naming an etcd cluster, etcd.endpoints.
 
 const (
-	accountsUsage = "usage: mediajobs accounts create -name NAME | accounts list   [-config FILE]"
+	accountsUsage = "usage: mediajobs accounts create -name NAME | accounts list | accounts login-link -account NAME [-ttl 10m] [-url PUBLIC_URL]   [-config FILE]"
 	keysUsage     = "usage: mediajobs keys create -account NAME [-name KEY_NAME] | keys list -account NAME | keys revoke -account NAME -key ID_OR_PREFIX [-force]   [-config FILE]"
 )
 
@@ -93,7 +95,11 @@ func adminOpen(ctx context.Context, fs *flag.FlagSet, args []string) (*store.Sto
 	return adminStore(ctx, cfg)
 }
 
-// runAccounts: `mediajobs accounts create -name NAME` and `accounts list`.
+// maxLoginLinkTTL bounds how long a sign-in link may stay usable.
+const maxLoginLinkTTL = time.Hour
+
+// runAccounts: `mediajobs accounts create -name NAME`, `accounts list` and
+// `accounts login-link -account NAME`.
 func runAccounts(ctx context.Context, args []string, stdout io.Writer) error {
 	if len(args) == 0 {
 		return errors.New(accountsUsage)
@@ -133,8 +139,61 @@ func runAccounts(ctx context.Context, args []string, stdout io.Writer) error {
 			fmt.Fprintf(tw, "%s\t%s\t%s\n", a.Name, a.ID, a.CreatedAt.Format(time.RFC3339))
 		}
 		return tw.Flush()
+	case "login-link":
+		return runLoginLink(ctx, fs, args[1:], stdout)
 	}
 	return errors.New(accountsUsage)
+}
+
+// runLoginLink: `mediajobs accounts login-link -account NAME [-ttl 10m] [-url URL]`
+// prints a one-time dashboard sign-in link for the account. Only the token's hash
+// is stored, under an etcd lease of -ttl; the link works once.
+func runLoginLink(ctx context.Context, fs *flag.FlagSet, args []string, stdout io.Writer) error {
+	cfgPath := configFlag(fs)
+	acct := fs.String("account", "", "the account's name (required)")
+	ttl := fs.Duration("ttl", 10*time.Minute, "how long the link works, at most 1h")
+	base := fs.String("url", "", "the dashboard's public base URL (default: the config's server.public_url)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case fs.NArg() > 0:
+		return fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	case *acct == "":
+		return errors.New("-account is required")
+	case *ttl <= 0 || *ttl > maxLoginLinkTTL:
+		return fmt.Errorf("-ttl %s: a sign-in link works for more than 0s and at most %s", *ttl, maxLoginLinkTTL)
+	}
+	cfg, err := loadConfig(*cfgPath)
+	if err != nil {
+		return err
+	}
+	public := *base
+	if public == "" {
+		public = cfg.Server.PublicURL
+		// As `mediajobs dev` does: MEDIAJOBS_HTTP_ADDR moves a derived public URL.
+		if addr := os.Getenv("MEDIAJOBS_HTTP_ADDR"); addr != "" && public == "http://"+cfg.Server.Listen {
+			public = "http://" + addr
+		}
+	}
+	if u, err := url.Parse(public); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("-url %q: give the dashboard's absolute http(s) base URL, such as https://media.example.com", public)
+	}
+	s, done, err := adminStore(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer done()
+	a, err := accountNamed(ctx, s, *acct)
+	if err != nil {
+		return err
+	}
+	token, _, err := s.CreateLoginToken(ctx, a.ID, *ttl)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "%s/dashboard/login?token=%s\n", strings.TrimRight(public, "/"), token)
+	return nil
 }
 
 // runKeys: `mediajobs keys create|list|revoke -account NAME`. create makes the

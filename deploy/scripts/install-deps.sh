@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what mediajobs needs on a fresh Debian machine: ffmpeg/ffprobe, curl,
-# bubblewrap (the sandbox of raw_exec pools) and promtool (package prometheus) from Debian's packages (as root, or through sudo), and Nomad built from the Go
+# bubblewrap (the sandbox of raw_exec pools), chromium (the dashboard's browser
+# test) and promtool (package prometheus) from Debian's packages (as root, or through sudo), and Nomad built from the Go
 # module proxy (install-nomad.sh), and MinIO, the S3 server of the tests and of
 # `MEDIAJOBS_STORAGE=s3 make run`, likewise (install-minio.sh). Prints nothing but progress on stderr.
 set -euo pipefail
@@ -10,6 +11,8 @@ command -v ffmpeg >/dev/null 2>&1 || missing+=(ffmpeg)
 command -v ffprobe >/dev/null 2>&1 || missing+=(ffmpeg)
 command -v curl >/dev/null 2>&1 || missing+=(curl)
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+# Headless Chromium drives the dashboard's browser test (chromedp).
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 if [ ${#missing[@]} -gt 0 ]; then
 	SUDO=""
 	if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi

@@ -1,0 +1,417 @@
+// The mediajobs dashboard: a small script over the JSON API (the same the SDKs
+// use), signed in with a session cookie (HttpOnly, SameSite=Strict) and a CSRF
+// token sent on every state-changing request. No framework, no outside request.
+"use strict";
+
+const state = { csrf: "", account: null, streams: [] };
+const $ = (sel, el = document) => el.querySelector(sel);
+const main = () => $("#main");
+
+// h builds an element: h("a", {href: "#/x"}, "text", child...). Text is always
+// text (never parsed as HTML).
+function h(tag, attrs = {}, ...kids) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "dataset") Object.assign(el.dataset, v);
+    else el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const kid of kids.flat()) {
+    if (kid === undefined || kid === null || kid === false) continue;
+    el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  }
+  return el;
+}
+
+function say(msg) { $("#live").textContent = msg; }
+
+// api calls the JSON API; a non-2xx answer throws {status, code, message, details}.
+async function api(method, path, body) {
+  const opts = { method, headers: {}, credentials: "same-origin" };
+  if (method !== "GET" && method !== "HEAD") opts.headers["X-CSRF-Token"] = state.csrf;
+  if (body !== undefined) {
+    opts.headers["Content-Type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  const resp = await fetch(path, opts);
+  let data = null;
+  try { data = await resp.json(); } catch (e) { /* not JSON */ }
+  if (!resp.ok) {
+    const err = new Error((data && data.message) || resp.statusText);
+    Object.assign(err, { status: resp.status, code: data && data.errorCode, details: (data && data.details) || {} });
+    throw err;
+  }
+  return data;
+}
+
+function closeStreams() {
+  for (const s of state.streams) s.close();
+  state.streams = [];
+}
+
+function stream(path, on) {
+  const es = new EventSource(path);
+  for (const [name, fn] of Object.entries(on)) {
+    es.addEventListener(name, (ev) => fn(JSON.parse(ev.data || "{}")));
+  }
+  state.streams.push(es);
+  return es;
+}
+
+function fmtTime(t) { return t ? new Date(t).toLocaleString() : "—"; }
+function fmtBytes(n) {
+  if (n === null || n === undefined) return "—";
+  const u = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (n >= 1024 && i < u.length - 1) { n /= 1024; i++; }
+  return (i ? n.toFixed(1) : n) + " " + u[i];
+}
+function fmtDuration(s) {
+  if (s === null || s === undefined) return "";
+  s = Math.round(s);
+  return s >= 3600 ? `${Math.floor(s / 3600)}h${String(Math.floor(s / 60) % 60).padStart(2, "0")}m` : s >= 60 ? `${Math.floor(s / 60)}m${String(s % 60).padStart(2, "0")}s` : `${s}s`;
+}
+function statusChip(s) { return h("span", { class: "status " + s, "data-status": s }, s); }
+function progressText(p) {
+  if (!p) return "";
+  const parts = [];
+  if (p.percent !== null && p.percent !== undefined) parts.push(p.percent.toFixed(0) + "%");
+  if (p.command_count > 1) parts.push(`command ${p.command_index}/${p.command_count}`);
+  if (p.fps) parts.push(p.fps.toFixed(0) + " fps");
+  if (p.speed) parts.push(p.speed.toFixed(2) + "×");
+  if (p.eta_seconds !== null && p.eta_seconds !== undefined) parts.push("ETA " + fmtDuration(p.eta_seconds));
+  return parts.join(" · ");
+}
+
+// ---- session ----
+
+async function loadSession() {
+  try {
+    const r = await api("GET", "/dashboard/session");
+    state.csrf = r.data.csrf_token;
+    state.account = r.data.account;
+    return true;
+  } catch (e) {
+    state.csrf = ""; state.account = null;
+    return false;
+  }
+}
+
+function showSignIn(message) {
+  closeStreams();
+  $("#nav").hidden = true;
+  const err = h("p", { class: "error", id: "signin-error", role: "alert" }, message || "");
+  const input = h("input", { id: "api-key", name: "api_key", type: "password", autocomplete: "off", required: true, "aria-describedby": "signin-error", spellcheck: "false" });
+  const form = h("form", { id: "signin", onsubmit: async (ev) => {
+    ev.preventDefault();
+    err.textContent = "";
+    try {
+      const r = await api("POST", "/dashboard/session", { api_key: input.value.trim() });
+      state.csrf = r.data.csrf_token; state.account = r.data.account;
+      input.value = "";
+      if (!location.hash || location.hash === "#/signin") location.hash = "#/jobs";
+      route();
+    } catch (e) {
+      err.textContent = e.message;
+      input.focus();
+    }
+  } },
+    h("label", { for: "api-key" }, "API key"),
+    input,
+    h("p", { class: "muted" }, "Sign in with one of your account's API keys (mj_…). The key is exchanged for a session; it is not kept in the browser."),
+    h("button", { type: "submit", class: "primary" }, "Sign in"), err);
+  main().replaceChildren(h("h1", {}, "Sign in"), form);
+  if (new URLSearchParams(location.search).get("error") === "link") err.textContent = "That sign-in link is invalid, used or expired; ask for a new one.";
+  input.focus();
+}
+
+async function signOut() {
+  try { await api("DELETE", "/dashboard/session"); } catch (e) { /* gone already */ }
+  state.csrf = ""; state.account = null;
+  location.hash = "#/signin";
+  showSignIn("Signed out.");
+}
+
+// ---- router ----
+
+async function route() {
+  closeStreams();
+  if (!state.account && !(await loadSession())) return showSignIn();
+  $("#nav").hidden = false;
+  $("#who").textContent = state.account.name;
+  const [path, query] = (location.hash.slice(1) || "/jobs").split("?");
+  const params = new URLSearchParams(query || "");
+  for (const a of document.querySelectorAll("nav a")) {
+    a.toggleAttribute("aria-current", path.startsWith(a.getAttribute("href").slice(1)));
+    if (a.hasAttribute("aria-current")) a.setAttribute("aria-current", "page");
+  }
+  const parts = path.split("/").filter(Boolean);
+  try {
+    if (parts[0] === "jobs" && parts[1]) await showJob(decodeURIComponent(parts[1]));
+    else if (parts[0] === "new") showNewJob();
+    else if (parts[0] === "keys") await showKeys();
+    else await showJobs(params);
+  } catch (e) {
+    if (e.status === 401) return showSignIn("Your session ended; sign in again.");
+    main().replaceChildren(h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, e.message));
+  }
+  if (!main().contains(document.activeElement)) main().focus();
+}
+
+// ---- jobs ----
+
+const STATUSES = ["", "queued", "running", "succeeded", "failed", "cancelled"];
+const PAGE = 20;
+
+async function showJobs(params) {
+  const status = params.get("status") || "";
+  const offset = Math.max(0, parseInt(params.get("offset") || "0", 10) || 0);
+  const q = new URLSearchParams({ limit: PAGE, offset });
+  if (status) q.set("status", status);
+  const r = await api("GET", "/api/jobs?" + q);
+  const tbody = h("tbody", {});
+  const rows = new Map();
+  const rowOf = (j) => {
+    const tr = h("tr", { "data-id": j.id },
+      h("td", {}, h("a", { href: "#/jobs/" + encodeURIComponent(j.id), class: "mono" }, j.id.slice(0, 8))),
+      h("td", {}, statusChip(j.status)),
+      h("td", { class: "progress-cell" }, j.status === "running" ? progressText(j.progress) : (j.status === "failed" ? (j.error_message || "").split("\n")[0] : j.status_detail || "")),
+      h("td", { class: "hide-narrow" }, fmtTime(j.created_at)),
+      h("td", { class: "hide-narrow" }, j.machine));
+    return tr;
+  };
+  for (const j of r.data) { const tr = rowOf(j); rows.set(j.id, tr); tbody.append(tr); }
+  const filter = h("select", { id: "status-filter", onchange: (ev) => { location.hash = "#/jobs" + (ev.target.value ? "?status=" + ev.target.value : ""); } },
+    STATUSES.map((s) => h("option", { value: s, selected: s === status }, s || "all")));
+  const paging = r.pagingParams || {};
+  const nav = h("div", { class: "row" },
+    h("span", { class: "muted" }, `${paging.total || 0} job(s)` + (paging.total ? `, ${offset + 1}–${offset + r.data.length}` : "")),
+    offset > 0 ? h("a", { class: "button", href: `#/jobs?${new URLSearchParams({ status, offset: Math.max(0, offset - PAGE) })}` }, "Newer") : "",
+    paging.hasMore ? h("a", { class: "button", href: `#/jobs?${new URLSearchParams({ status, offset: offset + PAGE })}` }, "Older") : "");
+  main().replaceChildren(
+    h("h1", {}, "Jobs"),
+    h("div", { class: "row" }, h("div", {}, h("label", { for: "status-filter" }, "Status"), filter), h("div", {}, h("a", { class: "button", href: "#/new" }, "New job"))),
+    r.data.length ? h("table", { id: "jobs" }, h("thead", {}, h("tr", {}, h("th", {}, "Job"), h("th", {}, "Status"), h("th", {}, "Progress / detail"), h("th", { class: "hide-narrow" }, "Created"), h("th", { class: "hide-narrow" }, "Machine"))), tbody)
+      : h("p", { class: "muted" }, "No jobs" + (status ? " with status " + status : "") + " yet."),
+    nav);
+  // Live: every change of the account's jobs; new ones on the first page.
+  stream("/api/events", {
+    job: (j) => {
+      const old = rows.get(j.id);
+      if (old) { const tr = rowOf(j); old.replaceWith(tr); rows.set(j.id, tr); say(`job ${j.id.slice(0, 8)} ${j.status}`); return; }
+      if (offset === 0 && (!status || status === j.status) && $("#jobs")) { const tr = rowOf(j); rows.set(j.id, tr); tbody.prepend(tr); }
+    },
+    resync: () => route(),
+    end: () => route(),
+  });
+}
+
+async function showJob(id) {
+  const r = await api("GET", "/api/jobs/" + encodeURIComponent(id));
+  const view = h("div", { id: "job" });
+  main().replaceChildren(h("p", {}, h("a", { href: "#/jobs" }, "← Jobs")), view);
+  let lastOutputs = "";
+  const render = (j) => {
+    const cancel = (j.status === "queued" || j.status === "running") ? h("button", { type: "button", class: "danger", id: "cancel", onclick: async () => {
+      if (!confirm(`Cancel job ${j.id}?`)) return;
+      try { render((await api("POST", `/api/jobs/${encodeURIComponent(j.id)}/cancel`)).data); } catch (e) { alert(e.message); }
+    } }, "Cancel job") : "";
+    const pct = j.progress && j.progress.percent;
+    const parts = [
+      h("h1", {}, "Job ", h("span", { class: "mono" }, j.id)),
+      h("p", {}, statusChip(j.status), " ", h("span", { id: "status-detail" }, j.status_detail || ""), " ", cancel),
+      j.status === "running" ? h("div", { class: "card", id: "progress" },
+        pct !== null && pct !== undefined ? h("progress", { max: 100, value: pct, "aria-label": "progress" }) : "",
+        h("p", {}, progressText(j.progress) || "running")) : "",
+      j.error_message ? h("div", { class: "card" }, h("h2", {}, "Error"), h("pre", { class: "mono error", id: "error-message" }, j.error_message)) : "",
+      h("h2", {}, "Commands"),
+      h("ol", {}, j.ffmpeg_commands.map((c, i) => h("li", {}, h("code", {}, "ffmpeg " + c), j.logs && j.logs[String(i + 1)] ? [" ", h("a", { href: j.logs[String(i + 1)] }, "log")] : ""))),
+      Object.keys(j.input_files).length ? [h("h2", {}, "Inputs"), h("dl", {}, Object.entries(j.input_files).flatMap(([k, v]) => [h("dt", {}, k), h("dd", { class: "mono" }, v)]))] : "",
+      h("h2", {}, "Timings"),
+      h("dl", {}, h("dt", {}, "Created"), h("dd", {}, fmtTime(j.created_at)), h("dt", {}, "Started"), h("dd", {}, fmtTime(j.started_at)), h("dt", {}, "Finished"), h("dd", {}, fmtTime(j.finished_at)),
+        h("dt", {}, "Machine"), h("dd", {}, j.machine), h("dt", {}, "Timeout"), h("dd", {}, fmtDuration(j.timeout_seconds))),
+      j.webhook ? [h("h2", {}, "Webhook"), h("dl", {}, h("dt", {}, "URL"), h("dd", { class: "mono" }, j.webhook_url || ""), h("dt", {}, "Delivery"), h("dd", { id: "webhook-state" }, `${j.webhook.status}` + (j.webhook.attempts ? `, ${j.webhook.attempts} attempt(s)` : "") + (j.webhook.last_error ? ` — ${j.webhook.last_error}` : "")))] : "",
+    ];
+    // Outputs are rendered once (their players would restart on every redraw).
+    const outputsKey = JSON.stringify(j.output_files);
+    let outputs = $("#outputs", view);
+    if (!outputs || outputsKey !== lastOutputs) {
+      lastOutputs = outputsKey;
+      outputs = h("section", { id: "outputs" }, Object.keys(j.output_files).length ? h("h2", {}, "Outputs") : "",
+        Object.entries(j.output_files).map(([name, url]) => outputCard(name, url, (j.outputs || {})[name] || {})));
+    }
+    view.replaceChildren(...parts.flat(), outputs);
+  };
+  render(r.data);
+  if (!["succeeded", "failed", "cancelled"].includes(r.data.status)) {
+    stream(`/api/jobs/${encodeURIComponent(id)}/events`, {
+      job: (j) => { render(j); say(`job ${j.status}`); },
+      end: () => closeStreams(),
+    });
+  }
+}
+
+function outputCard(name, url, info) {
+  const streams = info.streams || [];
+  const ext = (name.split(".").pop() || "").toLowerCase();
+  const image = ["jpg", "jpeg", "png", "gif", "webp", "avif", "bmp"].includes(ext);
+  const video = !image && streams.some((s) => s.type === "video");
+  const audio = !image && !video && streams.some((s) => s.type === "audio");
+  let player = "";
+  if (image) player = h("img", { src: url, alt: "preview of " + name, loading: "lazy" });
+  else if (video) player = h("video", { src: url, controls: true, preload: "metadata", "aria-label": "preview of " + name });
+  else if (audio) player = h("audio", { src: url, controls: true, preload: "metadata", "aria-label": "preview of " + name });
+  const desc = [fmtBytes(info.size_bytes), info.format, info.duration_seconds ? fmtDuration(info.duration_seconds) : "",
+    ...streams.map((s) => [s.type, s.codec, s.width ? `${s.width}×${s.height}` : "", s.sample_rate ? `${s.sample_rate} Hz` : "", s.channels ? `${s.channels} ch` : ""].filter(Boolean).join(" "))].filter(Boolean);
+  return h("div", { class: "card preview", "data-output": name },
+    h("p", {}, h("a", { href: url, class: "mono" }, name), " ", h("span", { class: "muted" }, desc.join(" · "))), player);
+}
+
+// ---- new job ----
+
+function showNewJob() {
+  const errs = {};
+  const fieldError = (key) => (errs[key] = h("p", { class: "field-error", id: "err-" + key.replace(/[^a-z0-9_]/gi, "-") }));
+  const inputsBox = h("div", { id: "inputs" });
+  let n = 0;
+  const addInput = () => {
+    n++;
+    const row = h("fieldset", { class: "card input-row" },
+      h("legend", {}, `Input ${n}`),
+      h("label", { for: `in-name-${n}` }, "Name (used as {{name}} in commands)"), h("input", { id: `in-name-${n}`, class: "in-name", value: n === 1 ? "video" : "", pattern: "[A-Za-z0-9][A-Za-z0-9._-]{0,127}" }),
+      h("label", { for: `in-url-${n}` }, "URL"), h("input", { id: `in-url-${n}`, class: "in-url", type: "url", placeholder: "https://…" }),
+      h("label", { for: `in-file-${n}` }, "or a local file (uploaded as a temporary file)"), h("input", { id: `in-file-${n}`, class: "in-file", type: "file" }),
+      h("p", { class: "field-error in-error" }));
+    inputsBox.append(row);
+  };
+  addInput();
+  const outputs = h("input", { id: "outputs-field", value: "out.mp4", "aria-describedby": "err-output_files" });
+  const commands = h("textarea", { id: "commands-field", "aria-describedby": "err-ffmpeg_commands" }, "-i {{video}} -vf scale=640:-2 {{out.mp4}}");
+  const machine = h("input", { id: "machine-field", placeholder: "cpu" });
+  const timeout = h("input", { id: "timeout-field", type: "number", min: 1, placeholder: "default" });
+  const webhook = h("input", { id: "webhook-field", type: "url", placeholder: "https://…" });
+  const formError = h("p", { class: "error", role: "alert", id: "form-error" });
+  const submit = h("button", { type: "submit", class: "primary", id: "submit-job" }, "Create job");
+  const form = h("form", { id: "new-job", novalidate: true, onsubmit: async (ev) => {
+    ev.preventDefault();
+    for (const e of Object.values(errs)) e.textContent = "";
+    for (const e of form.querySelectorAll(".in-error")) e.textContent = "";
+    formError.textContent = "";
+    submit.disabled = true;
+    try {
+      const inputFiles = {};
+      for (const row of inputsBox.querySelectorAll(".input-row")) {
+        const name = $(".in-name", row).value.trim();
+        const url = $(".in-url", row).value.trim();
+        const file = $(".in-file", row).files[0];
+        if (!url && !file) continue; // an empty row
+        if (file) {
+          say(`uploading ${file.name}`);
+          submit.textContent = `Uploading ${file.name}…`;
+          const t = (await api("POST", "/api/tmp-file")).data;
+          const put = await fetch(t.upload_url, { method: "PUT", body: file });
+          if (!put.ok) throw new Error(`upload of ${file.name} failed: HTTP ${put.status}`);
+          inputFiles[name] = t.download_url;
+        } else inputFiles[name] = url;
+      }
+      submit.textContent = "Creating…";
+      const body = {
+        input_files: inputFiles,
+        output_files: outputs.value.split(/[\s,]+/).filter(Boolean),
+        ffmpeg_commands: commands.value.split("\n").map((s) => s.trim()).filter(Boolean),
+      };
+      if (machine.value.trim()) body.machine = machine.value.trim();
+      if (timeout.value) body.timeout_seconds = parseInt(timeout.value, 10);
+      if (webhook.value.trim()) body.webhook_url = webhook.value.trim();
+      const r = await api("POST", "/api/ffmpeg", body);
+      location.hash = "#/jobs/" + encodeURIComponent(r.data.id);
+    } catch (e) {
+      formError.textContent = e.message;
+      // The API names the field at fault: shown next to it.
+      for (const [field, msg] of Object.entries(e.details || {})) {
+        const key = field.replace(/\[\d+\]$/, "");
+        if (key.startsWith("input_files.")) {
+          const name = key.slice("input_files.".length);
+          const row = [...inputsBox.querySelectorAll(".input-row")].find((r) => $(".in-name", r).value.trim() === name);
+          if (row) { $(".in-error", row).textContent = msg; continue; }
+        }
+        const target = errs[key] || errs[field];
+        if (target) target.textContent = (target.textContent ? target.textContent + " " : "") + (field !== key ? field + ": " : "") + msg;
+      }
+      say("the job was not created: " + e.message);
+    } finally {
+      submit.disabled = false;
+      submit.textContent = "Create job";
+    }
+  } },
+    h("h2", {}, "Inputs"), inputsBox, h("button", { type: "button", onclick: addInput }, "Add an input"), fieldError("input_files"),
+    h("label", { for: "outputs-field" }, "Output file names (comma or space separated)"), outputs, fieldError("output_files"),
+    h("label", { for: "commands-field" }, "ffmpeg commands, one per line (without “ffmpeg”; refer to files as {{name}})"), commands, fieldError("ffmpeg_commands"),
+    h("div", { class: "row" },
+      h("div", {}, h("label", { for: "machine-field" }, "Machine"), machine, fieldError("machine")),
+      h("div", {}, h("label", { for: "timeout-field" }, "Timeout (seconds)"), timeout, fieldError("timeout_seconds"))),
+    h("label", { for: "webhook-field" }, "Webhook URL (optional)"), webhook, fieldError("webhook_url"),
+    h("p", {}, submit), formError);
+  main().replaceChildren(h("h1", {}, "New job"), form);
+}
+
+// ---- keys ----
+
+async function showKeys() {
+  const [keys] = await Promise.all([api("GET", "/api/keys")]);
+  const shown = h("div", { id: "shown-secret" });
+  const showSecret = (title, secret) => {
+    const code = h("code", { id: "new-secret" }, secret);
+    shown.replaceChildren(h("div", { class: "notice", role: "alert" },
+      h("p", {}, h("strong", {}, title), " It is shown only now: copy it and keep it safe; it cannot be shown again."),
+      h("div", { class: "secret" }, code, h("button", { type: "button", id: "copy-secret", onclick: async () => {
+        try { await navigator.clipboard.writeText(secret); say("copied"); } catch (e) { window.getSelection().selectAllChildren(code); say("select and copy the secret"); }
+      } }, "Copy"))));
+  };
+  const rows = keys.data.map((k) => h("tr", { "data-key": k.id },
+    h("td", {}, k.name), h("td", { class: "mono" }, k.prefix + "…"), h("td", { class: "hide-narrow" }, fmtTime(k.created_at)), h("td", {}, k.last_used_at ? fmtTime(k.last_used_at) : "never"),
+    h("td", {}, h("button", { type: "button", class: "danger revoke", "aria-label": `Revoke key ${k.name} (${k.prefix}…)`, onclick: async () => {
+      if (!confirm(`Revoke the key "${k.name}" (${k.prefix}…)? Requests with it will fail.`)) return;
+      try { await api("DELETE", "/api/keys/" + encodeURIComponent(k.id)); say("key revoked"); route(); } catch (e) { alert(e.message); }
+    } }, "Revoke"))));
+  const name = h("input", { id: "key-name", required: true, maxlength: 100, placeholder: "e.g. laptop, CI" });
+  const createErr = h("p", { class: "field-error", role: "alert" });
+  const create = h("form", { id: "create-key", onsubmit: async (ev) => {
+    ev.preventDefault();
+    createErr.textContent = "";
+    try {
+      const r = await api("POST", "/api/keys", { name: name.value.trim() || "key" });
+      state.flash = { title: `New API key "${r.data.name}".`, secret: r.data.secret };
+      await route(); // the list with the new key, and its secret once
+    } catch (e) { createErr.textContent = e.message; }
+  } }, h("label", { for: "key-name" }, "Name of a new key"), h("div", { class: "row" }, name, h("button", { type: "submit", class: "primary" }, "Create key")), createErr);
+  const webhook = h("div", { class: "row" },
+    h("button", { type: "button", id: "webhook-secret-create", onclick: async () => {
+      if (!confirm("Create (or rotate) the webhook signing secret? Receivers must switch to the new one.")) return;
+      try { showSecret("Webhook signing secret.", (await api("POST", "/api/webhook-secret")).data.secret); } catch (e) { alert(e.message); }
+    } }, "Create or rotate the webhook secret"),
+    h("button", { type: "button", class: "danger", onclick: async () => {
+      if (!confirm("Turn webhook signing off? Webhooks will be sent unsigned.")) return;
+      try { await api("DELETE", "/api/webhook-secret"); say("webhook signing turned off"); shown.replaceChildren(h("p", { role: "status" }, "Webhook signing is off.")); } catch (e) { alert(e.message); }
+    } }, "Turn signing off"));
+  main().replaceChildren(
+    h("h1", {}, "API keys"), shown,
+    h("table", { id: "keys" }, h("thead", {}, h("tr", {}, h("th", {}, "Name"), h("th", {}, "Key"), h("th", { class: "hide-narrow" }, "Created"), h("th", {}, "Last used"), h("th", {}, h("span", { class: "visually-hidden" }, "Actions")))), h("tbody", {}, rows)),
+    h("p", { class: "muted" }, "The account's last key cannot be revoked: create another first."),
+    create,
+    h("h2", {}, "Webhook signing"),
+    h("p", { class: "muted" }, "With a secret, every webhook carries X-Mediajobs-Signature: v1=HMAC-SHA256 of \"<timestamp>.<body>\"."),
+    webhook);
+  if (state.flash) {
+    showSecret(state.flash.title, state.flash.secret);
+    state.flash = null;
+    $("#copy-secret").focus();
+  }
+}
+
+window.addEventListener("hashchange", route);
+document.addEventListener("DOMContentLoaded", () => {
+  $("#signout").addEventListener("click", signOut);
+  route();
+});

@@ -1,0 +1,247 @@
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/store"
+)
+
+// Dashboard sessions (issue 14). A browser signs in with an API key (POST
+// /dashboard/session) or a one-time link from `mediajobs accounts login-link`
+// (GET /dashboard/login?token=…) and gets the cookie mj_session: HttpOnly,
+// SameSite=Strict, Secure over https. The cookie then authenticates /api requests
+// that carry no Authorization header; those that change anything must also carry
+// the session's CSRF token in X-CSRF-Token. Sessions live in etcd (store/sessions.go)
+// for server.session_ttl, and end with the key that opened them.
+
+const (
+	sessionCookie = "mj_session"
+	headerCSRF    = "X-CSRF-Token"
+	localSession  = "session"
+)
+
+var (
+	errNoSession = mj.Errorf(mj.EBadAPIKey, "not signed in, or the session has ended: sign in again")
+	errCSRF      = mj.Errorf(mj.EForbidden, "missing or wrong X-CSRF-Token")
+)
+
+// safeMethod: the methods that change nothing, and so need no CSRF token.
+func safeMethod(m string) bool {
+	return m == fiber.MethodGet || m == fiber.MethodHead || m == fiber.MethodOptions
+}
+
+// checkSession returns the session whose cookie is id when it is still good: not
+// expired, and the key that opened it not revoked. errNoSession otherwise; other
+// errors are etcd's.
+func (g *Gateway) checkSession(ctx context.Context, id string) (*store.Session, error) {
+	if id == "" {
+		return nil, errNoSession
+	}
+	sess, err := g.Store.Session(ctx, id)
+	if mj.ErrorCode(err) == mj.ENotFound {
+		return nil, errNoSession
+	}
+	if err != nil {
+		return nil, err
+	}
+	if !g.Now().Before(sess.ExpiresAt) {
+		return nil, errNoSession
+	}
+	if sess.KeyHash != store.LoginLinkKey {
+		if _, err := g.lookupKey(ctx, sess.KeyHash); err == errBadKey {
+			return nil, errNoSession
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	return sess, nil
+}
+
+// sessionValid tells whether the dashboard session with this id still
+// authenticates.
+func (g *Gateway) sessionValid(id string) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := g.checkSession(ctx, id)
+	return err != errNoSession // etcd briefly down: keep the stream
+}
+
+// session is the request's session, from its cookie.
+func (g *Gateway) session(c *fiber.Ctx) (*store.Session, error) {
+	// fiber's strings alias fasthttp's reused buffers: the id outlives the request
+	// in a stream.
+	return g.checkSession(c.UserContext(), strings.Clone(c.Cookies(sessionCookie)))
+}
+
+// csrfOK tells whether the request carries the session's CSRF token.
+func csrfOK(c *fiber.Ctx, sess *store.Session) bool {
+	got := c.Get(headerCSRF)
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(sess.CSRFToken)) == 1
+}
+
+// cookieAuth authenticates an /api request by its session cookie (authenticate).
+func (g *Gateway) cookieAuth(c *fiber.Ctx) error {
+	sess, err := g.session(c)
+	if err != nil {
+		return err
+	}
+	if !safeMethod(c.Method()) && !csrfOK(c, sess) {
+		return errCSRF
+	}
+	c.Locals(localAccount, sess.AccountID)
+	c.Locals(localSession, sess)
+	return g.rateLimit(c, sess.AccountID)
+}
+
+// secure tells whether the session cookie must be Secure: the request came over
+// https (directly, or X-Forwarded-Proto from a proxy), or the public URL is https.
+func (g *Gateway) secure(c *fiber.Ctx) bool {
+	return c.Protocol() == "https" || strings.HasPrefix(g.Config.Server.PublicURL, "https://")
+}
+
+func (g *Gateway) setSessionCookie(c *fiber.Ctx, sess *store.Session) {
+	c.Cookie(&fiber.Cookie{Name: sessionCookie, Value: sess.ID, Path: "/",
+		MaxAge: int(g.Config.Server.SessionTTLD / time.Second), HTTPOnly: true,
+		SameSite: fiber.CookieSameSiteStrictMode, Secure: g.secure(c)})
+}
+
+// clearSessionCookie tells the browser to forget the cookie (an expiry in the past:
+// fasthttp writes no Max-Age=0).
+func (g *Gateway) clearSessionCookie(c *fiber.Ctx) {
+	c.Cookie(&fiber.Cookie{Name: sessionCookie, Value: "", Path: "/", Expires: time.Unix(0, 0).UTC(),
+		HTTPOnly: true, SameSite: fiber.CookieSameSiteStrictMode, Secure: g.secure(c)})
+}
+
+// sessionView answers what the page needs to know of its session.
+func (g *Gateway) sessionView(c *fiber.Ctx, sess *store.Session) error {
+	a, err := g.Store.Account(c.UserContext(), sess.AccountID)
+	if mj.ErrorCode(err) == mj.ENotFound {
+		return errNoSession
+	}
+	if err != nil {
+		return err
+	}
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(fiber.Map{"data": fiber.Map{
+		"account":    fiber.Map{"id": a.ID, "name": a.Name},
+		"csrf_token": sess.CSRFToken,
+		"expires_at": sess.ExpiresAt.UTC().Format(time.RFC3339),
+	}})
+}
+
+// signIn: POST /dashboard/session {"api_key": "mj_…"}.
+func (g *Gateway) signIn(c *fiber.Ctx) error {
+	if err := g.allow(c, &g.signIns, ""); err != nil {
+		return err
+	}
+	body, err := g.jsonBody(c)
+	if err != nil {
+		return err
+	}
+	var req struct {
+		APIKey string `json:"api_key"`
+	}
+	if err := json.Unmarshal(body, &req); err != nil {
+		return mj.Errorf(mj.EValidation, "request body must be {\"api_key\": \"mj_...\"}: %v", err)
+	}
+	secret := strings.TrimSpace(req.APIKey)
+	if secret == "" {
+		return mj.Errorf(mj.EBadAPIKey, "missing API key: send {\"api_key\": \"mj_...\"}")
+	}
+	hash := mj.HashAPIKey(secret)
+	key, err := g.lookupKey(c.UserContext(), hash)
+	if err != nil {
+		return err
+	}
+	if err := g.allow(c, &g.limiters, key.AccountID); err != nil {
+		return err
+	}
+	return g.openSession(c, key.AccountID, hash)
+}
+
+// openSession starts a session for the account and sets its cookie, ending the
+// one the browser had (if any).
+func (g *Gateway) openSession(c *fiber.Ctx, accountID, keyHash string) error {
+	if old := c.Cookies(sessionCookie); old != "" {
+		if err := g.Store.DeleteSession(c.UserContext(), old); err != nil {
+			g.Log.Warn("end the previous session", "request_id", requestID(c), "err", err)
+		}
+	}
+	sess, err := g.Store.CreateSession(c.UserContext(), accountID, keyHash, g.Config.Server.SessionTTLD)
+	if err != nil {
+		return err
+	}
+	g.setSessionCookie(c, sess)
+	c.Locals(localAccount, accountID)
+	return g.sessionView(c, sess)
+}
+
+// getSession: GET /dashboard/session, the page's session (401 when there is none).
+func (g *Gateway) getSession(c *fiber.Ctx) error {
+	sess, err := g.session(c)
+	if err != nil {
+		if err == errNoSession && c.Cookies(sessionCookie) != "" {
+			g.clearSessionCookie(c)
+		}
+		return err
+	}
+	c.Locals(localAccount, sess.AccountID)
+	return g.sessionView(c, sess)
+}
+
+// signOut: DELETE /dashboard/session, with the CSRF token. Without a session it
+// only clears the cookie.
+func (g *Gateway) signOut(c *fiber.Ctx) error {
+	sess, err := g.session(c)
+	switch {
+	case err == errNoSession:
+	case err != nil:
+		return err
+	case !csrfOK(c, sess):
+		return errCSRF
+	default:
+		if err := g.Store.DeleteSession(c.UserContext(), sess.ID); err != nil {
+			return err
+		}
+	}
+	g.clearSessionCookie(c)
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	return c.JSON(fiber.Map{"data": fiber.Map{}})
+}
+
+// loginLink: GET /dashboard/login?token=…, a one-time sign-in link made by
+// `mediajobs accounts login-link`. It opens a session and sends the browser to the
+// dashboard; a bad, used or expired link goes to /dashboard/?error=link.
+func (g *Gateway) loginLink(c *fiber.Ctx) error {
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	fail := func() error { return c.Redirect("/dashboard/?error=link", fiber.StatusSeeOther) }
+	if err := g.allow(c, &g.signIns, ""); err != nil {
+		return fail()
+	}
+	t, err := g.Store.ConsumeLoginToken(c.UserContext(), strings.Clone(c.Query("token")), g.Now())
+	if err != nil {
+		if mj.ErrorCode(err) != mj.ENotFound {
+			g.Log.Warn("sign-in link", "request_id", requestID(c), "err", err)
+		}
+		return fail()
+	}
+	if old := c.Cookies(sessionCookie); old != "" {
+		if err := g.Store.DeleteSession(c.UserContext(), old); err != nil {
+			g.Log.Warn("end the previous session", "request_id", requestID(c), "err", err)
+		}
+	}
+	sess, err := g.Store.CreateSession(c.UserContext(), t.AccountID, store.LoginLinkKey, g.Config.Server.SessionTTLD)
+	if err != nil {
+		g.Log.Warn("sign-in link: open a session", "request_id", requestID(c), "err", err)
+		return fail()
+	}
+	g.setSessionCookie(c, sess)
+	c.Locals(localAccount, t.AccountID)
+	return c.Redirect("/dashboard/", fiber.StatusSeeOther)
+}
