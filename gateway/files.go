@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"path"
@@ -121,6 +122,9 @@ func byteRange(h string, size int64) (start, n int64, ok bool) {
 			return 0, false
 		}
 		v, err := strconv.ParseInt(s, 10, 64)
+		if errors.Is(err, strconv.ErrRange) {
+			return math.MaxInt64, true // past any file: clamped below (RFC 9110)
+		}
 		return v, err == nil
 	}
 	if first == "" { // the last n bytes

@@ -137,6 +137,16 @@ func (g *Gateway) sessionView(c *fiber.Ctx, sess *store.Session) error {
 
 // signIn: POST /dashboard/session {"api_key": "mj_…"}.
 func (g *Gateway) signIn(c *fiber.Ctx) error {
+	// Login CSRF: another site's form (text/plain, a top-level navigation) could
+	// sign the browser in to the attacker's account. Only this page's own JSON
+	// request may: browsers send no cross-site JSON without a CORS preflight, which
+	// this server never grants, and they say where a request comes from.
+	if ct := strings.ToLower(c.Get(fiber.HeaderContentType)); !strings.HasPrefix(ct, fiber.MIMEApplicationJSON) {
+		return mj.Errorf(mj.EValidation, "send the sign-in as Content-Type: application/json")
+	}
+	if site := c.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
+		return mj.Errorf(mj.EForbidden, "sign-in is only accepted from this dashboard's own page")
+	}
 	if err := g.allow(c, &g.signIns, ""); err != nil {
 		return err
 	}
@@ -202,11 +212,13 @@ func (g *Gateway) signOut(c *fiber.Ctx) error {
 	switch {
 	case err == errNoSession:
 	case err != nil:
+		g.clearSessionCookie(c) // the browser forgets it even while etcd is away
 		return err
 	case !csrfOK(c, sess):
 		return errCSRF
 	default:
 		if err := g.Store.DeleteSession(c.UserContext(), sess.ID); err != nil {
+			g.clearSessionCookie(c)
 			return err
 		}
 	}

@@ -86,6 +86,8 @@ function progressText(p) {
 
 // ---- session ----
 
+// loadSession learns the session and its CSRF token; false when signed out. A
+// server that cannot answer is not a sign-out: that error is thrown.
 async function loadSession() {
   try {
     const r = await api("GET", "/dashboard/session");
@@ -93,6 +95,7 @@ async function loadSession() {
     state.account = r.data.account;
     return true;
   } catch (e) {
+    if (e.status !== 401) throw e;
     state.csrf = ""; state.account = null;
     return false;
   }
@@ -110,8 +113,8 @@ function showSignIn(message) {
       const r = await api("POST", "/dashboard/session", { api_key: input.value.trim() });
       state.csrf = r.data.csrf_token; state.account = r.data.account;
       input.value = "";
-      if (!location.hash || location.hash === "#/signin") location.hash = "#/jobs";
-      route();
+      if (!location.hash || location.hash === "#/signin") location.hash = "#/jobs"; // hashchange routes
+      else route();
     } catch (e) {
       err.textContent = e.message;
       input.focus();
@@ -129,15 +132,27 @@ function showSignIn(message) {
 async function signOut() {
   try { await api("DELETE", "/dashboard/session"); } catch (e) { /* gone already */ }
   state.csrf = ""; state.account = null;
-  location.hash = "#/signin";
-  showSignIn("Signed out.");
+  state.signedOut = true;
+  if (location.hash !== "#/signin") location.hash = "#/signin"; // hashchange shows sign-in
+  else showSignIn("Signed out.");
 }
 
 // ---- router ----
 
 async function route() {
   closeStreams();
-  if (!state.account && !(await loadSession())) return showSignIn();
+  let signedIn = !!state.account;
+  if (!signedIn) {
+    try { signedIn = await loadSession(); } catch (e) {
+      main().replaceChildren(h("h1", {}, "The service is not answering"), h("p", { class: "error", role: "alert" }, e.message + " — try again in a moment."));
+      return;
+    }
+  }
+  if (!signedIn) {
+    const msg = state.signedOut ? "Signed out." : "";
+    state.signedOut = false;
+    return showSignIn(msg);
+  }
   $("#nav").hidden = false;
   $("#who").textContent = state.account.name;
   const [path, query] = (location.hash.slice(1) || "/jobs").split("?");
@@ -203,7 +218,7 @@ async function showJobs(params) {
       if (offset === 0 && (!status || status === j.status) && $("#jobs")) { const tr = rowOf(j); rows.set(j.id, tr); tbody.prepend(tr); }
     },
     resync: () => route(),
-    end: () => route(),
+    end: () => { state.account = null; route(); },
   });
 }
 
@@ -247,7 +262,7 @@ async function showJob(id) {
   if (!["succeeded", "failed", "cancelled"].includes(r.data.status)) {
     stream(`/api/jobs/${encodeURIComponent(id)}/events`, {
       job: (j) => { render(j); say(`job ${j.status}`); },
-      end: () => closeStreams(),
+      end: (d) => { closeStreams(); if (d && d.reason) { state.account = null; route(); } },
     });
   }
 }
@@ -413,5 +428,6 @@ async function showKeys() {
 window.addEventListener("hashchange", route);
 document.addEventListener("DOMContentLoaded", () => {
   $("#signout").addEventListener("click", signOut);
+  $("#skip").addEventListener("click", () => main().focus());
   route();
 });
