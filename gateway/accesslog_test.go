@@ -12,33 +12,17 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/testenv"
 )
 
-// logBuf is a goroutine-safe log sink.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
+// logBuf is a goroutine-safe log sink that parses its JSON lines.
+type logBuf struct{ testenv.LogBuffer }
 
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// lines parses every line as a JSON object (failing the test on any other).
 func (l *logBuf) lines(t *testing.T) []map[string]any {
 	t.Helper()
 	var out []map[string]any

@@ -33,14 +33,26 @@ type capLog struct {
 	err     error // the first write error
 }
 
+// createLog opens command n's log for the runner, which writes it from outside
+// the sandbox: the job's directory is ffmpeg's to change, so the path is opened
+// through an os.Root (no link leads out of it), never through a final link, never
+// blocking on a FIFO, and only as a regular file.
 func createLog(workDir string, n int) (*capLog, error) {
-	p := filepath.Join(workDir, logPath(n))
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		return nil, err
-	}
-	f, err := os.OpenFile(p, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	root, err := os.OpenRoot(workDir)
 	if err != nil {
 		return nil, err
+	}
+	defer root.Close()
+	if err := root.MkdirAll(filepath.Dir(logPath(n)), 0o755); err != nil {
+		return nil, err
+	}
+	f, err := root.OpenFile(logPath(n), os.O_CREATE|os.O_TRUNC|os.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("%s is not a regular file", logPath(n))
 	}
 	return &capLog{f: f, tail: tailBuffer{max: logCap / 2}}, nil
 }
@@ -162,7 +174,7 @@ func (r *Runner) uploadLog(ctx context.Context, client *http.Client, url string,
 		return err
 	}
 	defer root.Close()
-	fh, err := root.OpenFile(logPath(l.Command), os.O_RDONLY|unix.O_NOFOLLOW, 0)
+	fh, err := root.OpenFile(logPath(l.Command), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	mj "github.com/mediajobs/mediajobs"
+	"golang.org/x/sys/unix"
 )
 
 // The error message takes ffmpeg's error lines (and the rest of their message,
@@ -57,5 +58,40 @@ func TestLogIsCapped(t *testing.T) {
 	}
 	if n, ok := mj.LogIndex(logPath(3)); !ok || n != 3 {
 		t.Fatal("logPath does not parse back")
+	}
+}
+
+// The job's directory is ffmpeg's: a link or a FIFO put where a log goes is never
+// written through (the runner writes logs from outside the sandbox), and the job
+// runs on without that log.
+func TestLogsFollowNoLink(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "host-file")
+	if err := os.WriteFile(outside, []byte("untouched"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "logs"), 0o755)
+	if err := os.Symlink(outside, filepath.Join(dir, "logs", "1.log")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := createLog(dir, 1); err == nil {
+		t.Fatal("a log was opened through a link")
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "logs", "2.log"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := createLog(dir, 2); err == nil {
+		t.Fatal("a log was opened on a FIFO")
+	}
+	// A link to the logs directory itself leads out of the job: refused too.
+	dir2 := t.TempDir()
+	if err := os.Symlink(filepath.Dir(outside), filepath.Join(dir2, "logs")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := createLog(dir2, 1); err == nil {
+		t.Fatal("a log was opened through a linked directory")
+	}
+	if b, _ := os.ReadFile(outside); string(b) != "untouched" {
+		t.Fatalf("the file outside the job was written: %q", b)
 	}
 }

@@ -21,7 +21,7 @@ func Transient(err error) bool {
 	if errors.As(err, &ee) {
 		return ee.Code() == codes.Unavailable
 	}
-	return status.Code(errors.Unwrap(err)) == codes.Unavailable || status.Code(err) == codes.Unavailable
+	return status.Code(err) == codes.Unavailable // status.Code unwraps
 }
 
 // transientRetries is how often a write that failed transiently is tried again,

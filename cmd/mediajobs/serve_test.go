@@ -1,36 +1,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
+	"github.com/mediajobs/mediajobs/testenv"
 )
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestServeShutsDownGracefully: a request in flight when the shutdown starts is
 // answered if it ends within the timeout, cut off (and the shutdown logged as
@@ -47,7 +29,7 @@ func TestServeShutsDownGracefully(t *testing.T) {
 		{"forced", 5 * time.Second, 300 * time.Millisecond, false, "shutdown forced"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs syncBuf
+			var logs testenv.LogBuffer
 			log := slog.New(slog.NewTextHandler(&logs, nil))
 			app := fiber.New(fiber.Config{DisableStartupMessage: true})
 			started := make(chan struct{})
