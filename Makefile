@@ -1,5 +1,6 @@
 # mediajobs: `make run` starts a dev stack, `make test` runs the whole suite.
-# Both install what they need first (ffmpeg, curl, Nomad).
+# Both install what they need first: `make run` only the dev stack's needs
+# (ffmpeg, curl, bubblewrap, Nomad with its UI), `make test` the test tools too.
 
 GO        ?= go
 BIN       := bin/mediajobs
@@ -18,11 +19,16 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-10s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## install ffmpeg, curl, bubblewrap, promtool (apt-get) and build Nomad v1.11.3 and MinIO into ~/.cache/mediajobs
-	@deploy/scripts/install-deps.sh
+deps: ## what make run needs: ffmpeg, curl, bubblewrap (apt-get), Nomad v1.11.3 with its UI built into ~/.cache/mediajobs; MinIO only with MEDIAJOBS_STORAGE=s3
+	@deploy/scripts/install-deps.sh dev
+
+.PHONY: test-deps
+test-deps: ## what make test needs besides: chromium, promtool (apt-get) and MinIO built into ~/.cache/mediajobs
+	@deploy/scripts/install-deps.sh test
 
 .PHONY: build
 build: ## build bin/mediajobs
+	@echo "==> build $(BIN) (first time: about 2 minutes)" >&2
 	$(GO) build -ldflags "-X github.com/mediajobs/mediajobs.Version=$(VERSION)" -o $(BIN) ./cmd/mediajobs
 
 .PHONY: docker
@@ -41,7 +47,7 @@ cluster: deps build ## a cluster on loopback: 3 etcd members, a Nomad server and
 	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) MINIO_BIN=$$(deploy/scripts/install-minio.sh) bin/mediajobs-cluster
 
 .PHONY: test
-test: deps docker ## the whole suite against real etcd, Nomad, Docker and ffmpeg, plus vet, gofmt and short fuzz runs
+test: test-deps docker ## the whole suite against real etcd, Nomad, Docker and ffmpeg, plus vet, gofmt and short fuzz runs
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
 	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) CI=$${CI:-true} $(GO) test -count=1 -timeout=20m ./...

@@ -2,6 +2,7 @@ package mediajobs
 
 import (
 	"encoding/json"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -33,11 +34,14 @@ import (
 //	                  jobs/<job>/<attempt>/<allocation>/outputs/), size, commas ≈ 437,000
 //	probe data        MaxProbeBytes, all outputs together, + their keys         ≈ 209,000
 //	log_commands      CeilMaxCommands 1,000 × ≤ 5, and logs_prefix               ≈   4,000
+//	analysis          MaxAnalysisBytes, all blocks together                        16,384
 //	the rest          ids, times, counters, progress                             ≈   1,500
-//	total                                                                          996,507
+//	total                                                                        1,012,824
 //
-// that is 95% of JobRecordBudget (1,048,576) and 63% of etcd's limit. The output key
-// assumes an allocation directory of 36 bytes (a Nomad allocation ID).
+// that is 96.6% of JobRecordBudget (1,048,576) and 64% of etcd's limit. The output key
+// assumes an allocation directory of 36 bytes (a Nomad allocation ID). An output
+// name may hold a directory (stream_%v/playlist.m3u8): the name as a whole keeps
+// the bound of MaxOutputNameBytes, so outputs take no more.
 const (
 	// EtcdRequestLimit is etcd's default --max-request-bytes.
 	EtcdRequestLimit = 1572864
@@ -75,10 +79,18 @@ const (
 	// MaxDetailBytes bounds the other texts the dispatcher stores, which may quote
 	// Nomad or an HTTP client: status_detail, placement_reason, webhook.last_error.
 	MaxDetailBytes = 2048
-	// MaxOutputNameBytes bounds a reported output file name: an output name has at
-	// most 127 characters besides its counter (command.ValidOutputName), and a
-	// counter expands to at most 20 digits (a 64-bit number).
+	// MaxOutputNameBytes bounds a reported output file name, directory included:
+	// an output name has at most 127 characters besides its counter
+	// (ValidOutputName), and a counter expands to at most 20 digits (a 64-bit
+	// number). A produced name longer than that (a long %v variant name) is
+	// refused.
 	MaxOutputNameBytes = 127 + 20
+	// MaxAnalysisBytes bounds the JSON blocks of analysis filters (Analysis) of all
+	// of a job's commands together, as encoded: a loudnorm block takes about 400
+	// bytes, so some 40 fit. Blocks past it are left out (the logs keep them).
+	MaxAnalysisBytes = 16 << 10
+	// MaxAnalysisNameBytes bounds an Analysis's filter and instance names.
+	MaxAnalysisNameBytes = 64
 	// MaxProbeStreams is how many streams of one output are stored; MaxProbeFormatBytes
 	// and MaxProbeNameBytes bound the format and a stream's type and codec (ffprobe's
 	// names are short: "mov,mp4,m4a,3gp,3g2,mj2", "hdmv_pgs_subtitle").
@@ -157,8 +169,9 @@ func cut(s string, n int) string {
 
 // BoundResult returns r with what a runner wrote bounded for the job record: the
 // error message clipped to MaxErrorBytes, each output's probe to MaxProbeStreams
-// streams with short names, and the probes of all outputs to MaxProbeBytes (the
-// outputs past it keep no probe). Output names are left as they are, for
+// streams with short names, the probes of all outputs to MaxProbeBytes (the
+// outputs past it keep no probe), and the analysis blocks to MaxAnalysisBytes
+// (BoundAnalysis). Output names are left as they are, for
 // CheckOutputs to judge. r is not changed; nil stays nil.
 func BoundResult(r *Result) *Result {
 	if r == nil {
@@ -183,7 +196,30 @@ func BoundResult(r *Result) *Result {
 		}
 		b.Outputs[i] = o
 	}
+	b.Analysis = BoundAnalysis(r.Analysis)
 	return &b
+}
+
+// BoundAnalysis keeps the blocks of as, in order, that are JSON objects and fit
+// in MaxAnalysisBytes together (as encoded), their names cut to
+// MaxAnalysisNameBytes. as is not changed.
+func BoundAnalysis(as []Analysis) []Analysis {
+	var out []Analysis
+	used := 0
+	for _, a := range as {
+		a.Filter, a.Instance = cut(a.Filter, MaxAnalysisNameBytes), cut(a.Instance, MaxAnalysisNameBytes)
+		data := strings.TrimSpace(string(a.Data))
+		if !strings.HasPrefix(data, "{") {
+			continue
+		}
+		enc, err := json.Marshal(a)
+		if err != nil || used+len(enc)+1 > MaxAnalysisBytes {
+			continue
+		}
+		used += len(enc) + 1 // and its comma
+		out = append(out, a)
+	}
+	return out
 }
 
 func boundProbe(p *Probe) *Probe {

@@ -49,8 +49,22 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 	}
 	var outputNames []string
 	for i := 0; i < mj.CeilMaxOutputs; i++ {
-		// 127 characters around a counter of 4 (command.ValidOutputName).
+		if i%2 == 1 {
+			// A directory with a variant, and a counter: 128 characters, each
+			// pattern counted as one (mj.ValidOutputName).
+			outputNames = append(outputNames, name(fmt.Sprintf("d%d_", i), 61)+"%v/"+name("o", 61)+"%09d.ts")
+			continue
+		}
+		// 127 characters around a counter of 4 (mj.ValidOutputName).
 		outputNames = append(outputNames, name(fmt.Sprintf("o%d_", i), 124)+"%09d.ts")
+	}
+	for _, n := range outputNames {
+		if !mj.ValidOutputName(n) {
+			t.Fatalf("output name %q is not valid", n)
+		}
+		if strings.Contains(n, "/") && mj.ValidOutputName("x"+n) {
+			t.Fatalf("output name %q is not the longest valid", n)
+		}
 	}
 	var cmds []string
 	for i := 0; i < mj.CeilMaxCommands; i++ {
@@ -84,14 +98,24 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 	var outs []mj.Output
 	for i := 0; i < mj.CeilMaxOutputFiles; i++ {
 		decl := outputNames[i%len(outputNames)]
-		file := strings.Replace(decl, "%09d", fmt.Sprintf("%020d", i), 1)
+		file := strings.Replace(strings.Replace(decl, "%09d", fmt.Sprintf("%020d", i), 1), "%v", "0", 1)
 		outs = append(outs, mj.Output{Name: file, Size: math.MaxInt64,
 			Probe: &mj.Probe{DurationSeconds: &d, Format: fill(10000), Streams: streams}})
 	}
-	raw := &mj.Result{JobID: j.ID, Attempt: attempt, Succeeded: true, ErrorMessage: fill(1 << 20), Outputs: outs, InputBytes: math.MaxInt64}
+	// Analysis blocks far over their bound: many, with long names and data of
+	// characters JSON escapes.
+	var analysis []mj.Analysis
+	for i := 0; i < 1000; i++ {
+		data, _ := json.Marshal(map[string]string{"input_i": fill(100)})
+		analysis = append(analysis, mj.Analysis{Command: math.MinInt, Filter: fill(1000), Instance: fill(1000), Data: data})
+	}
+	raw := &mj.Result{JobID: j.ID, Attempt: attempt, Succeeded: true, ErrorMessage: fill(1 << 20), Outputs: outs, InputBytes: math.MaxInt64, Analysis: analysis}
 	r := mj.BoundResult(raw)
 	if err := mj.CheckOutputs(r.Outputs, outputNames, mj.CeilMaxOutputFiles); err != nil {
 		t.Fatalf("the largest result is one the dispatcher refuses: %v", err)
+	}
+	if enc, _ := json.Marshal(r.Analysis); len(r.Analysis) < 2 || len(enc) > mj.MaxAnalysisBytes || len(enc) < mj.MaxAnalysisBytes-1000 {
+		t.Fatalf("the largest analysis takes %d bytes in %d blocks, want nearly MaxAnalysisBytes", len(enc), len(r.Analysis))
 	}
 	for _, o := range r.Outputs {
 		if len(o.Name) != mj.MaxOutputNameBytes {
@@ -113,6 +137,7 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 			j.LogCommands = append(j.LogCommands, n)
 		}
 		j.LogsPrefix = scope
+		j.Analysis = r.Analysis
 		// Not at once in real life (a succeeded job has no error), but each at its
 		// largest here.
 		j.ErrorMessage = r.ErrorMessage

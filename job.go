@@ -1,6 +1,7 @@
 package mediajobs
 
 import (
+	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,9 @@ type Job struct {
 	// job may have a thousand commands).
 	LogCommands []int  `json:"log_commands,omitempty"`
 	LogsPrefix  string `json:"logs_prefix,omitempty"`
+	// Analysis is what analysis filters printed as JSON (loudnorm with
+	// print_format=json, ...), within MaxAnalysisBytes (BoundResult).
+	Analysis []Analysis `json:"analysis,omitempty"`
 	// Progress is not part of the record: it lives on its own short-lived key
 	// and is merged in when the job is read (store.Job, ListJobs, the gateway's cache).
 	Progress *Progress `json:"-"`
@@ -143,6 +147,18 @@ type WebhookState struct {
 	DeliveredAt    *time.Time `json:"delivered_at"`
 }
 
+// Analysis is one JSON object ffmpeg printed for a filter of a command: loudnorm
+// with print_format=json prints its measurements so, after a line tagged
+// "[Parsed_loudnorm_0 @ 0x…]". The runner parses it from the command's log.
+type Analysis struct {
+	Command int `json:"command"` // 1-based
+	// Filter is the filter's name ("loudnorm"), Instance ffmpeg's name of the
+	// filter in its graph ("Parsed_loudnorm_0"), both at most MaxAnalysisNameBytes.
+	Filter   string          `json:"filter"`
+	Instance string          `json:"instance"`
+	Data     json.RawMessage `json:"data"` // a JSON object, as ffmpeg printed it (compacted)
+}
+
 // LogFile is one command's full ffmpeg log, uploaded with the result.
 type LogFile struct {
 	Command int   `json:"command"` // 1-based
@@ -175,8 +191,10 @@ type Result struct {
 	ErrorMessage string    `json:"error_message,omitempty"`
 	Outputs      []Output  `json:"outputs,omitempty"`
 	Logs         []LogFile `json:"logs,omitempty"`
-	Progress     *Progress `json:"progress,omitempty"`
-	InputBytes   int64     `json:"input_bytes"`
+	// Analysis: the JSON blocks of analysis filters in the commands' logs.
+	Analysis   []Analysis `json:"analysis,omitempty"`
+	Progress   *Progress  `json:"progress,omitempty"`
+	InputBytes int64      `json:"input_bytes"`
 }
 
 // Manifest is what the dispatcher hands a runner in the Nomad dispatch payload.

@@ -35,6 +35,9 @@ type JobView struct {
 	// Logs maps a command's number ("1", "2", ...) to a signed URL of its full
 	// ffmpeg log, once the job has ended (succeeded or failed).
 	Logs map[string]string `json:"logs"`
+	// Analysis lists the JSON objects analysis filters printed (loudnorm with
+	// print_format=json, ...), once the job has ended; [] when none did.
+	Analysis []Analysis `json:"analysis"`
 }
 
 // OutputView describes one produced file: its size and what ffprobe says of it.
@@ -55,7 +58,7 @@ func View(j *Job, sign func(key string) string) JobView {
 		Machine: j.Machine, FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
 		InputFiles: nonNil(j.InputFiles), Metadata: nonNil(j.Metadata),
 		OutputFiles: map[string]string{}, Outputs: map[string]OutputView{}, Logs: map[string]string{},
-		StatusDetail: j.StatusDetail, Webhook: j.Webhook,
+		Analysis: []Analysis{}, StatusDetail: j.StatusDetail, Webhook: j.Webhook,
 	}
 	if v.FFmpegCommands == nil {
 		v.FFmpegCommands = []string{}
@@ -73,6 +76,9 @@ func View(j *Job, sign func(key string) string) JobView {
 	if j.Status.Terminal() {
 		for _, n := range j.LogCommands {
 			v.Logs[strconv.Itoa(n)] = sign(LogKey(j.LogsPrefix, n))
+		}
+		if j.Analysis != nil {
+			v.Analysis = j.Analysis
 		}
 	}
 	if j.Status == StatusSucceeded {

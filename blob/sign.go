@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	mj "github.com/mediajobs/mediajobs"
 )
 
 // Signer makes and checks signed file URLs: /files/<key>?m=<method>&s=<scope>&e=<unix>&sig=<hmac>.
@@ -111,6 +113,17 @@ func (l Links) URL(ctx context.Context, method, scope, key string, exp time.Time
 		slog.Warn("storage could not sign a link; handing out a gateway link instead", "key", key, "err", err)
 	}
 	return l.Signer.URL(method, scope, key, exp)
+}
+
+// Download is a client's GET link to key until exp: the gateway's own for a
+// playlist among a job's outputs (mj.IsPlaylist), which the gateway serves with
+// its references rewritten to the signed links of the files they name (see
+// mj.RewritePlaylist), the store's or the gateway's (URL) for any other file.
+func (l Links) Download(ctx context.Context, key string, exp time.Time) string {
+	if strings.HasPrefix(key, "jobs/") && strings.Contains(key, "/outputs/") && mj.IsPlaylist(key) {
+		return l.Signer.URL("GET", key, key, exp)
+	}
+	return l.URL(ctx, "GET", key, key, exp)
 }
 
 // Presigned reports whether Links hands out the store's own URLs.

@@ -117,14 +117,18 @@ func IsCode(err error, code string) bool {
 
 // do sends a request to the API and decodes the "data" of its answer into out.
 func (c *Client) do(ctx context.Context, method, path string, body any, header http.Header, out any) error {
-	var raw []byte
+	// Without a body the request goes out with none: a nil []byte would become an
+	// empty body of unknown length, sent chunked, that a server answering without
+	// reading it could take for the start of the next request on the connection.
+	var payload any
 	if body != nil {
-		var err error
-		if raw, err = json.Marshal(body); err != nil {
+		raw, err := json.Marshal(body)
+		if err != nil {
 			return err
 		}
+		payload = raw
 	}
-	req, err := retryablehttp.NewRequestWithContext(ctx, method, c.base+path, raw)
+	req, err := retryablehttp.NewRequestWithContext(ctx, method, c.base+path, payload)
 	if err != nil {
 		return err
 	}

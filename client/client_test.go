@@ -3,8 +3,11 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -71,5 +74,74 @@ func TestErrorsAreTyped(t *testing.T) {
 	}
 	if _, err := New("not a url", "k"); err == nil {
 		t.Fatal("a relative base URL was accepted")
+	}
+}
+
+// Requests without a body (a temporary file, a cancel, an empty upload) go out
+// without one: no Transfer-Encoding: chunked with an empty body, which a server
+// that answers before reading the body would take for the start of the next
+// request. A create carries its JSON with its length.
+func TestBodylessRequestsSendNoBody(t *testing.T) {
+	type seen struct {
+		method, path string
+		te           []string
+		length       int64
+		body         string
+	}
+	var mu sync.Mutex
+	var got []seen
+	var srv *httptest.Server
+	srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		mu.Lock()
+		got = append(got, seen{r.Method, r.URL.Path, r.TransferEncoding, r.ContentLength, string(b)})
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		switch r.URL.Path {
+		case "/api/tmp-file":
+			json.NewEncoder(w).Encode(map[string]any{"data": map[string]any{
+				"upload_url": srv.URL + "/files/up", "download_url": srv.URL + "/files/down"}})
+		case "/files/up":
+			w.Write([]byte(`{"data":{"size":0}}`))
+		default:
+			json.NewEncoder(w).Encode(map[string]any{"data": map[string]any{"id": "j1", "status": "cancelled"}})
+		}
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.CreateTmpFile(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Cancel(ctx, "j1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Upload(ctx, strings.NewReader(""), 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(ctx, CreateRequest{OutputFiles: []string{"o.mp4"}, FFmpegCommands: []string{"-i x o.mp4"}}); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"POST /api/tmp-file", "POST /api/jobs/j1/cancel", "POST /api/tmp-file", "PUT /files/up", "POST /api/ffmpeg"}
+	if len(got) != len(want) {
+		t.Fatalf("requests: %+v", got)
+	}
+	for i, s := range got {
+		if s.method+" "+s.path != want[i] {
+			t.Fatalf("request %d: %s %s, want %s", i, s.method, s.path, want[i])
+		}
+		if len(s.te) != 0 {
+			t.Errorf("%s %s went out with Transfer-Encoding %v", s.method, s.path, s.te)
+		}
+		if s.path == "/api/ffmpeg" {
+			if s.length <= 0 || int64(len(s.body)) != s.length || !strings.Contains(s.body, `"o.mp4"`) {
+				t.Errorf("create: Content-Length %d, body %q", s.length, s.body)
+			}
+		} else if s.length != 0 || s.body != "" {
+			t.Errorf("%s %s went out with Content-Length %d and body %q", s.method, s.path, s.length, s.body)
+		}
 	}
 }

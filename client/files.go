@@ -42,7 +42,10 @@ func (c *Client) Upload(ctx context.Context, r io.Reader, size int64, progress P
 		return nil, err
 	}
 	body := io.Reader(r)
-	if progress != nil {
+	switch {
+	case size == 0:
+		body = http.NoBody // an empty file: Content-Length 0, not an empty chunked body
+	case progress != nil:
 		body = &counter{r: r, total: size, progress: progress}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, f.UploadURL, body)

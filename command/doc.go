@@ -1,40 +1,43 @@
 // Package command turns a client's ffmpeg argument string into the argv the runner
 // executes: split like a POSIX shell splits words (never run through a shell),
-// placeholders rewritten to job paths, every file reference checked. All pure.
+// placeholders rewritten to job paths, every word checked for what it is where
+// ffmpeg reads it. All pure, but for Options, which runs the worker's ffmpeg once
+// to read its help.
 //
-// The policy is an allowlist, in two layers.
+// The sandbox is the guarantee (docs/threat-model.md): ffmpeg sees only its job's
+// directory and the read-only files it needs, with no network. The checker
+// refuses only what the sandbox does not contain or what cannot work there, and
+// every refusal names the word, the reason and what to write instead:
+//   - code: filters frei0r, ladspa, lv2; -omx_libname, -load_plugin;
+//   - options or graphs read from a file the checker never sees: -fpre/-vpre/...,
+//     -filter_script, -filter_complex_script, -graph_file, ffmpeg 7's -/opt;
+//   - devices as formats (-f v4l2, x11grab, alsa...; -f lavfi stays for inputs),
+//     -sources, -sinks;
+//   - the runner's channel: -progress;
+//   - the network: URLs and protocol prefixes in paths, -listen, -http_proxy, TLS
+//     files, -protocol_whitelist naming network protocols, zmq and azmq;
+//   - absolute paths and ".." on the command line, and inputs/ and outputs/ names
+//     the job does not declare;
+//   - without GPUs, hardware codecs, filters and options.
 //
-// Every word is checked as written and as ffmpeg's filter parser unescapes it: no
-// absolute paths, no "..", no URLs or protocol prefixes, no inputs/ or outputs/
-// name that the job does not declare, no GPU codec or filter unless the pool has
-// GPUs, no refused option anywhere.
+// Allowed because the sandbox contains them: concat lists with -safe 0, the
+// concat protocol over job paths (each part checked), /dev/null and NUL as the
+// null sink (run with -f null), patterns over declared inputs (img%03d.png,
+// -pattern_type glob), HLS ladders (%v directories, -master_pl_name checked where
+// the muxer writes it), playlists with their extension checks off, sendcmd f=.
+// Text that ffmpeg writes and never opens (-metadata, -hls_base_url, drawtext's
+// text) is not checked for paths or URLs. The policy is data: the tables of
+// policy.go.
 //
-// Then argv is read as ffmpeg's command-line parser reads it. An option must be
-// one that the ffmpeg the tables were generated from knows (options_gen.go, from
-// its -h full output: main options and the AVOptions of codecs, formats,
-// protocols and filters; -noX for its boolean options); an option that takes a
-// value takes the next word. Refused, with the reason in the error:
-//   - options that widen what ffmpeg may open (-protocol_whitelist, -safe,
-//     -allowed_extensions, -enable_drefs, ...), read or write a file the command
-//     line does not show (-fpre/-vpre/..., -filter_script, -hls_key_info_file,
-//     -dump_attachment, ...), load code (-omx_libname, ...), reach the network or
-//     devices (-listen, -http_proxy, -sources, ...), -progress (the runner's),
-//     and the options that print information and exit (policy.go);
-//   - devices as formats (-f v4l2, x11grab, alsa, ...; -f lavfi is allowed for
-//     inputs, its -i then being a filter graph);
-//   - filters that open a network listener (zmq, azmq) or load code (frei0r,
-//     ladspa, lv2), sendcmd/asendcmd reading a file, unknown filters: filter
-//     graphs (-vf, -af, -filter, -filter_complex, -lavfi, -f lavfi's -i) are
-//     parsed as libavfilter parses them;
-//   - without GPUs, hardware codecs, filters and options (-hwaccel, -init_hw_device,
-//     *_nvenc, scale_cuda, *_vaapi, *_qsv, hwupload, ...).
-//
-// Files: output files, -i and the options that name a file (-passlogfile,
-// -hls_segment_filename, -segment_list, -attach, ...; pathOptions) take a
-// job-relative path: not empty, not absolute, no "..", no ":", no "~", and
-// inputs/<name> and outputs/<name> only for declared names. Key=value lists of
-// options for nested muxers (-hls_segment_options, -format_opts, tee outputs) are
-// checked the same way.
+// argv is read as ffmpeg's command-line parser reads it (walk): an option must be
+// one the ffmpeg the tables were generated from knows (options_gen.go: main
+// options and the AVOptions of codecs, formats, protocols and filters; -noX for
+// its boolean options; -vX/-aX/-sX for a codec option X), and one that takes a
+// value takes the next word. An option or filter the table lacks is deferred at
+// the gateway when well-formed and checked on the worker against its own ffmpeg
+// (Spec.Worker, Options). Filter graphs are parsed as libavfilter parses them;
+// tee lists, also behind -f fifo -fifo_format tee, and key=value lists of nested
+// muxer options are split and checked. Parsing is linear in the command's length.
 //
 // Regenerate the tables with go generate ./command when the workers' ffmpeg
 // changes; TestOptionsGenCurrent fails in CI when they differ.

@@ -2,6 +2,7 @@ package command
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -17,8 +18,20 @@ func getToken(s, term string) (string, string) {
 	for i < len(s) && strings.IndexByte(whitespace, s[i]) >= 0 {
 		i++
 	}
-	out := make([]byte, 0, len(s)-i)
+	s = s[i:]
+	// The common case, a token with neither quotes nor escapes: a substring of s.
+	// Linear either way: the token is copied at most once, never the rest of s.
+	j := 0
+	for j < len(s) && strings.IndexByte(term, s[j]) < 0 && s[j] != '\\' && s[j] != '\'' {
+		j++
+	}
+	if j == len(s) || strings.IndexByte(term, s[j]) >= 0 {
+		return strings.TrimRight(s[:j], whitespace), s[j:]
+	}
+	out := make([]byte, j, 2*j+16)
+	copy(out, s[:j])
 	end := 0 // out[:end] is protected from trimming
+	i = j
 	for i < len(s) && strings.IndexByte(term, s[i]) < 0 {
 		c := s[i]
 		i++
@@ -91,18 +104,30 @@ func checkGraph(w, g string, spec Spec) error {
 	}
 }
 
+// filterNameRe is the form of a filter name: what may be deferred to the worker.
+var filterNameRe = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
+
 // checkFilter checks one filter: name (with an optional @instance) and its
-// arguments, already unescaped once by the graph parser.
+// arguments, already unescaped once by the graph parser. A filter the service's
+// table does not know is checked against the worker's ffmpeg (Spec.Worker); at
+// the gateway it is deferred to the worker when its name is well-formed.
 func checkFilter(w, name, args string, hasArgs bool, spec Spec) error {
 	class, _, _ := strings.Cut(name, "@")
 	lc := strings.ToLower(class)
-	// GPU workers often run another ffmpeg build than the one the table comes from
-	// (scale_npp, scale_cuda...): on GPU pools a GPU filter's name is enough.
-	if !ffmpegFilters[class] && !(spec.AllowGPU && isGPUName(lc) && ValidName(class)) {
-		return fmt.Errorf("%s: unknown filter %q: only filters ffmpeg knows are allowed", w, class)
+	if r, bad := refusedFilters[lc]; bad {
+		return refuse(fmt.Sprintf("%s: filter %q", w, class), r)
 	}
-	if reason, bad := refusedFilters[lc]; bad {
-		return fmt.Errorf("%s: filter %q is not allowed: %s", w, class, reason)
+	if !ffmpegFilters[class] {
+		if o := spec.Worker; o != nil {
+			if err := o.load(); err != nil {
+				return fmt.Errorf("%s: unknown filter %q: ffmpeg %s (the service's table) does not know it, and this worker's ffmpeg could not list its filters: %v", w, class, ffmpegVersion, err)
+			}
+			if !o.filters[class] {
+				return fmt.Errorf("%s: unknown filter %q: neither ffmpeg %s (the service's table) nor this worker's ffmpeg %s knows it; check its spelling against ffmpeg -filters", w, class, ffmpegVersion, o.version)
+			}
+		} else if !filterNameRe.MatchString(class) {
+			return fmt.Errorf("%s: unknown filter %q: no ffmpeg filter has that name; check its spelling against ffmpeg -filters", w, class)
+		}
 	}
 	if !spec.AllowGPU && isGPUName(lc) {
 		return fmt.Errorf("%s: filter %q: GPU codecs and filters %s", w, class, gpuMessage)
@@ -110,39 +135,51 @@ func checkFilter(w, name, args string, hasArgs bool, spec Spec) error {
 	if !hasArgs {
 		return nil
 	}
-	switch lc {
-	case "sendcmd", "asendcmd":
-		// Options in declaration order: commands (c), filename (f).
-		for i, kv := range filterArgs(args) {
-			k := strings.ToLower(kv.key)
-			if k == "f" || k == "filename" || (k == "" && i > 0) {
-				return fmt.Errorf("%s: filter %q may not read its commands from a file (f=, filename= or a second argument); give them with c=", w, class)
-			}
-		}
-	case "movie", "amovie":
-		// Options in declaration order: filename, format_name (f), stream_index...
-		for i, kv := range filterArgs(args) {
-			k := strings.ToLower(kv.key)
+	text := filterTextOptions[lc]
+	for i, kv := range filterArgs(args) {
+		k := strings.ToLower(kv.key)
+		if lc == "movie" || lc == "amovie" {
+			// Options in declaration order: filename, format_name (f), stream_index...
 			switch {
 			case k == "filename" || (k == "" && i == 0):
 				if err := checkPath(w+" "+class+" filename", kv.val, spec); err != nil {
 					return err
 				}
+				continue
 			case k == "f" || k == "format_name" || (k == "" && i == 1):
 				if err := checkFormat(w+" "+class+" format", kv.val, false); err != nil {
 					return err
 				}
 				if f := strings.ToLower(strings.TrimSpace(kv.val)); strings.Contains(f, "lavfi") {
-					return fmt.Errorf("%s: filter %q may not open a lavfi graph", w, class)
+					return fmt.Errorf("%s: filter %q may not open a lavfi graph; instead, give the graph with -filter_complex", w, class)
 				}
+				continue
 			case dictOptions[k]:
-				if err := checkDict(w+" "+class, kv.val, spec); err != nil {
+				if err := checkDict(w+" "+class, kv.val, spec, 0); err != nil {
 					return err
 				}
+				continue
 			}
+		}
+		if text[k] {
+			continue // text the filter draws or writes, never opens
+		}
+		if err := checkArg(kv.val, spec); err != nil {
+			return fmt.Errorf("%s: filter %q: %w", w, class, err)
 		}
 	}
 	return nil
+}
+
+// checkArg checks one filter option's value like a word; a font or other file of
+// the sandbox's read-only start set may be named by its absolute path.
+func checkArg(v string, spec Spec) error {
+	for _, p := range readOnlyPrefixes {
+		if strings.HasPrefix(v, p) && !strings.Contains(v, "..") && !strings.ContainsAny(v, `\'`) {
+			return nil
+		}
+	}
+	return check(v, spec)
 }
 
 type keyVal struct{ key, val string }

@@ -2,68 +2,80 @@ package command
 
 import "strings"
 
-// The policy tables: which of the options and filters ffmpeg knows (options_gen.go)
-// are refused, and which take a path. Names are without the leading "-".
+// The policy tables. The sandbox (docs/threat-model.md) is the guarantee: ffmpeg
+// sees only its job's directory and the read-only files it needs to start, with no
+// network. The checker refuses only what the sandbox does not contain or what
+// cannot work inside it, and says what to write instead. Names are without the
+// leading "-".
 
-// refusedOptions make ffmpeg open a path or URL the command line does not show,
-// widen what it may open, load code, or reach devices and the network. The value
-// is the reason given in the error.
-var refusedOptions = map[string]string{
-	// Widen what ffmpeg may open.
-	"protocol_whitelist":         "it widens the protocols ffmpeg may open (an HLS playlist's segments could come from anywhere)",
-	"protocol_blacklist":         "it changes the protocols ffmpeg may open",
-	"safe":                       "-safe 0 lets a concat list name absolute paths and URLs",
-	"allowed_extensions":         "it lets an HLS or DASH playlist open files of any type",
-	"allowed_segment_extensions": "it lets an HLS playlist open segments of any type",
-	"extension_picky":            "it lets an HLS playlist open segments whatever their extension",
-	"enable_drefs":               "it lets a MOV/MP4 file open the other files it names",
-	"use_absolute_path":          "it lets a MOV/MP4 file's references name absolute paths",
-	// Read or write a file the command line does not show.
-	"fpre":                  "it reads options from a preset file",
-	"vpre":                  "it reads options from a preset file found outside the job (~/.ffmpeg, $FFMPEG_DATADIR)",
-	"apre":                  "it reads options from a preset file found outside the job (~/.ffmpeg, $FFMPEG_DATADIR)",
-	"spre":                  "it reads options from a preset file found outside the job (~/.ffmpeg, $FFMPEG_DATADIR)",
-	"pre":                   "it reads options from a preset file found outside the job (~/.ffmpeg, $FFMPEG_DATADIR)",
-	"hls_key_info_file":     "it reads a file that names further paths and URLs",
-	"dump_attachment":       "it writes files named after the input's attachments",
-	"filter_script":         "it reads a filter graph from a file the checks never see",
-	"filter_complex_script": "it reads a filter graph from a file the checks never see",
-	"graph_file":            "it reads a lavfi graph from a file the checks never see",
-	"assetmaps":             "it makes the IMF demuxer open the files listed in it and in the asset maps",
-	"progress":              "the runner owns -progress",
+// refusal is why a word is refused and what to write instead.
+type refusal struct{ why, instead string }
+
+const (
+	noNetwork   = "commands run without network"
+	useInputs   = "put each file in input_files and name it inputs/<name>"
+	writeInline = "write the options on the command line"
+	noCode      = "commands cannot load code: use ffmpeg's built-in filters and codecs"
+)
+
+// refusedOptions load code, reach devices or the network, or take the runner's
+// own channels. The sandbox contains everything else these options could open
+// (playlists and concat lists naming files, MOV references, ...): those run.
+var refusedOptions = map[string]refusal{
+	// Options read from a file the checker never sees: they could load code
+	// (a preset line omx_libname=...).
+	"fpre":                  {"it applies options from a file the checker never sees", writeInline},
+	"vpre":                  {"it applies options from a preset file the checker never sees", writeInline + " (for libx264, -preset slow)"},
+	"apre":                  {"it applies options from a preset file the checker never sees", writeInline},
+	"spre":                  {"it applies options from a preset file the checker never sees", writeInline},
+	"pre":                   {"it applies options from a preset file the checker never sees", writeInline + " (for libx264, -preset slow)"},
+	"filter_script":         {"it reads a filter graph the checker never sees (a filter that loads code could be in it)", "give the graph with -filter or -vf/-af"},
+	"filter_complex_script": {"it reads a filter graph the checker never sees (a filter that loads code could be in it)", "give the graph with -filter_complex"},
+	"graph_file":            {"it reads a lavfi graph the checker never sees (a filter that loads code could be in it)", "give the graph with -graph or -f lavfi -i"},
+	// The runner's own channel.
+	"progress": {"the runner owns -progress (it reports the job's progress from it)", "drop it: the job view's progress shows ffmpeg's"},
 	// Load code.
-	"omx_libname":   "it loads a shared library",
-	"omx_libprefix": "it loads a shared library",
-	"load_plugin":   "it loads an Intel Media SDK plugin",
-	"load_plugins":  "it loads Intel Media SDK plugins",
-	// The network (commands cannot name URLs: these have no legitimate use) and devices.
-	"http_proxy":     "it connects to a host the command names",
-	"listen":         "it opens a network listener",
-	"rtmp_listen":    "it opens a network listener",
-	"rtmp_swfverify": "it fetches a URL",
-	"gateway":        "it fetches through an IPFS gateway the command names",
-	"ca_file":        "it reads key material for network protocols, which commands cannot use",
-	"cafile":         "it reads key material for network protocols, which commands cannot use",
-	"cert_file":      "it reads key material for network protocols, which commands cannot use",
-	"key_file":       "it reads key material for network protocols, which commands cannot use",
-	"private_key":    "it reads key material for network protocols, which commands cannot use",
-	"sources":        "it opens a device to list its sources",
-	"sinks":          "it opens a device to list its sinks",
+	"omx_libname":   {"it loads a shared library", noCode},
+	"omx_libprefix": {"it loads a shared library", noCode},
+	"load_plugin":   {"it loads an Intel Media SDK plugin", noCode},
+	"load_plugins":  {"it loads Intel Media SDK plugins", noCode},
+	// The network, which commands do not have, and devices.
+	"http_proxy":     {noNetwork, useInputs},
+	"listen":         {"it opens a network listener, and " + noNetwork, useInputs},
+	"rtmp_listen":    {"it opens a network listener, and " + noNetwork, useInputs},
+	"rtmp_swfverify": {"it fetches a URL, and " + noNetwork, "drop it"},
+	"gateway":        {"it fetches through an IPFS gateway, and " + noNetwork, useInputs},
+	"ca_file":        {"it configures TLS, and " + noNetwork, "drop it; " + useInputs},
+	"cafile":         {"it configures TLS, and " + noNetwork, "drop it; " + useInputs},
+	"cert_file":      {"it configures TLS, and " + noNetwork, "drop it; " + useInputs},
+	"key_file":       {"it configures TLS, and " + noNetwork, "drop it; " + useInputs},
+	"private_key":    {"it configures TLS, and " + noNetwork, "drop it; " + useInputs},
+	"sources":        {"it opens a device to list its sources", "drop it: jobs cannot use devices"},
+	"sinks":          {"it opens a device to list its sinks", "drop it: jobs cannot use devices"},
 }
 
-// exitReason refuses the other options that print information and exit (-h,
-// -version, -formats...): a job's command writes files.
-const exitReason = "it prints information and exits"
+// exitRefusal refuses the other options that print information and exit (-h,
+// -version, -formats...): their arity is ambiguous, and a job runs ffmpeg on files.
+var exitRefusal = refusal{"it prints information and exits", "run it on your own machine, or see ffmpeg's documentation"}
+
+// localProtocols stay inside the job's directory: -protocol_whitelist may name
+// them. Any other protocol needs the network, which commands do not have.
+var localProtocols = map[string]bool{
+	"file": true, "crypto": true, "data": true, "concat": true, "concatf": true, "subfile": true,
+	"cache": true, "async": true, "md5": true, "hls": true,
+}
 
 // pathOptions take a file name, which must be a job-relative path: not empty, not
 // absolute, no "..", no ":" (protocol prefix), no "~", and only declared inputs/
-// and outputs/ names. -i is one too (but see -f lavfi).
+// and outputs/ names. -i is one too (but see -f lavfi, the concat protocol and
+// patterns over inputs).
 var pathOptions = map[string]bool{
-	"i":           true,
-	"vstats_file": true,
-	"passlogfile": true, // main option, and libx264's
-	"sdp_file":    true,
-	"attach":      true,
+	"i":                 true,
+	"vstats_file":       true,
+	"passlogfile":       true, // main option, and libx264's
+	"sdp_file":          true,
+	"attach":            true,
+	"hls_key_info_file": true,
 	// ffmpeg 6.1+ encoder and muxer statistics.
 	"stats_enc_pre":  true,
 	"stats_enc_post": true,
@@ -72,7 +84,6 @@ var pathOptions = map[string]bool{
 	"hls_segment_filename":    true,
 	"hls_fmp4_init_filename":  true,
 	"hls_subtitle_path":       true,
-	"master_pl_name":          true,
 	"segment_list":            true,
 	"segment_header_filename": true,
 	"init_seg_name":           true,
@@ -88,6 +99,33 @@ var pathOptions = map[string]bool{
 	// value the word checks see.
 }
 
+// outputRelativeOptions name a file the muxer writes next to its output (the HLS
+// master playlist: beside the variants' directories when the output's directory
+// holds %v): checked as that path.
+var outputRelativeOptions = map[string]bool{"master_pl_name": true}
+
+// textOptions take text that ffmpeg writes into a file (metadata, playlist
+// entries) and never opens: a URL or a path there is just text.
+var textOptions = map[string]bool{
+	"metadata": true, "hls_base_url": true, "hls_enc_key_url": true, "segment_list_entry_prefix": true,
+	"utc_timing_url": true, "timecode": true, "program": true, "var_stream_map": true, "cc_stream_map": true,
+}
+
+// filterTextOptions are the filter options that take text (drawtext's text=).
+var filterTextOptions = map[string]map[string]bool{
+	"drawtext":  {"text": true},
+	"metadata":  {"value": true},
+	"ametadata": {"value": true},
+}
+
+// readOnlyPrefixes are absolute paths in the sandbox's read-only start set that
+// filter options may name (fonts for drawtext).
+var readOnlyPrefixes = []string{"/usr/share/fonts/"}
+
+// nullSinks are the output names of the null sink; the value is what ffmpeg gets,
+// with -f null for that output (walk).
+var nullSinks = map[string]string{"/dev/null": "/dev/null", "NUL": "/dev/null", "nul": "/dev/null"}
+
 // filterOptions take a filter graph (-vf, -af, -filter, -filter_complex, -lavfi,
 // and the lavfi device's -graph); so does -i after -f lavfi.
 var filterOptions = map[string]bool{"vf": true, "af": true, "filter": true, "filter_complex": true, "lavfi": true, "graph": true}
@@ -102,14 +140,14 @@ var codecOptions = map[string]bool{"c": true, "codec": true, "vcodec": true, "ac
 // dictionary options of options_gen.go.
 var stringDictOptions = map[string]bool{"hls_vtt_options": true}
 
-// refusedFilters open a network listener or load code.
-var refusedFilters = map[string]string{
-	"zmq":        "it opens a network listener",
-	"azmq":       "it opens a network listener",
-	"frei0r":     "it loads a plugin (shared library)",
-	"frei0r_src": "it loads a plugin (shared library)",
-	"ladspa":     "it loads a plugin (shared library)",
-	"lv2":        "it loads a plugin (shared library)",
+// refusedFilters load code or open a network listener.
+var refusedFilters = map[string]refusal{
+	"zmq":        {"it opens a network listener, and " + noNetwork, "send timed commands with sendcmd=c='...'"},
+	"azmq":       {"it opens a network listener, and " + noNetwork, "send timed commands with asendcmd=c='...'"},
+	"frei0r":     {"it loads a plugin (shared library)", noCode},
+	"frei0r_src": {"it loads a plugin (shared library)", noCode},
+	"ladspa":     {"it loads a plugin (shared library)", noCode},
+	"lv2":        {"it loads a plugin (shared library)", noCode},
 }
 
 // gpuOptions need a GPU (refused unless Spec.AllowGPU).

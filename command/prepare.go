@@ -11,6 +11,13 @@ type Spec struct {
 	Inputs   map[string]bool // names of input_files
 	Outputs  map[string]bool // entries of output_files
 	AllowGPU bool            // the pool has NVIDIA GPUs
+	// NoNVENC, when set, says the pool's GPUs have no video encoder (NVENC): NVENC
+	// encoders are refused with this text, the reason and the fix (see nvenc.go).
+	NoNVENC string
+	// Worker is the runner's own ffmpeg: options and filters the service's table
+	// does not know are checked against it. Nil (the gateway) defers well-formed
+	// unknown names to the worker.
+	Worker *Options
 }
 
 var (
@@ -29,11 +36,6 @@ var (
 	absRe = regexp.MustCompile(`[=:'",;|\]]\s*~?/`)
 	// The URL form alone: what an escaped "\:" may still hide once unescaped.
 	urlRe = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://`)
-	// Filters that load code (a shared library named by the user) or read their
-	// commands from a file the checks never see.
-	// Matched where a filter name can start (blanks allowed, an instance name
-	// "@x" too), so the words merely appearing in text stay usable.
-	refusedFilterRe = regexp.MustCompile(`(?i)(^|[,;\]'"])\s*(frei0r|frei0r_src|ladspa|lv2\b|a?sendcmd\b.*\b(f|filename)\s*=)`)
 	// GPU-only codecs and filters: NVENC/NVDEC/CUVID/CUDA/NPP names.
 	gpuRe = regexp.MustCompile(`(?i)(_nvenc|_cuvid|_npp|_cuda|nvdec|^cuda$|(^|[^A-Za-z0-9])cuda([^A-Za-z0-9]|$)|scale_npp|hwupload_cuda|(^|[^A-Za-z0-9_])npp)`)
 )
@@ -88,14 +90,14 @@ func Prepare(cmd string, spec Spec) ([]string, error) {
 	for i, w := range words {
 		// "-/vf FILE" (ffmpeg 7) reads an option's value from a file.
 		if strings.HasPrefix(w, "-/") {
-			return nil, fmt.Errorf("%q is not allowed: ffmpeg may only open the job's own files", w)
+			return nil, refuse(fmt.Sprintf("%q", w), refusal{"it reads the option's value from a file the checker never sees", "give the value on the command line"})
 		}
 		// A refused option anywhere, even as another option's value (walk checks
 		// options where ffmpeg reads them).
 		if strings.HasPrefix(w, "-") {
 			name, _, _ := strings.Cut(w[1:], ":")
-			if reason := refusedOptions[name]; reason != "" {
-				return nil, fmt.Errorf("%q is not allowed: %s", w, reason)
+			if r, bad := refusedOptions[name]; bad {
+				return nil, refuse(fmt.Sprintf("%q", w), r)
 			}
 		}
 		if strings.IndexByte(w, 0) >= 0 {
@@ -105,11 +107,10 @@ func Prepare(cmd string, spec Spec) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := check(w, spec); err != nil {
-			return nil, err
-		}
 		out[i] = w
 	}
+	// Each word is checked for what it is where ffmpeg reads it: a path, a
+	// filter graph, text, or another value (check).
 	if err := walk(out, spec); err != nil {
 		return nil, err
 	}
@@ -179,9 +180,6 @@ func checkWord(w string, spec Spec, unescaped bool) error {
 		}
 	}
 	l := strings.ToLower(w)
-	if (strings.Contains(l, "frei0r") || strings.Contains(l, "ladspa") || strings.Contains(l, "lv2") || strings.Contains(l, "sendcmd")) && refusedFilterRe.MatchString(w) {
-		return fmt.Errorf("%q: filters that load plugins (frei0r, ladspa, lv2) or read commands from a file (sendcmd f=) are not allowed", w)
-	}
 	if strings.HasPrefix(w, "/") || strings.HasPrefix(w, "~") || (strings.Contains(w, "/") && absRe.MatchString(w)) {
 		return fmt.Errorf("%q: absolute paths are not allowed; use inputs/<name>, outputs/<name> or a relative path", w)
 	}

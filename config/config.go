@@ -34,9 +34,21 @@ type Config struct {
 	Dispatcher *Dispatcher `hcl:"dispatcher,block"`
 	Webhooks   *Webhooks   `hcl:"webhooks,block"`
 	Log        *Log        `hcl:"log,block"`
+	Limits     *Limits     `hcl:"limits,block"`
 	Pools      []*Pool     `hcl:"pool,block"`
 
 	file *hcl.File // the parsed file, for the source lines of later diagnostics
+}
+
+// Limits are the defaults of per-account limits (docs/scheduling.md).
+type Limits struct {
+	// MaxRunningPerAccount is how many jobs of one account may hold a pool's slots
+	// (dispatched to Nomad, waiting for or running on a node) at once; the others
+	// wait in the queue. 0: no limit (the default). An account's own setting in
+	// etcd replaces it.
+	MaxRunningPerAccount int `hcl:"max_running_per_account,optional"`
+
+	MaxRunningRange hcl.Range `hcl:"max_running_per_account,attr_range"`
 }
 
 // Log is the server commands' log (stderr): "text" (key=value lines, the default)
@@ -304,6 +316,12 @@ type Pool struct {
 	// etcd queue, first in first out, rather than as blocked evaluations in Nomad.
 	// Default DefaultMaxInFlight; -1: no cap.
 	MaxInFlight int `hcl:"max_in_flight,optional"`
+	// DispatchLookahead is how many of this pool's children may wait in Nomad for
+	// a node (dispatched, not placed) before the dispatcher stops handing it more:
+	// the backlog waits in the etcd queue, where fair share decides its order
+	// (docs/scheduling.md). The window grows to an eighth of the pool's running
+	// children on a large pool. Default DefaultDispatchLookahead.
+	DispatchLookahead int `hcl:"dispatch_lookahead,optional"`
 	// QueueLimit is how long a dispatched job may wait for Nomad to place it before
 	// it fails with the placement reason.
 	QueueLimit string `hcl:"queue_limit,optional"`
@@ -330,6 +348,7 @@ type Pool struct {
 	StartTORange   hcl.Range `hcl:"start_timeout,attr_range"`
 	SandboxRange   hcl.Range `hcl:"sandbox,attr_range"`
 	InFlightRange  hcl.Range `hcl:"max_in_flight,attr_range"`
+	LookaheadRange hcl.Range `hcl:"dispatch_lookahead,attr_range"`
 	AttemptsRange  hcl.Range `hcl:"max_attempts,attr_range"`
 
 	DefaultTimeoutD time.Duration
@@ -357,12 +376,19 @@ type GPU struct {
 	MinMemoryMB int `hcl:"min_memory_mb,optional"`
 	// Model, when set, is a regular expression the GPU model must match.
 	Model string `hcl:"model,optional"`
+	// Encode says whether the GPUs have a video encoder (NVENC). Unset: not when
+	// Model can match a GPU without one (A100, H100, ...: see gpu.go), else yes.
+	Encode *bool `hcl:"encode,optional"`
 
 	DefRange    hcl.Range `hcl:",def_range"`
 	VendorRange hcl.Range `hcl:"vendor,attr_range"`
 	CountRange  hcl.Range `hcl:"count,attr_range"`
 	MinMemRange hcl.Range `hcl:"min_memory_mb,attr_range"`
 	ModelRange  hcl.Range `hcl:"model,attr_range"`
+
+	// NVENC is what Encode decides, defaults applied; NoNVENCWhy says why not.
+	NVENC      bool
+	NoNVENCWhy string
 }
 
 // GPUs is how many GPUs one job of the pool gets (0 for a CPU pool).
@@ -393,6 +419,7 @@ func Default() *Config {
 		Webhooks:   &Webhooks{BackoffBase: "1s", BackoffCap: "30s", AttemptTimeout: "10s", Concurrency: 128},
 		Dispatcher: &Dispatcher{ReconcileEvery: "15s", LeaderTTL: "10s", TimeoutGrace: "60s", DisconnectGrace: "5m"},
 		Log:        &Log{Format: "text", Level: "info"},
+		Limits:     &Limits{},
 		Storage:    &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m", JobRetention: "720h"},
 	}
 }
@@ -786,6 +813,13 @@ func (c *Config) finish() hcl.Diagnostics {
 		bad(st.JobRetRange, "Invalid job_retention", fmt.Sprintf("job_retention = %q is shorter than output_retention = %q: a job must outlive its output files, or their links would point at a deleted job's files.", st.JobRetention, st.OutputRetention))
 	}
 
+	if c.Limits == nil {
+		c.Limits = &Limits{}
+	}
+	if c.Limits.MaxRunningPerAccount < 0 {
+		bad(c.Limits.MaxRunningRange, "Invalid max_running_per_account", fmt.Sprintf("max_running_per_account = %d; use 0 for no limit, or how many jobs of one account may run in a pool at once.", c.Limits.MaxRunningPerAccount))
+	}
+
 	if len(c.Pools) == 0 {
 		c.Pools = []*Pool{{Name: "cpu"}}
 	}
@@ -797,6 +831,9 @@ func (c *Config) finish() hcl.Diagnostics {
 		seen[p.Name] = true
 		// Written as 0 (or less) in the file: applyDefaults would take it for unset.
 		inFlight0 := p.MaxInFlight == 0 && p.InFlightRange.Filename != ""
+		if p.DispatchLookahead < 0 || p.DispatchLookahead == 0 && p.LookaheadRange.Filename != "" {
+			bad(p.LookaheadRange, "Invalid dispatch_lookahead", fmt.Sprintf("pool %q: dispatch_lookahead = %d; use a positive number (default %d).", p.Name, p.DispatchLookahead, DefaultDispatchLookahead))
+		}
 		attempts, attempts0 := p.MaxAttempts, p.MaxAttempts <= 0 && p.AttemptsRange.Filename != ""
 		p.applyDefaults()
 		if !supportedDrivers[p.Driver] {
@@ -873,6 +910,9 @@ const DefaultShutdownTimeout = 30 * time.Second
 // sizeable cluster busy, few enough that a burst waits in etcd, not in Nomad.
 const DefaultMaxInFlight = 256
 
+// DefaultDispatchLookahead is a pool's dispatch_lookahead when unset.
+const DefaultDispatchLookahead = 4
+
 // storageURLProblem says what is wrong with a storage url, or "".
 func storageURLProblem(raw string) string {
 	u, err := url.Parse(raw)
@@ -928,6 +968,7 @@ func (p *Pool) applyDefaults() {
 		if g.Vendor == "" {
 			g.Vendor = "nvidia"
 		}
+		g.setNVENC()
 	}
 	if p.DefaultTimeout == "" {
 		p.DefaultTimeout = "1h"
@@ -943,6 +984,9 @@ func (p *Pool) applyDefaults() {
 	}
 	if p.MaxInFlight == 0 {
 		p.MaxInFlight = DefaultMaxInFlight
+	}
+	if p.DispatchLookahead == 0 {
+		p.DispatchLookahead = DefaultDispatchLookahead
 	}
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = 3

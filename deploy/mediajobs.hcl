@@ -258,8 +258,13 @@ pool "nvidia" {
   gpu {
     count         = 1
     vendor        = "nvidia"
-    min_memory_mb = 8000        # only GPUs with at least this much memory
-    model         = "RTX|A[0-9]+" # regular expression on the GPU model
+    min_memory_mb = 8000           # only GPUs with at least this much memory
+    model         = "RTX|L4|A10G?$" # regular expression on the GPU model
+    # Whether these GPUs have a video encoder (NVENC). Unset: not when model can
+    # match a GPU without one (A100, A30, H100, H200, B200, ...: they decode but
+    # cannot encode), else yes. On a pool that cannot, *_nvenc encoders are refused
+    # at create; decoding (-hwaccel cuda, *_cuvid) and CUDA filters still run.
+    # encode = true
   }
 
   constraint {

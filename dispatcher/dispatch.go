@@ -24,15 +24,16 @@ import (
 // dispatchConcurrency is how many Nomad dispatch calls run at once.
 const dispatchConcurrency = 8
 
-// dispatchLoop fills each pool's free slots from its queue, oldest first, whenever
-// the queue or the active set changes (and every few seconds, to retry failures).
+// dispatchLoop fills each pool's free slots from its queue, by fair share across
+// accounts (fair.go, docs/scheduling.md), whenever the queue or the active set
+// changes, Nomad reports a change of a pool's children, and every few seconds, to
+// retry failures.
 func (d *Dispatcher) dispatchLoop(ctx context.Context) {
 	wake := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
+	d.wakeup.Store(&wake)
+	poke := d.wake
+	for _, pool := range d.Config.Pools {
+		go d.watchChildren(ctx, pool)
 	}
 	for _, prefix := range []string{d.Store.QueuePrefix(), d.Store.ActivePrefix()} {
 		go func() {
@@ -64,23 +65,20 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context) {
 	}
 }
 
-// dispatchPool dispatches as many of the pool's queued jobs as its cap allows, and
-// reports whether any dispatch failed.
+// dispatchPool dispatches the pool's next queued jobs, as many as its window
+// allows, in fair-share order (fairPass), and reports whether any read or
+// dispatch failed.
 func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
-	limit := 0
-	if pool.MaxInFlight > 0 {
-		inFlight, err := d.Store.Count(ctx, d.Store.PoolActivePrefix(pool.Name))
-		if err != nil {
-			return true
-		}
-		if limit = pool.MaxInFlight - inFlight; limit <= 0 {
-			return false
-		}
-	}
-	ids, _, err := d.Store.JobIDs(ctx, d.Store.PoolQueuePrefix(pool.Name), limit)
-	if err != nil {
+	ids, failed := d.fairPass(ctx, pool)
+	if failed {
 		return true
 	}
+	return d.dispatchIDs(ctx, pool, ids)
+}
+
+// dispatchIDs dispatches ids in order (dispatchConcurrency at a time) and reports
+// whether any dispatch failed.
+func (d *Dispatcher) dispatchIDs(ctx context.Context, pool *config.Pool, ids []string) bool {
 	var failed, down atomic.Bool
 	sem := make(chan struct{}, dispatchConcurrency)
 	var wg sync.WaitGroup

@@ -1,7 +1,8 @@
 // Package dispatcher moves queued jobs onto Nomad and Nomad's results back onto jobs.
 // One dispatcher leads (etcd election); standbys wait to take over. The leader
 // registers one parameterized job per pool, dispatches one child per queued job
-// (first in, first out per pool, up to the pool's cap), follows Nomad's allocation
+// (by fair share across accounts, first in first out within one, no further
+// ahead of the pool's free capacity than its window: docs/scheduling.md), follows Nomad's allocation
 // and evaluation events and reconciles against Nomad after every (re)connect and
 // periodically, re-dispatches attempts whose worker was lost, fails jobs no node can
 // place after the pool's queue limit, stops cancelled and overdue children, delivers
@@ -120,6 +121,9 @@ type Dispatcher struct {
 	Name string
 	// CallTimeout bounds each Nomad call (default NomadTimeout).
 	CallTimeout time.Duration
+	// StreamIdle is how long Nomad's event stream may deliver nothing before the
+	// dispatcher checks that Nomad still answers (default 45s; see nomadAnswers).
+	StreamIdle time.Duration
 
 	writeOpts *api.WriteOptions
 	queryOpts *api.QueryOptions
@@ -140,6 +144,8 @@ type Dispatcher struct {
 	leading bool
 	// registered holds the pools whose parameterized job Nomad accepted.
 	registered map[string]bool
+	// wakeup asks the dispatch loop for a pass (see wake).
+	wakeup atomic.Pointer[chan struct{}]
 }
 
 // NomadTimeout bounds every Nomad call, on top of the leader's context: a
@@ -179,6 +185,9 @@ func (d *Dispatcher) defaults() {
 	}
 	if d.CallTimeout == 0 {
 		d.CallTimeout = NomadTimeout
+	}
+	if d.StreamIdle == 0 {
+		d.StreamIdle = streamIdle
 	}
 	if d.DisconnectGrace == 0 {
 		d.DisconnectGrace = defaultDisconnectGrace

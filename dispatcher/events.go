@@ -178,9 +178,10 @@ func (d *Dispatcher) follow(ctx context.Context, events <-chan *api.Events, work
 	// clock too, not only when the next batch comes.
 	tick := time.NewTicker(eventIndexEvery)
 	defer tick.Stop()
-	// Nomad sends a heartbeat every 10 s: a stream silent for longer is a half-open
-	// connection, not a quiet cluster.
-	idle := time.NewTimer(streamIdle)
+	// Nomad's api client swallows the stream's heartbeats: a stream with nothing to
+	// say for StreamIdle may be an idle cluster or a dead agent. nomadAnswers tells
+	// them apart; an idle cluster keeps its stream (see nomadAnswers).
+	idle := time.NewTimer(d.StreamIdle)
 	defer idle.Stop()
 	for {
 		select {
@@ -189,15 +190,27 @@ func (d *Dispatcher) follow(ctx context.Context, events <-chan *api.Events, work
 		case <-tick.C:
 			save(false)
 		case <-idle.C:
-			d.Log.Warn("nomad event stream silent; reconnecting", "for", streamIdle)
-			return
-		case evs, ok := <-events:
-			if !ok {
+			if err := d.nomadAnswers(ctx); err != nil {
+				if ctx.Err() == nil {
+					d.Log.Warn("nomad event stream silent and nomad not answering; reconnecting", "for", d.StreamIdle, "err", err)
+				}
 				return
 			}
-			idle.Reset(streamIdle)
+			d.Log.Debug("nomad event stream quiet; nomad answers, keeping it", "for", d.StreamIdle)
+			idle.Reset(d.StreamIdle)
+		case evs, ok := <-events:
+			if !ok {
+				if ctx.Err() == nil {
+					d.Log.Info("nomad event stream ended; resuming")
+				}
+				return
+			}
+			idle.Reset(d.StreamIdle)
 			if evs.Err != nil {
-				d.Log.Warn("nomad event stream broke; resuming", "err", evs.Err)
+				// Routine (an agent restart, a server leader change, a slow reader
+				// dropped): the stream resumes from the saved index. Nomad staying
+				// away is reported by the reconnect ("unavailable").
+				d.Log.Info("nomad event stream broke; resuming", "err", evs.Err)
 				return
 			}
 			if evs.IsHeartbeat() {
@@ -208,7 +221,7 @@ func (d *Dispatcher) follow(ctx context.Context, events <-chan *api.Events, work
 			d.submit(ctx, evs, work, mark)
 			// submit waits while a worker's queue is full, and nothing reads the
 			// stream meanwhile: that wait is ours, not the stream's silence.
-			idle.Reset(streamIdle)
+			idle.Reset(d.StreamIdle)
 			save(false)
 		}
 	}
@@ -236,8 +249,26 @@ func (d *Dispatcher) submit(ctx context.Context, evs *api.Events, work *partitio
 	}
 }
 
-// streamIdle is how long the event stream may stay silent, heartbeats included (a
-// variable only so that tests can shorten it).
+// nomadAnswers is the check of a quiet event stream: a cheap read (one job at
+// most) through the leader, bounded by CallTimeout. An answer, even a refusal,
+// proves the agent and its cluster alive: the stream is merely quiet, and is kept.
+// Only when Nomad cannot answer (unreachable, no leader, timing out) is the stream
+// taken for dead. A connection that died in the network is not left to this
+// check: the read on it fails when the stream's TCP keepalives go unanswered
+// (Nomad's api client dials with keepalives), and reconcile settles every
+// ReconcileEvery what a stream missed meanwhile.
+func (d *Dispatcher) nomadAnswers(ctx context.Context) error {
+	q, cancel := d.query(ctx)
+	defer cancel()
+	q.PerPage, q.Prefix, q.AllowStale = 1, "mediajobs-", false
+	_, _, err := d.Jobs.List(q)
+	if err != nil && nomadTrouble(err) {
+		return err
+	}
+	return nil
+}
+
+// streamIdle is the default of Dispatcher.StreamIdle.
 var streamIdle = 45 * time.Second
 
 // eventIndexEvery is how often, at most, a busy stream's index is saved.
@@ -706,6 +737,7 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 		if len(j.LogCommands) == 0 {
 			j.LogsPrefix = ""
 		}
+		j.Analysis = r.Analysis // bounded (checked)
 	}
 	switch {
 	case r != nil && r.Succeeded:

@@ -43,10 +43,10 @@ func (d *Dispatcher) queueMetricsLoop(ctx context.Context) {
 	}
 }
 
-// countQueues sets the queue gauges from etcd, cheaply: per pool, one keys-only
-// read of the queue's first key (the oldest; the range's count comes with it) and
-// one count of the active set; one count of the outbox. A failed read leaves the
-// gauges as they were until the next pass.
+// countQueues sets the queue gauges from etcd: per pool, one keys-only read of the
+// queue (its parts per account, each first in first out: the oldest is the
+// oldest of their first keys) and one count of the active set; one count of the
+// outbox. A failed read leaves the gauges as they were until the next pass.
 func (d *Dispatcher) countQueues(ctx context.Context) {
 	cli := d.Store.Client()
 	if cli == nil {
@@ -56,21 +56,28 @@ func (d *Dispatcher) countQueues(ctx context.Context) {
 	defer cancel()
 	now := time.Now()
 	for _, pool := range d.Config.Pools {
-		resp, err := cli.Get(ctx, d.Store.PoolQueuePrefix(pool.Name), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+		fs, ok := d.Store.(fairStore)
+		if !ok {
+			return
+		}
+		entries, legacy, err := fs.PoolQueue(ctx, pool.Name)
 		if err != nil {
 			return
 		}
 		oldest := 0.0
-		if len(resp.Kvs) > 0 {
-			if at, ok := store.QueuedAtFromKey(string(resp.Kvs[0].Key)); ok {
-				oldest = max(now.Sub(at).Seconds(), 0)
+		for _, e := range entries {
+			oldest = max(oldest, now.Sub(e.QueuedAt).Seconds())
+		}
+		for _, k := range legacy {
+			if at, ok := store.QueuedAtFromKey(k); ok {
+				oldest = max(oldest, now.Sub(at).Seconds())
 			}
 		}
 		running, err := d.Store.Count(ctx, d.Store.PoolActivePrefix(pool.Name))
 		if err != nil {
 			return
 		}
-		metrics.JobsQueued.WithLabelValues(pool.Name).Set(float64(resp.Count))
+		metrics.JobsQueued.WithLabelValues(pool.Name).Set(float64(len(entries) + len(legacy)))
 		metrics.OldestQueued.WithLabelValues(pool.Name).Set(oldest)
 		metrics.JobsRunning.WithLabelValues(pool.Name).Set(float64(running))
 	}

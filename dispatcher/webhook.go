@@ -414,7 +414,7 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 	}
 	exp := time.Now().Add(d.Config.Storage.TTL)
 	links := d.links()
-	view := mj.View(j, func(key string) string { return links.URL(ctx, "GET", key, key, exp) })
+	view := mj.View(j, func(key string) string { return links.Download(ctx, key, exp) })
 	// The webhook writes go through the group writer, each from the job as last
 	// written: in a burst, many deliveries share one etcd transaction and none
 	// reads the job again.

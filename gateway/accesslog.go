@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"log/slog"
 	"runtime/debug"
 	"strings"
@@ -143,27 +142,3 @@ const (
 	drainLimit = 64 << 20
 	drainTime  = 30 * time.Second
 )
-
-// drainBody reads and discards what is left of c's streamed request body, up to
-// drainLimit and drainTime, and reports whether it reached its end (so the
-// connection may serve another request).
-func drainBody(c *fiber.Ctx, uploadTimeout time.Duration) bool {
-	if cl := c.Request().Header.ContentLength(); cl > drainLimit {
-		return false
-	}
-	body := c.Context().RequestBodyStream()
-	if body == nil {
-		return true
-	}
-	// The request's own read deadline (upload_timeout from its start) still holds;
-	// the drain gets at most drainTime of it.
-	deadline := time.Now().Add(drainTime)
-	if d := c.Context().Time().Add(uploadTimeout); uploadTimeout > 0 && d.Before(deadline) {
-		deadline = d
-	}
-	if conn := c.Context().Conn(); conn != nil {
-		conn.SetReadDeadline(deadline)
-	}
-	n, err := io.CopyN(io.Discard, body, drainLimit+1)
-	return err == io.EOF && n <= drainLimit
-}

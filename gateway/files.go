@@ -39,6 +39,9 @@ func (g *Gateway) download(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if done, err := g.servePlaylist(c, key); done {
+		return err // a job's playlist, rewritten (playlists.go)
+	}
 	// The body is streamed after this handler returns, when its context has
 	// ended: the reader gets one of its own (closing the stream releases it).
 	f, size, err := g.Blobs.Open(context.WithoutCancel(c.UserContext()), key)
@@ -166,7 +169,7 @@ func (g *Gateway) upload(c *fiber.Ctx) error {
 	if cl := c.Request().Header.ContentLength(); cl > 0 && int64(cl) > max {
 		return mj.Errorf(mj.EPayloadTooLarge, "the file is over max_upload_bytes (%d)", max)
 	}
-	body := c.Context().RequestBodyStream()
+	body := requestBody(c)
 	if body == nil {
 		body = strings.NewReader(string(c.Body()))
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/mediajobs/mediajobs/store"
+	"github.com/valyala/fasthttp"
 )
 
 // Store is what the gateway needs of the job store.
@@ -112,8 +113,99 @@ func (g *Gateway) App() *fiber.App {
 	})
 	// A graceful shutdown answers the requests in flight with "Connection: close".
 	app.Server().CloseOnShutdown = true
+	app.Server().Handler = g.keepInStep(app.Server().Handler)
 	g.routes(app)
 	return app
+}
+
+// keepInStep serves a request with next, then reads and discards whatever of its
+// body next left unread, before the answer is sent: with StreamRequestBody fasthttp
+// leaves an unread body (all of a chunked one, past the first 8 KiB of one with a
+// Content-Length) on the connection, where it would be parsed as the next request
+// ("cannot find http request method in "0\r\n\r\n"" for the empty chunked body
+// of a bodyless POST). Reading it first also lets a client that sends its whole
+// body before reading (most do) get the answer rather than a reset connection.
+// The discarding is bounded (drainLimit bytes, drainTime, and the request's
+// upload_timeout); a body that does not end within them, or whose reading failed,
+// closes the connection after the answer instead.
+func (g *Gateway) keepInStep(next fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		next(ctx)
+		if ctx.Request.IsBodyStream() && !discardBody(ctx, g.Config.Server.UploadTimeoutD) {
+			ctx.SetConnectionClose()
+		}
+	}
+}
+
+// discardBody reads and discards what is left of ctx's streamed request body, and
+// reports whether it reached the body's end (so the connection may serve another
+// request).
+func discardBody(ctx *fasthttp.RequestCtx, uploadTimeout time.Duration) bool {
+	b := streamOf(ctx)
+	if b.err != nil {
+		return b.err == io.EOF
+	}
+	if cl := ctx.Request.Header.ContentLength(); cl > drainLimit {
+		return false // nothing read in vain
+	}
+	// The request's own read deadline (upload_timeout from its start) still holds;
+	// the draining gets at most drainTime of it. The next request on the connection
+	// gets its own deadline from the server.
+	deadline := time.Now().Add(drainTime)
+	if d := ctx.Time().Add(uploadTimeout); uploadTimeout > 0 && d.Before(deadline) {
+		deadline = d
+	}
+	if conn := ctx.Conn(); conn != nil {
+		conn.SetReadDeadline(deadline)
+	}
+	n, err := io.CopyN(io.Discard, b, drainLimit+1)
+	return err == io.EOF && n <= drainLimit
+}
+
+// streamedBody is a request's streamed body that remembers how its reading
+// ended: fasthttp's chunked stream, read again after its end, would read the next
+// request's bytes as a chunk.
+type streamedBody struct {
+	r   io.Reader
+	err error // io.EOF once the body has ended, or the error that cut it short
+}
+
+func (b *streamedBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.r.Read(p)
+	if err != nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// streamKey holds a request's *streamedBody among its fasthttp user values.
+type streamKey struct{}
+
+// streamOf is ctx's streamed request body (nil when fasthttp holds it in memory
+// or there is none), the same one on every call.
+func streamOf(ctx *fasthttp.RequestCtx) *streamedBody {
+	if !ctx.Request.IsBodyStream() {
+		return nil
+	}
+	if b, ok := ctx.UserValue(streamKey{}).(*streamedBody); ok {
+		return b
+	}
+	b := &streamedBody{r: ctx.RequestBodyStream()}
+	ctx.SetUserValue(streamKey{}, b)
+	return b
+}
+
+// requestBody is c's request body as it streams in, or nil when it is in memory
+// (c.Body()). Every handler reads a streamed body through it, never through
+// fasthttp's RequestBodyStream, so that keepInStep knows where the reading ended.
+func requestBody(c *fiber.Ctx) io.Reader {
+	if b := streamOf(c.Context()); b != nil {
+		return b
+	}
+	return nil
 }
 
 func bodyLimit(n int64) int {
@@ -130,17 +222,9 @@ func (g *Gateway) errorHandler(c *fiber.Ctx, err error) error {
 	if e.Code == mj.EInternal {
 		g.Log.Error("request failed", "request_id", requestID(c), "method", c.Method(), "path", c.Path(), "err", err)
 	}
-	if c.Request().IsBodyStream() {
-		// The body may be unread (a refused upload, a JSON body over max_body_bytes):
-		// read and discard the rest first (up to drainLimit), or a client that sends
-		// it all before reading gets a connection reset instead of this answer. Then
-		// close the connection, or the server would parse whatever is left of the body
-		// as the next request on it.
-		if e != errSlowBody {
-			drainBody(c, g.Config.Server.UploadTimeoutD)
-		}
-		c.Context().SetConnectionClose()
-	}
+	// Whatever the handler left of the request's body (a refused upload, a JSON
+	// body over max_body_bytes) is read after this answer is made and before it is
+	// sent (keepInStep).
 	if (e.Code == mj.ETooManyRequests || e.Code == mj.EUnavailable) && c.GetRespHeader(fiber.HeaderRetryAfter) == "" {
 		c.Set(fiber.HeaderRetryAfter, "1")
 	}

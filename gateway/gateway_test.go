@@ -135,7 +135,10 @@ func TestCreateValidation(t *testing.T) {
 		body  any
 		field string // a key of details ("" when the error has none)
 	}{
-		{"no outputs", with("output_files", []string{}), "output_files"},
+		{"two output directories", with("output_files", []string{"a/b/out.mp4"}), "output_files[0]"},
+		{"absolute output", with("output_files", []string{"/out.mp4"}), "output_files[0]"},
+		{"output dir dotdot", with("output_files", []string{"../stream_%v/x.ts"}), "output_files[0]"},
+		{"counter in output dir", with("output_files", []string{"s_%03d/x.ts"}), "output_files[0]"},
 		{"missing outputs", with("output_files", nil), "output_files"},
 		{"duplicate output", with("output_files", []string{"out.mp4", "out.mp4"}), "output_files[1]"},
 		{"bad output name", with("output_files", []string{"../out.mp4"}), "output_files[0]"},
@@ -149,7 +152,8 @@ func TestCreateValidation(t *testing.T) {
 		{"undeclared output", with("ffmpeg_commands", []string{"-i {{video}} outputs/x.mp4"}), "ffmpeg_commands[0]"},
 		{"absolute path", with("ffmpeg_commands", []string{"-i /etc/passwd {{out.mp4}}"}), "ffmpeg_commands[0]"},
 		{"dotdot", with("ffmpeg_commands", []string{"-i ../../x {{out.mp4}}"}), "ffmpeg_commands[0]"},
-		{"protocol", with("ffmpeg_commands", []string{"-i concat:a|b {{out.mp4}}"}), "ffmpeg_commands[0]"},
+		{"concat protocol outside the job", with("ffmpeg_commands", []string{"-i concat:/etc/passwd|a {{out.mp4}}"}), "ffmpeg_commands[0]"},
+		{"protocol prefix", with("ffmpeg_commands", []string{"-i pipe:0 {{out.mp4}}"}), "ffmpeg_commands[0]"},
 		{"url in command", with("ffmpeg_commands", []string{"-i https://x/y {{out.mp4}}"}), "ffmpeg_commands[0]"},
 		{"unbalanced quote", with("ffmpeg_commands", []string{"-i '{{video}} {{out.mp4}}"}), "ffmpeg_commands[0]"},
 		{"nvenc on cpu", with("ffmpeg_commands", []string{"-i {{video}} -c:v h264_nvenc {{out.mp4}}"}), "ffmpeg_commands[0]"},
@@ -195,6 +199,20 @@ func TestCreateValidation(t *testing.T) {
 	ok["machine"] = "nvidia"
 	if status, body, _ := h.do("POST", "/api/ffmpeg", "alice", ok); status != 200 {
 		t.Fatalf("valid GPU job: HTTP %d %v", status, body)
+	}
+	// No output files (an analysis), and outputs in one directory level with %v.
+	analysis := with("output_files", []string{})
+	analysis["ffmpeg_commands"] = []string{"-i {{video}} -af loudnorm=print_format=json -f null -"}
+	ladder := with("output_files", []string{"stream_%v/playlist.m3u8", "stream_%v/data%03d.ts", "hls/index.m3u8"})
+	ladder["ffmpeg_commands"] = []string{"-i {{video}} -f hls outputs/hls/index.m3u8"}
+	for name, req := range map[string]map[string]any{"analysis": analysis, "ladder": ladder} {
+		status, body, _ := h.do("POST", "/api/ffmpeg", "alice", req)
+		if status != 200 {
+			t.Fatalf("valid %s job: HTTP %d %v", name, status, body)
+		}
+		if _, ok := body["data"].(map[string]any)["analysis"].([]any); !ok {
+			t.Fatalf("%s job: analysis is not a list: %v", name, body["data"])
+		}
 	}
 }
 

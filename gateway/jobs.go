@@ -20,7 +20,7 @@ import (
 func (g *Gateway) view(j *mj.Job) mj.JobView {
 	exp := g.Now().Add(g.Config.Storage.TTL)
 	links := g.links()
-	return mj.View(j, func(key string) string { return links.URL(context.Background(), "GET", key, key, exp) })
+	return mj.View(j, func(key string) string { return links.Download(context.Background(), key, exp) })
 }
 
 func (g *Gateway) createJob(c *fiber.Ctx) error {
@@ -125,7 +125,7 @@ func (g *Gateway) jsonBody(c *fiber.Ctx) ([]byte, error) {
 		}
 		return c.Body(), nil
 	}
-	b, err := io.ReadAll(io.LimitReader(c.Context().RequestBodyStream(), int64(max)+1))
+	b, err := io.ReadAll(io.LimitReader(requestBody(c), int64(max)+1))
 	if err != nil {
 		return nil, mj.Errorf(mj.EValidation, "could not read the request body: %v", err)
 	}
@@ -153,7 +153,7 @@ func (g *Gateway) getJob(c *fiber.Ctx) error {
 	if err != nil {
 		return notFound(err, c.Params("id"))
 	}
-	return c.JSON(fiber.Map{"data": g.view(j)})
+	return c.JSON(fiber.Map{"data": g.view(g.withStanding(c.UserContext(), j))})
 }
 
 func notFound(err error, id string) error {

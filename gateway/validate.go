@@ -79,7 +79,7 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 
 	// Every field stored in the job is bounded (see mediajobs' bounds.go): lengths
 	// are counted as stored, JSON escapes included (mj.StoredLen).
-	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool != nil && pool.GPUs() > 0}
+	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool != nil && pool.GPUs() > 0, NoNVENC: noNVENC(cfg, pool)}
 	if max := cfg.Server.MaxInputs; len(req.InputFiles) > max {
 		bad("input_files", "%d inputs; at most %d (server.max_inputs)", len(req.InputFiles), max)
 	}
@@ -94,17 +94,22 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 		spec.Inputs[name] = true
 	}
 
+	// An empty list is fine: an analysis job's result is what ffmpeg prints (its
+	// logs, and the JSON of filters such as loudnorm in the job's analysis). A
+	// missing list is more likely a mistake.
 	switch {
-	case len(req.OutputFiles) == 0:
-		bad("output_files", "list at least one output file name")
+	case req.OutputFiles == nil:
+		bad("output_files", "list the output file names; [] for a job that writes no file (an analysis such as loudnorm's first pass)")
 	case len(req.OutputFiles) > cfg.Server.MaxOutputs:
 		bad("output_files", "%d outputs; at most %d (server.max_outputs)", len(req.OutputFiles), cfg.Server.MaxOutputs)
 	}
+	outputs := req.OutputFiles
 	for i, name := range req.OutputFiles {
 		field := fmt.Sprintf("output_files[%d]", i)
 		switch {
-		case !command.ValidOutputName(name):
-			bad(field, "output name %q must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}, with at most one counter such as %%03d", name)
+		case !mj.ValidOutputName(name):
+			bad(field, "output name %q must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}, optionally under one directory of the same form (hls/index.m3u8), "+
+				"128 characters in all, with at most one counter such as %%03d in the file name and one %%v (an HLS variant) per part, as in stream_%%v/data%%03d.ts", name)
 		case spec.Outputs[name]:
 			bad(field, "output name %q is listed twice", name)
 		case spec.Inputs[name]:
@@ -172,10 +177,28 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 	now = now.UTC()
 	return &mj.Job{
 		ID: uuid.NewString(), AccountID: accountID, Status: mj.StatusQueued,
-		InputFiles: req.InputFiles, OutputNames: req.OutputFiles, FFmpegCommands: cmds,
+		InputFiles: req.InputFiles, OutputNames: outputs, FFmpegCommands: cmds,
 		WebhookURL: req.WebhookURL, Machine: machine, TimeoutSeconds: timeout, Metadata: req.Metadata,
 		CreatedAt: now, QueuedAt: now, UpdatedAt: now,
 	}, nil
+}
+
+// noNVENC is command.Spec's NoNVENC for pool: empty when the pool has no GPUs or
+// its GPUs have NVENC; otherwise why they cannot encode and what to use instead
+// (the first pool whose GPUs can, or a CPU encoder).
+func noNVENC(cfg *config.Config, pool *config.Pool) string {
+	if pool == nil || pool.GPU == nil || pool.GPU.NVENC {
+		return ""
+	}
+	msg := fmt.Sprintf("machine %q cannot encode with NVENC: %s", pool.Name, pool.GPU.NoNVENCWhy)
+	fix := "no machine on this server has GPUs with NVENC, so use a CPU encoder such as libx264 or libx265"
+	for _, p := range cfg.Pools {
+		if p.CanEncode() {
+			fix = fmt.Sprintf("use \"machine\": %q for NVENC encoders, or a CPU encoder such as libx264 or libx265 here", p.Name)
+			break
+		}
+	}
+	return msg + "; " + fix + " (decoding with -hwaccel cuda or *_cuvid and CUDA filters work on this machine)"
 }
 
 // validationError summarises problems in the message (first field first) and lists

@@ -53,7 +53,7 @@ func group(t *testing.T, job *api.Job, name string) *api.TaskGroup {
 }
 
 // TestControlPlaneJobspec proves a real Nomad agent parses, validates and plans
-// deploy/nomad/mediajobs.nomad.hcl with the properties README.md promises: two
+// deploy/nomad/mediajobs.nomad.hcl with the properties docs/scaling.md promises: two
 // gateways with a Nomad-native /readyz check on a dynamic port, two dispatchers,
 // the config rendered from the documented Nomad Variable, and a gateway
 // kill_timeout above the longest ?wait=true.
@@ -107,7 +107,7 @@ func TestControlPlaneJobspec(t *testing.T) {
 			}
 			for _, sub := range m {
 				if sub[1] != controlPlaneVarPath {
-					t.Fatalf("task %s: template %s reads %s, README documents %s", task.Name, *tmpl.DestPath, sub[1], controlPlaneVarPath)
+					t.Fatalf("task %s: template %s reads %s, docs/scaling.md documents %s", task.Name, *tmpl.DestPath, sub[1], controlPlaneVarPath)
 				}
 			}
 			switch {
@@ -144,12 +144,12 @@ func TestControlPlaneJobspec(t *testing.T) {
 		}
 	}
 
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/scaling.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(readme), "nomad var put "+controlPlaneVarPath) {
-		t.Fatalf("README.md does not document `nomad var put %s`", controlPlaneVarPath)
+		t.Fatalf("docs/scaling.md does not document `nomad var put %s`", controlPlaneVarPath)
 	}
 
 	resp, _, err := jobs.Validate(job, nil)

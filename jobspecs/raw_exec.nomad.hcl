@@ -139,7 +139,7 @@ job "mediajobs" {
       config {
         command = var.runner_command
         # The runner fetches and uploads; ffmpeg and ffprobe run under bubblewrap
-        # (-sandbox bwrap): see the README's "Containment".
+        # (-sandbox bwrap): see docs/containment.md, "Containment".
         args = ["runner", "-sandbox", var.sandbox, "-manifest", "${NOMAD_TASK_DIR}/manifest.json"]
       }
 

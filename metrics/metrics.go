@@ -1,5 +1,5 @@
 // Package metrics holds the Prometheus collectors of the gateway and the dispatcher,
-// served at /metrics (see README, "Metrics and alerts").
+// served at /metrics (see docs/operations.md, "Metrics and alerts").
 //
 // The dispatcher's series without labels are vectors with no label names: a vector
 // exports nothing until WithLabelValues() is called, so a gateway-only process does

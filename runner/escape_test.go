@@ -305,3 +305,218 @@ func TestRunnerFollowsNoLinkOutOfTheJob(t *testing.T) {
 		t.Fatalf("followed the link: %s (result %+v)", how, res)
 	}
 }
+
+// TestSandboxHoldsForTheOpenedForms: the constructs the checker lets through since
+// the sandbox is the guarantee (concat lists with -safe 0, HLS playlists, image
+// patterns; docs/threat-model.md), made hostile and run with the checker
+// switched off. Each reads a host canary, reaches a loopback listener or writes
+// outside without the sandbox, and gets nothing out with it.
+func TestSandboxHoldsForTheOpenedForms(t *testing.T) {
+	testenv.Binary(t, "ffmpeg")
+	testenv.Binary(t, "bwrap")
+	bypassChecker(t)
+
+	type attack struct {
+		name    string
+		inputs  func(e *escapeEnv, host string) map[string]string
+		command string
+		// plant runs after the inputs are fetched, before the commands: what an
+		// earlier command of a compromised ffmpeg could have left in the job.
+		plant func(t *testing.T, e *escapeEnv, work string)
+	}
+	list := func(entries ...string) string {
+		s := "ffconcat version 1.0\n"
+		for _, e := range entries {
+			s += "file '" + e + "'\n"
+		}
+		return s
+	}
+	up := strings.Repeat("../", 24) // from any job directory to the root
+	url := func(e *escapeEnv) string { return "http://" + e.ln.Addr().String() + "/x" }
+	const concat = "-f concat -safe 0 -i inputs/list.txt -c copy -f u8 outputs/out.raw"
+	// The HLS demuxer's extension checks off (-allowed_extensions ALL...): the
+	// checker allows these now, so the sandbox alone must hold.
+	const hls = "-allowed_extensions ALL -allowed_segment_extensions ALL -extension_picky 0 -i inputs/master.m3u8 -c copy -f u8 outputs/out.raw"
+	// image2 reading each matched file whole, as one raw packet copied out.
+	const image = "-f image2 -c:v rawvideo -video_size 4x4 -pixel_format gray "
+	attacks := []attack{{
+		name: "concat list naming the host's root through /proc/self/root",
+		inputs: func(e *escapeEnv, _ string) map[string]string {
+			return map[string]string{"list.txt": list("/proc/self/root" + e.wav)}
+		},
+		command: concat,
+	}, {
+		name: "concat list climbing out with ../",
+		inputs: func(e *escapeEnv, _ string) map[string]string {
+			return map[string]string{"list.txt": list(up + e.wav[1:])}
+		},
+		command: concat,
+	}, {
+		name:   "concat list naming a URL",
+		inputs: func(e *escapeEnv, _ string) map[string]string { return map[string]string{"list.txt": list(url(e))} },
+		// The checker refuses a whitelist naming network protocols; bypassed, it
+		// lets ffmpeg try.
+		command: "-protocol_whitelist file,crypto,data,http,tcp " + concat,
+	}, {
+		name:   "concat list naming a link planted in the job",
+		inputs: func(e *escapeEnv, _ string) map[string]string { return map[string]string{"list.txt": list("link.wav")} },
+		plant: func(t *testing.T, e *escapeEnv, work string) {
+			if err := os.Symlink(e.wav, filepath.Join(work, "inputs", "link.wav")); err != nil {
+				t.Fatal(err)
+			}
+		},
+		command: concat,
+	}, {
+		name: "HLS master playlist whose variant is a host playlist",
+		inputs: func(e *escapeEnv, host string) map[string]string {
+			return map[string]string{"master.m3u8": "#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=100000\n" + filepath.Join(host, "variant.m3u8") + "\n"}
+		},
+		command: hls,
+	}, {
+		name: "HLS master playlist whose variant climbs out with ../",
+		inputs: func(e *escapeEnv, host string) map[string]string {
+			return map[string]string{"master.m3u8": "#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=100000\n" + up + filepath.Join(host, "variant.m3u8")[1:] + "\n"}
+		},
+		command: hls,
+	}, {
+		name: "HLS master playlist whose variant is a URL",
+		inputs: func(e *escapeEnv, host string) map[string]string {
+			return map[string]string{"master.m3u8": "#EXTM3U\n#EXT-X-STREAM-INF:BANDWIDTH=100000\n" + url(e) + "/v.m3u8\n"}
+		},
+		command: "-protocol_whitelist file,crypto,data,http,tcp " + hls,
+	}, {
+		name:    "image glob matching host files",
+		command: image + "-pattern_type glob -i '" + "HOST/*.txt' -c copy -f rawvideo outputs/out.raw",
+	}, {
+		name:    "image sequence climbing out of inputs/",
+		command: image + "-i 'inputs/" + up + "HOST/s%d.txt' -c copy -f rawvideo outputs/out.raw",
+	}}
+
+	for _, a := range attacks {
+		t.Run(a.name, func(t *testing.T) {
+			for _, sandboxed := range []bool{false, true} {
+				e := newEscapeEnv(t)
+				// Host files a pattern or a playlist could reach: the secret as
+				// text, and a media playlist naming the canary WAV.
+				host := t.TempDir()
+				os.WriteFile(filepath.Join(host, "s1.txt"), []byte(e.secret), 0o644)
+				os.WriteFile(filepath.Join(host, "variant.m3u8"), []byte("#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\n"+e.wav+"\n#EXT-X-ENDLIST\n"), 0o644)
+				inputs := map[string][]byte{}
+				if a.inputs != nil {
+					for n, c := range a.inputs(e, host) {
+						inputs[n] = []byte(c)
+					}
+				}
+				cmd := strings.ReplaceAll(a.command, "HOST/", strings.TrimPrefix(host, "/")+"/")
+				if !strings.Contains(a.command, "inputs/"+up+"HOST") {
+					cmd = strings.ReplaceAll(a.command, "HOST/", host+"/")
+				}
+				srv, ups := newServer(t, inputs)
+				m := mj.Manifest{JobID: "job-1", Attempt: 1, InputFiles: map[string]string{}, OutputNames: []string{"out.raw"},
+					FFmpegCommands: []string{cmd}, UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok", AllowLoopback: true, TimeoutSeconds: 60}
+				for n := range inputs {
+					m.InputFiles[n] = srv.URL + "/in/" + n
+				}
+				work := t.TempDir()
+				r := &Runner{WorkDir: work, Log: io.Discard}
+				if sandboxed {
+					r.Sandbox = &sandbox.Bwrap{}
+				}
+				st := r.Fetch(context.Background(), &m)
+				if a.plant != nil {
+					a.plant(t, e, work)
+				}
+				r.Exec(context.Background(), &m, st)
+				res, err := r.Upload(context.Background(), &m, st)
+				if err != nil {
+					t.Fatalf("Upload: %v", err)
+				}
+				how := e.leaked(t, work, ups)
+				if !sandboxed {
+					if how == "" {
+						t.Fatalf("control: without the sandbox the attack did not get out (result %+v); it proves nothing", res)
+					}
+					continue
+				}
+				if how != "" {
+					t.Fatalf("escaped the sandbox: %s (result %+v)", how, res)
+				}
+			}
+		})
+	}
+}
+
+// TestOpenedFormsRunInTheSandbox: the idioms the checker now allows pass it and
+// run in the sandbox: concat lists with -safe 0 (a bare name resolves beside the
+// list, an absolute /job path inside the sandbox), the concat protocol, a
+// two-pass encode whose first pass writes to NUL, an image sequence.
+func TestOpenedFormsRunInTheSandbox(t *testing.T) {
+	ff := testenv.Binary(t, "ffmpeg")
+	testenv.Binary(t, "bwrap")
+	dir := t.TempDir()
+	mk := func(name string, args ...string) []byte {
+		p := filepath.Join(dir, name)
+		if out, err := exec.Command(ff, append(append([]string{"-v", "error"}, args...), p)...).CombinedOutput(); err != nil {
+			t.Fatalf("make %s: %v %s", name, err, out)
+		}
+		b, _ := os.ReadFile(p)
+		return b
+	}
+	inputs := map[string][]byte{
+		"a.ts":       mk("a.ts", "-f", "lavfi", "-i", "testsrc=d=1:size=64x64:rate=10", "-c:v", "mpeg2video"),
+		"b.ts":       mk("b.ts", "-f", "lavfi", "-i", "testsrc=d=1:size=64x64:rate=10", "-c:v", "mpeg2video"),
+		"img001.png": mk("img001.png", "-f", "lavfi", "-i", "color=red:size=32x32", "-frames:v", "1"),
+		"img002.png": mk("img002.png", "-f", "lavfi", "-i", "color=blue:size=32x32", "-frames:v", "1"),
+		"list.txt":   []byte("ffconcat version 1.0\nfile a.ts\nfile '/job/inputs/b.ts'\n"),
+	}
+	for _, c := range []struct {
+		name string
+		cmds []string
+	}{
+		{"concat demuxer with -safe 0", []string{"-f concat -safe 0 -i inputs/list.txt -c copy outputs/out.ts"}},
+		{"concat protocol", []string{"-i concat:inputs/a.ts|inputs/b.ts -c copy outputs/out.ts"}},
+		{"two-pass, first pass to NUL", []string{
+			"-i inputs/a.ts -c:v mpeg4 -b:v 100k -pass 1 -passlogfile pass -f null NUL",
+			"-i inputs/a.ts -c:v mpeg4 -b:v 100k -pass 2 -passlogfile pass -f mpegts outputs/out.ts"}},
+		{"two-pass, first pass to /dev/null", []string{
+			"-i inputs/a.ts -c:v mpeg4 -b:v 100k -pass 1 -passlogfile pass -f mpegts /dev/null",
+			"-i inputs/a.ts -c:v mpeg4 -b:v 100k -pass 2 -passlogfile pass -f mpegts outputs/out.ts"}},
+		{"image sequence", []string{"-framerate 2 -i inputs/img%03d.png -c:v mpeg2video -f mpegts outputs/out.ts"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, cmd := range c.cmds {
+				spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{"out.ts": true}}
+				for n := range inputs {
+					spec.Inputs[n] = true
+				}
+				if _, err := command.Prepare(cmd, spec); err != nil {
+					t.Fatalf("the gateway's checker refuses %q: %v", cmd, err)
+				}
+			}
+			srv, ups := newServer(t, inputs)
+			m := mj.Manifest{JobID: "job-1", Attempt: 1, InputFiles: map[string]string{}, OutputNames: []string{"out.ts"},
+				FFmpegCommands: c.cmds, UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok", AllowLoopback: true, TimeoutSeconds: 60}
+			for n := range inputs {
+				m.InputFiles[n] = srv.URL + "/in/" + n
+			}
+			res, err := (&Runner{WorkDir: t.TempDir(), Log: io.Discard, Sandbox: &sandbox.Bwrap{}}).Run(context.Background(), &m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Succeeded {
+				t.Fatalf("failed: %s", res.ErrorMessage)
+			}
+			ups.mu.Lock()
+			defer ups.mu.Unlock()
+			var got []byte
+			for name, b := range ups.files {
+				if strings.HasSuffix(name, "out.ts") {
+					got = b
+				}
+			}
+			if len(got) < 1000 {
+				t.Fatalf("out.ts not uploaded or too small (%d bytes); uploads: %d", len(got), len(ups.files))
+			}
+		})
+	}
+}

@@ -92,7 +92,9 @@ type State struct {
 	Error      string      `json:"error,omitempty"`
 	InputBytes int64       `json:"input_bytes"`
 	Outputs    []mj.Output `json:"outputs,omitempty"`
-	Done       bool        `json:"done"` // the commands ran (or the job failed before)
+	// Analysis: the JSON blocks analysis filters printed (readAnalysis).
+	Analysis []mj.Analysis `json:"analysis,omitempty"`
+	Done     bool          `json:"done"` // the commands ran (or the job failed before)
 	// Stopped: the worker was told to stop (Nomad stopped the task: a drain, a
 	// node shutdown, a cancel) before the job ended. No result is reported, so the
 	// dispatcher treats it as a lost worker and retries it.
@@ -230,7 +232,9 @@ var prepare = command.Prepare
 // commands splits and checks every command again (the gateway did already):
 // nothing the runner executes escapes these rules.
 func (r *Runner) commands(m *mj.Manifest) ([][]string, error) {
-	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: r.AllowGPU}
+	// Worker: options and filters the gateway's table does not know (it deferred
+	// them) are checked against this worker's own ffmpeg, read once per process.
+	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: r.AllowGPU, Worker: command.WorkerOptions(r.FFmpeg)}
 	for name := range m.InputFiles {
 		spec.Inputs[name] = true
 	}
@@ -287,6 +291,7 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 			if cerr := lf.Close(); cerr != nil {
 				fmt.Fprintf(r.Log, "command %d: log: %v\n", i+1, cerr)
 			}
+			st.Analysis = mj.BoundAnalysis(append(st.Analysis, readAnalysis(r.WorkDir, i+1)...))
 		}
 		if err != nil {
 			if errors.Is(err, errDiskFull) {
@@ -370,7 +375,7 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 	if !st.Failed {
 		for i := range st.Outputs {
 			o := &st.Outputs[i]
-			fh, err := root.OpenFile("outputs/"+o.Name, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+			fh, err := openOutput(root, o.Name)
 			if err == nil {
 				// The size sent is the file's, not the one the state claims.
 				if fi, serr := fh.Stat(); serr != nil || !fi.Mode().IsRegular() {
@@ -408,7 +413,8 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 		}
 		sent = append(sent, l)
 	}
-	res := &mj.Result{JobID: m.JobID, Attempt: m.Attempt, AllocID: strings.TrimSuffix(alloc, "/"), Succeeded: !st.Failed, ErrorMessage: st.Error, InputBytes: st.InputBytes, Logs: sent}
+	res := &mj.Result{JobID: m.JobID, Attempt: m.Attempt, AllocID: strings.TrimSuffix(alloc, "/"), Succeeded: !st.Failed, ErrorMessage: st.Error, InputBytes: st.InputBytes, Logs: sent,
+		Analysis: mj.BoundAnalysis(st.Analysis)}
 	if !st.Failed {
 		res.Outputs = st.Outputs
 		fmt.Fprintf(r.Log, "job succeeded: %d output file(s)\n", len(res.Outputs))
@@ -605,7 +611,10 @@ func gpuEnv() []string {
 }
 
 // collectOutputs lists the files produced for each declared name: the file itself,
-// or every file matching a sequence pattern such as seg_%03d.ts.
+// or every file matching a sequence pattern such as seg_%03d.ts or a ladder's
+// stream_%v/playlist.m3u8, as its name relative to outputs/. Only regular files
+// count, in outputs/ or one directory below it (mj.MaxOutputDirs), never through
+// a link: a link, a FIFO or a deeper directory is not an output.
 // outputs/ is read through an os.Root of the job's directory: a compromised
 // ffmpeg could have made outputs/ a link to a host directory.
 func collectOutputs(work string, names []string) ([]string, error) {
@@ -617,25 +626,42 @@ func collectOutputs(work string, names []string) ([]string, error) {
 	if fi, err := root.Lstat("outputs"); err != nil || !fi.IsDir() {
 		return nil, fmt.Errorf("the job's outputs/ directory is gone or not a directory")
 	}
-	d, err := root.Open("outputs")
+	entries, err := readDir(root, "outputs")
 	if err != nil {
 		return nil, err
 	}
-	entries, err := d.ReadDir(-1)
-	d.Close()
-	if err != nil {
-		return nil, err
+	var found []string
+	for _, e := range entries {
+		switch {
+		case e.Type().IsRegular():
+			found = append(found, e.Name())
+		case e.Type().IsDir() && mj.MaxOutputDirs > 0:
+			// Lstat again: readDir's type is the entry's, and a directory it
+			// names must still be one (not a link put in its place).
+			if fi, err := root.Lstat("outputs/" + e.Name()); err != nil || !fi.IsDir() {
+				continue
+			}
+			sub, err := readDir(root, "outputs/"+e.Name())
+			if err != nil {
+				return nil, err
+			}
+			for _, f := range sub {
+				if f.Type().IsRegular() {
+					found = append(found, e.Name()+"/"+f.Name())
+				}
+			}
+		}
 	}
 	var files []string
 	seen := map[string]bool{}
 	for _, name := range names {
 		re := mj.OutputPattern(name)
 		n := 0
-		for _, e := range entries {
-			if e.Type().IsRegular() && re.MatchString(e.Name()) {
-				if !seen[e.Name()] { // two overlapping patterns name it once
-					files = append(files, e.Name())
-					seen[e.Name()] = true
+		for _, f := range found {
+			if re.MatchString(f) {
+				if !seen[f] { // two overlapping patterns name it once
+					files = append(files, f)
+					seen[f] = true
 				}
 				n++
 			}
@@ -645,6 +671,30 @@ func collectOutputs(work string, names []string) ([]string, error) {
 		}
 	}
 	return files, nil
+}
+
+// readDir lists a directory of root, sorted by name.
+func readDir(root *os.Root, dir string) ([]os.DirEntry, error) {
+	d, err := root.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	entries, err := d.ReadDir(-1)
+	sort.Slice(entries, func(a, b int) bool { return entries[a].Name() < entries[b].Name() })
+	return entries, err
+}
+
+// openOutput opens outputs/<name> of root for upload: never through a link, the
+// file or its directory (a name has at most one), and a regular file only (the
+// caller checks that on the open file).
+func openOutput(root *os.Root, name string) (*os.File, error) {
+	if dir, _, ok := strings.Cut(name, "/"); ok {
+		if fi, err := root.Lstat("outputs/" + dir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("outputs/%s is not a directory", dir)
+		}
+	}
+	return root.OpenFile("outputs/"+name, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 }
 
 // fetch downloads url to path, refusing more than budget bytes (the pool's disk

@@ -42,8 +42,17 @@ func (s *Store) Client() *clientv3.Client { return s.cli }
 
 func (s *Store) jobKey(id string) string { return s.p + "jobs/" + id }
 
-// queueKey orders a pool's queue first in, first out: queue/<pool>/<queued_at>_<id>.
+// queueKey puts a job in its account's part of its pool's queue, first in, first
+// out: queue/<pool>/<account>/<queued_at>_<id>. The dispatcher chooses across the
+// accounts (docs/scheduling.md).
 func (s *Store) queueKey(j *mj.Job) string {
+	return fmt.Sprintf("%s%019d_%s", s.AccountQueuePrefix(j.Machine, j.AccountID), j.QueuedAt.UnixNano(), j.ID)
+}
+
+// legacyQueueKey is where versions before fair-share dispatch queued a job:
+// queue/<pool>/<queued_at>_<id>. Leaving the queue deletes it too, and the
+// dispatcher moves the ones it finds (MigrateQueueKeys).
+func (s *Store) legacyQueueKey(j *mj.Job) string {
 	return fmt.Sprintf("%s%019d_%s", s.PoolQueuePrefix(j.Machine), j.QueuedAt.UnixNano(), j.ID)
 }
 
@@ -58,8 +67,15 @@ func QueuedAtFromKey(key string) (time.Time, bool) {
 	return time.Unix(0, n), true
 }
 
-// activeKey marks a job with a Nomad child in flight: active/<pool>/<id> = child id.
-func (s *Store) activeKey(j *mj.Job) string { return s.PoolActivePrefix(j.Machine) + j.ID }
+// activeKey marks a job with a Nomad child in flight:
+// active/<pool>/<account>/<id> = child id, so an account's share of a pool is one
+// count. Versions before fair-share dispatch wrote active/<pool>/<id>
+// (legacyActiveKey), deleted with the job's next change of child.
+func (s *Store) activeKey(j *mj.Job) string {
+	return s.AccountActivePrefix(j.Machine, j.AccountID) + j.ID
+}
+func (s *Store) legacyActiveKey(j *mj.Job) string { return s.PoolActivePrefix(j.Machine) + j.ID }
+
 func (s *Store) outboxKey(id string) string { return s.p + "outbox/" + id }
 
 // QueuePrefix, ActivePrefix and OutboxPrefix are watched by the dispatcher.
@@ -71,6 +87,15 @@ func (s *Store) OutboxPrefix() string { return s.p + "outbox/" }
 // active set.
 func (s *Store) PoolQueuePrefix(pool string) string  { return s.p + "queue/" + pool + "/" }
 func (s *Store) PoolActivePrefix(pool string) string { return s.p + "active/" + pool + "/" }
+
+// AccountQueuePrefix and AccountActivePrefix are one account's part of a pool's
+// queue and active set.
+func (s *Store) AccountQueuePrefix(pool, account string) string {
+	return s.PoolQueuePrefix(pool) + account + "/"
+}
+func (s *Store) AccountActivePrefix(pool, account string) string {
+	return s.PoolActivePrefix(pool) + account + "/"
+}
 
 // IDFromKey returns the job id at the end of a queue, active or outbox key.
 func IDFromKey(key string) string {
@@ -115,13 +140,18 @@ func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 	case queued(j) && !queued(old):
 		ops = append(ops, clientv3.OpPut(s.queueKey(j), j.ID))
 	case !queued(j) && queued(old):
-		ops = append(ops, clientv3.OpDelete(s.queueKey(old)))
+		// The key an older version may have written goes too (deleting a key
+		// that is not there changes nothing and tells no watcher).
+		ops = append(ops, clientv3.OpDelete(s.queueKey(old)), clientv3.OpDelete(s.legacyQueueKey(old)))
 	}
 	switch a, was := active(j), active(old); {
 	case a != "" && a != was:
 		ops = append(ops, clientv3.OpPut(s.activeKey(j), a))
+		if was != "" {
+			ops = append(ops, clientv3.OpDelete(s.legacyActiveKey(old)))
+		}
 	case a == "" && was != "":
-		ops = append(ops, clientv3.OpDelete(s.activeKey(old)))
+		ops = append(ops, clientv3.OpDelete(s.activeKey(old)), clientv3.OpDelete(s.legacyActiveKey(old)))
 	}
 	if old == nil || old.Status != j.Status {
 		if old != nil {

@@ -102,16 +102,21 @@ func FreeAddrs(n int) ([]string, error) {
 	return addrs, nil
 }
 
+// CachedNomad is where deploy/scripts/install-nomad.sh caches the Nomad it builds
+// (with its web UI: the build tags are part of the name).
+func CachedNomad() string {
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".cache", "mediajobs", "nomad-1.11.3-ui")
+}
+
 // NomadBinary finds the nomad binary: $NOMAD_BIN, the cache `make` builds into, PATH.
 func NomadBinary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("NOMAD_BIN"); p != "" {
 		return p
 	}
-	home, _ := os.UserHomeDir()
-	cached := filepath.Join(home, ".cache", "mediajobs", "nomad-1.11.3")
-	if _, err := os.Stat(cached); err == nil {
-		return cached
+	if _, err := os.Stat(CachedNomad()); err == nil {
+		return CachedNomad()
 	}
 	return Binary(t, "nomad")
 }

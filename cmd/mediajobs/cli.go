@@ -179,6 +179,9 @@ func runConfigCheck(args []string, stdout io.Writer) error {
 		gpu := "no GPU"
 		if p.GPUs() > 0 {
 			gpu = fmt.Sprintf("%d nvidia/gpu", p.GPUs())
+			if !p.CanEncode() {
+				gpu += " (no NVENC: " + p.GPU.NoNVENCWhy + ")"
+			}
 		}
 		image := ""
 		if p.Driver == "docker" {

@@ -144,8 +144,7 @@ func nomadBinary() string {
 	if p := os.Getenv("NOMAD_BIN"); p != "" {
 		return p
 	}
-	home, _ := os.UserHomeDir()
-	if p := filepath.Join(home, ".cache", "mediajobs", "nomad-1.11.3"); fileExists(p) {
+	if p := testenv.CachedNomad(); fileExists(p) {
 		return p
 	}
 	p, _ := exec.LookPath("nomad")

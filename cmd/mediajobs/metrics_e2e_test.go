@@ -23,7 +23,7 @@ import (
 // A production-shaped pair, `mediajobs gateway` with server.metrics_listen and
 // `mediajobs dispatcher` with dispatcher.listen, runs one real job with a webhook:
 // both listeners answer, the public port no longer serves /metrics, and the series
-// README lists exist and moved.
+// docs/operations.md lists exist and moved.
 func TestMetricsAfterAJob(t *testing.T) {
 	needStack(t)
 	_, e := testenv.Etcd(t)

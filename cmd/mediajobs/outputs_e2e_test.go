@@ -88,18 +88,24 @@ func TestHLSReturnsPlaylistAndEverySegment(t *testing.T) {
 		t.Fatalf("%v: %v", job["status"], job["error_message"])
 	}
 	outs := job["output_files"].(map[string]any)
+	// The playlist is served with each segment's signed link in place of its
+	// relative name (a relative name would lose the signature).
 	playlist := string(call(t, "GET", outs["index.m3u8"].(string), "", nil).Body)
-	segs := regexp.MustCompile(`(?m)^seg_\d{3}\.ts$`).FindAllString(playlist, -1)
-	if len(segs) < 2 {
-		t.Fatalf("playlist lists %d segments:\n%s", len(segs), playlist)
+	links := regexp.MustCompile(`(?m)^(http\S*/outputs/(seg_\d{3}\.ts)\?\S*sig=\S+)$`).FindAllStringSubmatch(playlist, -1)
+	if len(links) < 2 || regexp.MustCompile(`(?m)^seg_`).MatchString(playlist) {
+		t.Fatalf("playlist lists %d segment links:\n%s", len(links), playlist)
 	}
-	for _, s := range segs {
+	var segs []string
+	for _, l := range links {
+		s := l[2]
+		segs = append(segs, s)
 		u, ok := outs[s].(string)
 		if !ok {
 			t.Fatalf("segment %s of the playlist is not in output_files %v", s, outs)
 		}
-		if r := call(t, "GET", u, "", nil); r.Status != 200 || len(r.Body) == 0 {
-			t.Fatalf("segment %s: HTTP %d", s, r.Status)
+		byView, byPlaylist := call(t, "GET", u, "", nil), call(t, "GET", l[1], "", nil)
+		if byView.Status != 200 || len(byView.Body) == 0 || byPlaylist.Status != 200 || string(byPlaylist.Body) != string(byView.Body) {
+			t.Fatalf("segment %s: HTTP %d by output_files, %d by the playlist", s, byView.Status, byPlaylist.Status)
 		}
 	}
 	if len(outs) != len(segs)+1 {

@@ -5,7 +5,7 @@
 #
 # Settings and secrets come from the Nomad Variable nomad/jobs/mediajobs, which this
 # job's tasks can read with no ACL policy (Nomad grants a job its own nomad/jobs/<id>).
-# The tasks wait until it exists. Items (README.md, "On Nomad"):
+# The tasks wait until it exists. Items (docs/scaling.md, "On Nomad"):
 #   required: signing_secret, public_url, etcd_endpoints (comma-separated), storage_url
 #   optional: etcd_username, etcd_password, aws_access_key_id, aws_secret_access_key,
 #             aws_region, nomad_addr, nomad_token, nomad_namespace,
@@ -259,7 +259,7 @@ job "mediajobs" {
 
       # The Nomad API through the local agent's Task API socket, authenticated with
       # the task's workload identity; nomad_addr and nomad_token in the variable
-      # override both. With ACLs on, the identity needs a policy (README.md).
+      # override both. With ACLs on, the identity needs a policy (docs/scaling.md).
       identity {
         env = true
       }

@@ -14,6 +14,12 @@ CACHE="${MEDIAJOBS_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/mediajobs}"
 BIN="$CACHE/minio-$RELEASE"
 
 if [ -x "$BIN" ]; then echo "$BIN"; exit 0; fi
+# --cached: only say whether it is built (exit 1 when not); build nothing.
+case "${1:-}" in
+--cached) exit 1 ;;
+"") ;;
+*) echo "usage: $0 [--cached]" >&2; exit 2 ;;
+esac
 
 mkdir -p "$CACHE"
 WORK="$(mktemp -d)"
@@ -36,6 +42,6 @@ ldflags+=" -X github.com/minio/minio/cmd.CopyrightYear=${stamp:0:4}"
 # the one on PATH builds it (GOTOOLCHAIN=local: nothing else is downloaded).
 GOBIN="$WORK" CGO_ENABLED=0 GOTOOLCHAIN=local \
 	go install -trimpath -ldflags="$ldflags" "github.com/minio/minio@$MODULE_VERSION" >&2
-mv "$WORK/minio" "$BIN.tmp"
-mv "$BIN.tmp" "$BIN"
+mv "$WORK/minio" "$BIN.tmp.$$"
+mv "$BIN.tmp.$$" "$BIN"
 echo "$BIN"

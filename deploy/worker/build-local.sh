@@ -7,6 +7,10 @@
 #     for them, the dynamic loader included, at the paths ldd prints,
 #   - /etc/ssl/certs/ca-certificates.crt, a minimal /etc/passwd, /etc/group
 #     (root, nobody 65534) and /etc/nsswitch.conf, empty /tmp (1777) and /work,
+#   - fontconfig's configuration (/etc/fonts, links resolved), the DejaVu fonts of
+#     Debian's fonts-dejavu-core and a font cache made for them (/var/cache/fontconfig),
+#     so drawtext and subtitles= work without a font file, as uid 65534 on a
+#     read-only root (install-deps.sh installs fonts-dejavu-core),
 # and loaded with `docker import`. TAG defaults to mediajobs-worker:local.
 #
 # The image carries a label mediajobs.sum (checksum of the mediajobs binary,
@@ -71,6 +75,23 @@ libs() {
 mapfile -t LIBS < <(libs "$FFMPEG" "$FFPROBE")
 [ ${#LIBS[@]} -gt 0 ] || { echo "build-local.sh: ldd listed no libraries for $FFMPEG" >&2; exit 1; }
 
+# The default font family: fonts-dejavu-core's files (fontconfig's "sans-serif",
+# "serif" and "monospace" on Debian).
+if command -v dpkg >/dev/null 2>&1 && dpkg -L fonts-dejavu-core >/dev/null 2>&1; then
+	mapfile -t FONTS < <(dpkg -L fonts-dejavu-core | grep -E '\.(ttf|otf)$')
+else
+	FONTS=()
+	for f in DejaVuSans DejaVuSans-Bold DejaVuSansMono DejaVuSansMono-Bold DejaVuSerif DejaVuSerif-Bold; do
+		FONTS+=("/usr/share/fonts/truetype/dejavu/$f.ttf")
+	done
+fi
+for f in "${FONTS[@]}" /etc/fonts/fonts.conf; do
+	[ -f "$f" ] || {
+		echo "build-local.sh: $f not found; drawtext and subtitles= need fontconfig and a font (apt-get install fontconfig-config fonts-dejavu-core, or deploy/scripts/install-deps.sh)" >&2
+		exit 1
+	}
+done
+
 # What the image is made of; libraries by path, size and mtime (cheap, and an
 # upgrade changes them), the binaries by content.
 SUM="$(
@@ -78,7 +99,8 @@ SUM="$(
 		sha256sum "$ROOTFS/usr/local/bin/mediajobs" | cut -d' ' -f1
 		echo "$FFMPEG $FFPROBE"
 		sha256sum "$(readlink -f "$FFMPEG")" "$(readlink -f "$FFPROBE")" "$SELF"
-		for l in "${LIBS[@]}"; do echo "$l $(stat -L -c '%s %Y' "$l")"; done
+		for l in "${LIBS[@]}" "${FONTS[@]}"; do echo "$l $(stat -L -c '%s %Y' "$l")"; done
+		find -L /etc/fonts -type f -printf '%p %s %T@\n' | sort
 	} | sha256sum | cut -c1-32
 )"
 
@@ -134,6 +156,23 @@ nogroup:x:65534:
 nobody:x:65534:
 EOF
 echo 'hosts: files dns' >"$ROOTFS/etc/nsswitch.conf"
+
+# fontconfig: its configuration (conf.d's links to /usr/share/fontconfig resolved
+# into files), the fonts, and a cache made for them now, so that ffmpeg's
+# fontconfig finds a valid cache on the read-only root and writes none of its own
+# (were one missing, it would only write under HOME, the job's directory).
+cp -rL /etc/fonts "$ROOTFS/etc/fonts"
+for f in "${FONTS[@]}"; do copy_file "$f"; done
+mkdir -p "$ROOTFS/var/cache/fontconfig"
+# A cache is valid for its directory's mtime to the nanosecond, and the tar below
+# keeps whole seconds: round the font directories' mtimes first.
+find "$ROOTFS/usr/share/fonts" -type d -exec touch -m -d "@$(date +%s)" {} +
+if command -v fc-cache >/dev/null 2>&1; then
+	fc-cache --sysroot="$ROOTFS" --force --system-only >&2 ||
+		echo "build-local.sh: warning: fc-cache failed; fontconfig will scan the fonts on each run" >&2
+else
+	echo "build-local.sh: warning: no fc-cache on this host (package fontconfig); fontconfig will scan the fonts on each run" >&2
+fi
 
 echo "importing $TAG..." >&2
 tar -C "$ROOTFS" --numeric-owner --owner=0 --group=0 -c . |

@@ -12,18 +12,18 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"flag"
 	"fmt"
 	"go/format"
 	"log"
 	"os"
-	"os/exec"
 	"regexp"
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/mediajobs/mediajobs/command/internal/ffhelp"
 )
 
 // Option kinds, as named in command/options.go: or'ed flags.
@@ -39,10 +39,7 @@ const (
 const probe = "@@genoptions-probe@@"
 
 var (
-	mainRe   = regexp.MustCompile(`^-(\S+)`)
-	avoptRe  = regexp.MustCompile(`^  -(\S+)\s+<([a-z0-9_]+)>`)
-	filtOpRe = regexp.MustCompile(`^   ([^\s-]\S*)\s+<([a-z0-9_]+)>`)
-	readRe   = regexp.MustCompile(`^Reading option '(.*?)' \.\.\.`)
+	readRe = regexp.MustCompile(`^Reading option '(.*?)' \.\.\.`)
 )
 
 func main() {
@@ -59,17 +56,7 @@ func main() {
 }
 
 func run(dir, ffmpeg string, args ...string) (string, error) {
-	cmd := exec.Command(ffmpeg, args...)
-	cmd.Dir = dir
-	cmd.Stdin = nil // /dev/null
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "FFREPORT=") && !strings.HasPrefix(e, "AV_LOG_FORCE_") {
-			cmd.Env = append(cmd.Env, e)
-		}
-	}
-	cmd.Env = append(cmd.Env, "AV_LOG_FORCE_NOCOLOR=1")
-	b, err := cmd.CombinedOutput()
-	return string(b), err
+	return ffhelp.Run(dir, ffmpeg, args...)
 }
 
 // Generate returns the gofmt'ed source of options_gen.go.
@@ -91,49 +78,22 @@ func Generate(ffmpeg string) ([]byte, error) {
 		return nil, fmt.Errorf("unexpected ffmpeg -version output %q", version)
 	}
 
+	help, err := ffhelp.ParseHelp(must("-hide_banner", "-h", "full"))
+	if err != nil {
+		return nil, err
+	}
 	opts := map[string]string{} // name -> kind
-	dicts := map[string]bool{}  // AVOptions of type dictionary: nested key=value options
-	var mains []string          // main options, in help order
-	exits := map[string]bool{}
-	section := ""
-	sc := bufio.NewScanner(strings.NewReader(must("-hide_banner", "-h", "full")))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "":
-		case line[0] != ' ' && line[0] != '-':
-			section = line
-		case line[0] == '-':
-			if strings.HasSuffix(section, "AVOptions:") {
-				return nil, fmt.Errorf("main option after the AVOptions: %q", line)
-			}
-			name := mainRe.FindStringSubmatch(line)[1]
-			if _, dup := opts[name]; !dup {
-				mains = append(mains, name)
-				opts[name] = ""
-			}
-			if strings.HasPrefix(section, "Print help") {
-				exits[name] = true
-			}
-		default:
-			if m := avoptRe.FindStringSubmatch(line); m != nil {
-				if _, ok := opts[m[1]]; !ok {
-					opts[m[1]] = kindAVOpt
-				}
-				if m[2] == "dictionary" {
-					dicts[m[1]] = true
-				}
-			} else if m := filtOpRe.FindStringSubmatch(line); m != nil {
-				if _, ok := opts[m[1]]; !ok {
-					opts[m[1]] = kindFilter
-				}
-			}
+	for name, k := range help.Kinds {
+		switch k {
+		case ffhelp.Main:
+			opts[name] = ""
+		case ffhelp.AV:
+			opts[name] = kindAVOpt
+		case ffhelp.FilterAV:
+			opts[name] = kindFilter
 		}
 	}
-	if len(mains) < 100 || len(opts) < 1000 {
-		return nil, fmt.Errorf("only %d main options, %d in all: is ffmpeg's -h full output as expected?", len(mains), len(opts))
-	}
+	dicts, mains, exits := help.Dicts, help.Mains, help.Exits
 
 	// Arity: ask ffmpeg's split_commandline, which logs at debug level how it read
 	// each word. "-x PROBE": if PROBE is read as the next option (an output url),
@@ -209,34 +169,13 @@ func Generate(ffmpeg string) ([]byte, error) {
 	}
 	opts["i"] = kindArg
 
-	filters := map[string]bool{}
-	inList := false
-	for _, l := range strings.Split(must("-hide_banner", "-filters"), "\n") {
-		f := strings.Fields(l)
-		if !inList {
-			inList = strings.Contains(l, "= Source or sink filter")
-			continue
-		}
-		if len(f) >= 2 {
-			filters[f[1]] = true
-		}
+	filters, err := ffhelp.ParseFilters(must("-hide_banner", "-filters"))
+	if err != nil {
+		return nil, err
 	}
-	devices := map[string]bool{}
-	inList = false
-	for _, l := range strings.Split(must("-hide_banner", "-devices"), "\n") {
-		if !inList {
-			inList = strings.TrimSpace(l) == "--"
-			continue
-		}
-		if len(l) < 5 {
-			continue
-		}
-		for _, n := range strings.Split(strings.Fields(l[4:])[0], ",") {
-			devices[n] = true
-		}
-	}
-	if len(filters) < 100 || len(devices) == 0 {
-		return nil, fmt.Errorf("%d filters, %d devices: is ffmpeg's output as expected?", len(filters), len(devices))
+	devices := ffhelp.ParseDevices(must("-hide_banner", "-devices"))
+	if len(devices) == 0 {
+		return nil, fmt.Errorf("no devices: is ffmpeg's -devices output as expected?")
 	}
 
 	var b bytes.Buffer

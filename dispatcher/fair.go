@@ -1,0 +1,235 @@
+package dispatcher
+
+import (
+	"context"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/jobspecs"
+	"github.com/mediajobs/mediajobs/store"
+)
+
+// Fair-share dispatch (docs/scheduling.md). Each pass, per pool:
+//
+//  1. the window: how many children the pool may take now, from what Nomad
+//     reports of the pool's parameterized job (children pending, i.e. dispatched
+//     but not placed, and running): window(), capped by max_in_flight;
+//  2. the choice: that many jobs from the etcd queue, by least weighted share
+//     first across the accounts with queued jobs, first in first out within an
+//     account (fairOrder);
+//  3. the dispatches, in that order.
+//
+// The choice uses only what etcd holds (the queue, the active set, the accounts'
+// weights and limits), so a new leader makes the same choices as the old one.
+
+// fairAccount is one account's standing in a pool when a pass chooses.
+type fairAccount struct {
+	// Queue is the account's queued jobs in the pool, oldest first.
+	Queue []store.QueueEntry
+	// InFlight is how many of its jobs hold the pool's slots (a Nomad child).
+	InFlight int
+	// Weight is its share relative to the others' (at least 1).
+	Weight int
+	// Limit caps InFlight (0: no limit).
+	Limit int
+}
+
+// fairOrder chooses up to n jobs, one at a time: each goes to the account whose
+// in-flight jobs per unit of weight are fewest (InFlight/Weight), among those
+// with a job left and below their limit, which then counts it as in flight. Ties
+// go to the account whose next job was queued first, then to the lower account
+// id. Within an account, jobs go first in, first out. accounts is not changed.
+func fairOrder(accounts map[string]*fairAccount, n int) []store.QueueEntry {
+	type state struct {
+		id               string
+		a                *fairAccount
+		next, inFlight   int
+		weight, limitCap int
+	}
+	live := make([]*state, 0, len(accounts))
+	for id, a := range accounts {
+		if len(a.Queue) == 0 {
+			continue
+		}
+		live = append(live, &state{id: id, a: a, inFlight: a.InFlight, weight: max(a.Weight, 1), limitCap: a.Limit})
+	}
+	// less: fewer in flight per weight (cross-multiplied: exact), then the older
+	// next job, then the account id.
+	less := func(x, y *state) bool {
+		if l, r := x.inFlight*y.weight, y.inFlight*x.weight; l != r {
+			return l < r
+		}
+		if tx, ty := x.a.Queue[x.next].QueuedAt, y.a.Queue[y.next].QueuedAt; !tx.Equal(ty) {
+			return tx.Before(ty)
+		}
+		return x.id < y.id
+	}
+	var out []store.QueueEntry
+	for len(out) < n {
+		var best *state
+		for _, s := range live {
+			if s.next >= len(s.a.Queue) || s.limitCap > 0 && s.inFlight >= s.limitCap {
+				continue
+			}
+			if best == nil || less(s, best) {
+				best = s
+			}
+		}
+		if best == nil {
+			break
+		}
+		out = append(out, best.a.Queue[best.next])
+		best.next++
+		best.inFlight++
+	}
+	return out
+}
+
+// nomadSummaries is the part of Nomad's jobs API that reports a parameterized
+// job's children; *api.Jobs has it. A NomadJobs without it (a test double) gets
+// no window: max_in_flight alone caps the pool, dispatch_lookahead per pass.
+type nomadSummaries interface {
+	Summary(jobID string, q *api.QueryOptions) (*api.JobSummary, *api.QueryMeta, error)
+}
+
+// window is how many more children a pool may take now: Nomad holds pending
+// (dispatched, not yet placed: waiting for a node) of them and runs running, and
+// no more than the pool's lookahead, or an eighth of its running children when
+// that is more, may wait in Nomad, so a backlog waits in the etcd queue, where
+// fair share orders it.
+func window(pool *config.Pool, pending, running int) int {
+	return max(pool.DispatchLookahead, running/8) - pending
+}
+
+// poolWindow asks Nomad for the pool's children (ok=false when it cannot say).
+func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool) (n int, ok bool) {
+	ns, has := d.Jobs.(nomadSummaries)
+	if !has {
+		return 0, false
+	}
+	q, cancel := d.query(ctx)
+	defer cancel()
+	sum, _, err := ns.Summary(jobspecs.JobID(pool.Name), q)
+	if err != nil || sum == nil || sum.Children == nil {
+		return 0, false
+	}
+	return window(pool, int(sum.Children.Pending), int(sum.Children.Running)), true
+}
+
+// fairPass reads what a pass of the pool chooses from and returns the ids of the
+// jobs to dispatch, in order: at most the window, within max_in_flight. failed
+// reports an etcd read that failed.
+func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool) (ids []string, failed bool) {
+	fs, ok := d.Store.(fairStore)
+	if !ok {
+		return nil, true
+	}
+	inFlight, total, err := fs.PoolInFlight(ctx, pool.Name)
+	if err != nil {
+		return nil, true
+	}
+	n, known := d.poolWindow(ctx, pool)
+	if !known {
+		n = pool.DispatchLookahead
+	}
+	if pool.MaxInFlight > 0 {
+		n = min(n, pool.MaxInFlight-total)
+	}
+	if n <= 0 {
+		return nil, false
+	}
+	entries, legacy, err := fs.PoolQueue(ctx, pool.Name)
+	if err != nil {
+		return nil, true
+	}
+	if len(legacy) > 0 {
+		// Queued by a version before fair-share dispatch: moved to their
+		// accounts' queues, and chosen from there from the next pass on.
+		moved, err := fs.MigrateQueueKeys(ctx, legacy)
+		d.Log.Info("moved queue keys of an older version to their accounts' queues", "pool", pool.Name, "keys", moved, "err", err)
+		d.wake()
+	}
+	if len(entries) == 0 {
+		return nil, false
+	}
+	scheds, err := fs.AccountSchedules(ctx)
+	if err != nil {
+		return nil, true
+	}
+	limit := 0
+	if d.Config.Limits != nil {
+		limit = d.Config.Limits.MaxRunningPerAccount
+	}
+	accounts := map[string]*fairAccount{}
+	for _, e := range entries {
+		a := accounts[e.Account]
+		if a == nil {
+			a = &fairAccount{InFlight: inFlight[e.Account], Weight: 1, Limit: limit}
+			if sc, ok := scheds[e.Account]; ok {
+				if sc.Weight > 0 {
+					a.Weight = sc.Weight
+				}
+				if sc.MaxRunningPerPool != nil {
+					a.Limit = *sc.MaxRunningPerPool
+				}
+			}
+			accounts[e.Account] = a
+		}
+		a.Queue = append(a.Queue, e) // key order: first in, first out
+	}
+	for _, e := range fairOrder(accounts, n) {
+		ids = append(ids, e.ID)
+	}
+	return ids, false
+}
+
+// fairStore is what fair-share dispatch reads; *store.Store has it.
+type fairStore interface {
+	PoolQueue(ctx context.Context, pool string) ([]store.QueueEntry, []string, error)
+	PoolInFlight(ctx context.Context, pool string) (map[string]int, int, error)
+	MigrateQueueKeys(ctx context.Context, keys []string) (int, error)
+	AccountSchedules(ctx context.Context) (map[string]store.Schedule, error)
+}
+
+// wake asks the dispatch loop for another pass.
+func (d *Dispatcher) wake() {
+	w := d.wakeup.Load()
+	if w == nil {
+		return
+	}
+	select {
+	case *w <- struct{}{}:
+	default:
+	}
+}
+
+// watchChildren wakes the dispatch loop whenever the children of the pool's
+// parameterized job change in Nomad (one placed, started or ended: a slot may
+// have freed), by a blocking query on the job's summary.
+func (d *Dispatcher) watchChildren(ctx context.Context, pool *config.Pool) {
+	ns, ok := d.Jobs.(nomadSummaries)
+	if !ok {
+		return
+	}
+	var index uint64
+	for ctx.Err() == nil {
+		q, cancel := context.WithTimeout(ctx, d.CallTimeout+5*time.Minute)
+		opts := d.queryOpts.WithContext(q)
+		opts.WaitIndex, opts.WaitTime = index, 5*time.Minute
+		start := time.Now()
+		_, meta, err := ns.Summary(jobspecs.JobID(pool.Name), opts)
+		cancel()
+		switch {
+		case err != nil:
+			sleep(ctx, 2*time.Second) // not registered yet, or Nomad away
+			continue
+		case meta.LastIndex != index:
+			index = meta.LastIndex
+			d.wake()
+		}
+		if time.Since(start) < 100*time.Millisecond {
+			sleep(ctx, time.Second) // an answer that did not block: do not spin
+		}
+	}
+}

@@ -1,0 +1,210 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/nomad/api"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/config"
+)
+
+// Fair-share dispatch at scale (docs/scheduling.md, docs/benchmarks.md), on real
+// embedded etcd and the Nomad double:
+//
+//   - BenchmarkDispatcherFairPass: one dispatch pass of 256 jobs (the default
+//     max_in_flight, what a pass hands an idle pool at most) from a queue of
+//     1,000 accounts × 10 jobs, the fair way (the whole queue's keys, the active
+//     set, the accounts' schedules, the choice, the dispatches) beside today's
+//     first-in-first-out pass over the same queue (its first 256 keys, then the
+//     same dispatches).
+//   - BenchmarkDispatcherFairness: 10 backlogged accounts on a pool of 20 slots
+//     whose jobs end at random; Jain's fairness index of their started jobs, and
+//     a quiet account's wait for its one job: the jobs of others dispatched
+//     after its create and before it, and the ones that took a slot meanwhile.
+//
+// Run alone: go test -run '^$' -bench DispatcherFair -benchtime=1x ./dispatcher/
+
+func BenchmarkDispatcherFairPass(b *testing.B) {
+	const accounts, perAccount, pass = 1000, 10, 256
+	e := newFairEnv(b, &config.Pool{DispatchLookahead: pass, MaxInFlight: -1})
+	ctx := context.Background()
+	var fifoS, fairS float64
+	var fifoN, fairN int
+	b.ResetTimer()
+	for range b.N {
+		b.StopTimer()
+		left, _, _ := e.s.JobIDs(ctx, e.s.PoolQueuePrefix("cpu"), 0)
+		if len(left) < 2*pass {
+			var list []string
+			for k := range perAccount {
+				for a := range accounts {
+					_ = k
+					list = append(list, fmt.Sprintf("acct-%04d", a))
+				}
+			}
+			e.queueFor(list)
+		}
+		e.place()
+		b.StartTimer()
+
+		// Today's pass: the cap's worth of the queue's first keys, then dispatch.
+		start := time.Now()
+		if _, err := e.s.Count(ctx, e.s.PoolActivePrefix("cpu")); err != nil {
+			b.Fatal(err)
+		}
+		ids, _, err := e.s.JobIDs(ctx, e.s.PoolQueuePrefix("cpu"), pass)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if e.d.dispatchIDs(ctx, e.pool, ids) {
+			b.Fatal("FIFO pass failed")
+		}
+		fifoS += time.Since(start).Seconds()
+		fifoN += len(ids)
+
+		b.StopTimer()
+		e.place() // placed: the fair pass's window is open again
+		before := len(e.n.dispatched())
+		b.StartTimer()
+
+		start = time.Now()
+		if e.d.dispatchPool(ctx, e.pool) {
+			b.Fatal("fair pass failed")
+		}
+		fairS += time.Since(start).Seconds()
+		fairN += len(e.n.dispatched()) - before
+	}
+	n := float64(b.N)
+	if fairN != fifoN {
+		b.Fatalf("the passes dispatched %d (fair) and %d (FIFO) jobs", fairN, fifoN)
+	}
+	b.ReportMetric(accounts*perAccount, "queued")
+	b.ReportMetric(float64(fairN)/n, "dispatched/pass")
+	b.ReportMetric(fairS/n, "fair-s")
+	b.ReportMetric(fifoS/n, "fifo-s")
+	b.ReportMetric(fairS/fifoS, "fair/fifo")
+}
+
+func BenchmarkDispatcherFairness(b *testing.B) {
+	const accounts, backlog, slots, starts = 10, 120, 20, 600
+	var jain, waitD, waitS float64
+	for range b.N {
+		r := fairnessRun(b, accounts, backlog, slots, starts)
+		jain += r.jain
+		waitD += float64(r.quietDispatches)
+		waitS += float64(r.quietStarts)
+	}
+	n := float64(b.N)
+	b.ReportMetric(jain/n, "jain-index")
+	b.ReportMetric(waitD/n, "quiet-wait-dispatches")
+	b.ReportMetric(waitS/n, "quiet-wait-slots")
+}
+
+type fairnessResult struct {
+	jain float64
+	// quietDispatches: jobs of others dispatched after the quiet account's
+	// create and before its job; quietStarts: jobs of others that took a slot
+	// in between (those already waiting in Nomad: at most the window).
+	quietDispatches, quietStarts int
+}
+
+// fairnessRun runs a pool of slots slots with the default dispatch_lookahead:
+// passes run, and Nomad places pending children (oldest first) while a slot is
+// free, until a pass hands Nomad nothing more; then one to three running jobs
+// end, at random. Once half of starts jobs have started, a quiet account queues
+// one job. It returns Jain's index of the backlogged accounts' started jobs once
+// starts have started, and the quiet account's wait.
+func fairnessRun(b *testing.B, accounts, backlog, slots, starts int) fairnessResult {
+	e := newFairEnv(b, &config.Pool{})
+	ctx := context.Background()
+	accountOf := map[string]string{}
+	var list []string
+	for k := 0; k < backlog; k++ {
+		for a := range accounts {
+			list = append(list, fmt.Sprintf("acct-%02d", a))
+		}
+	}
+	for i, id := range e.queueFor(list) {
+		accountOf[id] = list[i]
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	var running, startOrder []string // children holding a slot; all that took one, in order
+	quietD, quietS := -1, -1
+	for len(startOrder) < starts {
+		for {
+			before := len(e.n.dispatched())
+			if e.d.dispatchPool(ctx, e.pool) {
+				b.Fatal("pass failed")
+			}
+			for _, c := range e.n.dispatched() {
+				if len(running) >= slots {
+					break
+				}
+				if e.pendingChild(c) {
+					e.n.setChild(c, &api.AllocationListStub{ID: allocID(int64(len(startOrder))), ClientStatus: "running", TaskStates: runnerState(time.Now())})
+					running, startOrder = append(running, c), append(startOrder, c)
+				}
+			}
+			if len(e.n.dispatched()) == before {
+				break
+			}
+		}
+		if quietD < 0 && len(startOrder) >= starts/2 {
+			quietD, quietS = len(e.n.dispatched()), len(startOrder)
+			accountOf[e.queue("quiet", 1)[0]] = "quiet"
+		}
+		for k := 1 + rng.IntN(3); k > 0 && len(running) > 0; k-- {
+			i := rng.IntN(len(running))
+			c := running[i]
+			running = append(running[:i], running[i+1:]...)
+			e.n.setChild(c, &api.AllocationListStub{ID: "done", ClientStatus: "complete"})
+			id, _, _ := ParseChildID(c)
+			if _, err := e.s.UpdateJob(ctx, id, func(j *mj.Job) error {
+				now := time.Now().UTC()
+				j.Status, j.FinishedAt = mj.StatusSucceeded, &now
+				return nil
+			}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	r := fairnessResult{quietDispatches: -1, quietStarts: -1}
+	owner := func(c string) string { id, _, _ := ParseChildID(c); return accountOf[id] }
+	for i, c := range e.n.dispatched() {
+		if owner(c) == "quiet" {
+			r.quietDispatches = i - quietD
+		}
+	}
+	started := map[string]int{}
+	for i, c := range startOrder {
+		if owner(c) == "quiet" {
+			r.quietStarts = i - quietS
+			continue
+		}
+		started[owner(c)]++
+	}
+	if r.quietStarts < 0 {
+		b.Fatal("the quiet account's job never started")
+	}
+	var sum, sq float64
+	for a := range accounts {
+		x := float64(started[fmt.Sprintf("acct-%02d", a)])
+		sum += x
+		sq += x * x
+	}
+	r.jain = sum * sum / (float64(accounts) * sq)
+	return r
+}
+
+// pendingChild: the child has no allocation yet (it waits for a node).
+func (e *fairEnv) pendingChild(c string) bool {
+	n := e.n.nomadDouble
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	ch := n.children[c]
+	return ch != nil && len(ch.allocs) == 0 && !ch.stop
+}

@@ -1,0 +1,153 @@
+package dispatcher
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/store"
+	"github.com/mediajobs/mediajobs/testenv"
+)
+
+// Fair share on a real Nomad agent (docs/scheduling.md): a pool of three slots
+// (each job asks for a third of the node's memory), jobs whose runner sleeps
+// about a second and leaves a successful result.
+//
+//   - Account a queues a backlog; once the pool is full, account b queues 3. b's
+//     first job is dispatched no later than the first slot that frees after its
+//     create, plus the dispatch window (dispatch_lookahead = 1): at most one job
+//     of a's is dispatched between b's create and b's first dispatch.
+//   - Accounts of weights 2 and 1, both backlogged: their started jobs go 2:1.
+func TestFairShareOnNomad(t *testing.T) {
+	r := newNomadRig(t, &config.Pool{Name: "cpu", MaxAttempts: 1, DispatchLookahead: 1})
+	node := r.agent.Client.Nodes()
+	stubs, _, err := node.List(nil)
+	if err != nil || len(stubs) != 1 {
+		t.Fatalf("nodes %v %v", stubs, err)
+	}
+	n, _, err := node.Info(stubs[0].ID, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := n.NodeResources.Memory.MemoryMB
+	if n.ReservedResources != nil {
+		free -= int64(n.ReservedResources.Memory.MemoryMB)
+	}
+	r.cfg.Pools[0].Memory = int(free / 3) // three fit, a fourth does not
+	dir := t.TempDir()
+	if r.blobs, err = blob.NewLocal(filepath.Join(dir, "blobs")); err != nil {
+		t.Fatal(err)
+	}
+	runner := filepath.Join(dir, "runner.sh")
+	script := fmt.Sprintf(`#!/bin/sh
+sleep 1
+dir=%q/jobs/$NOMAD_META_mediajobs_job_id/$NOMAD_META_mediajobs_attempt/$NOMAD_ALLOC_ID
+mkdir -p "$dir"
+printf '{"job_id":"%%s","attempt":%%s,"alloc_id":"%%s","succeeded":true}' "$NOMAD_META_mediajobs_job_id" "$NOMAD_META_mediajobs_attempt" "$NOMAD_ALLOC_ID" > "$dir/result.json"
+`, filepath.Join(dir, "blobs"))
+	if err := os.WriteFile(runner, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r.runner = runner
+	r.start("d")
+	ctx := context.Background()
+
+	queue := func(account string, count int) []string {
+		ids := make([]string, count)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("00000000-0000-4000-8000-%s%08d", map[string]string{"a": "0a", "b": "0b", "h": "0c", "l": "0d"}[account]+"00", i)
+			now := time.Now().UTC()
+			j := &mj.Job{ID: ids[i], AccountID: account, Status: mj.StatusQueued, Machine: "cpu", TimeoutSeconds: 600,
+				FFmpegCommands: []string{"-version"}, CreatedAt: now, QueuedAt: now}
+			if err := r.store.CreateJob(ctx, j); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return ids
+	}
+	jobs := func(ids []string) []*mj.Job {
+		js, errs := r.store.Jobs(ctx, ids)
+		for _, err := range errs {
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		return js
+	}
+	count := func(js []*mj.Job, ok func(*mj.Job) bool) int {
+		n := 0
+		for _, j := range js {
+			if ok(j) {
+				n++
+			}
+		}
+		return n
+	}
+	started := func(j *mj.Job) bool { return j.StartedAt != nil }
+
+	a := queue("a", 30)
+	testenv.Eventually(t, 60*time.Second, "a's backlog to fill the pool", func() bool {
+		return count(jobs(a), func(j *mj.Job) bool { return j.Status == mj.StatusRunning }) == 3
+	})
+	b := queue("b", 3)
+	bCreated := jobs(b)[0].CreatedAt
+	testenv.Eventually(t, 60*time.Second, "b's jobs to start", func() bool { return count(jobs(b), started) == 3 })
+	b1 := jobs(b)[0]
+	ahead := count(jobs(a), func(j *mj.Job) bool {
+		return j.DispatchedAt != nil && j.DispatchedAt.After(bCreated) && j.DispatchedAt.Before(*b1.DispatchedAt)
+	})
+	if ahead > 1 {
+		t.Fatalf("%d of a's jobs were dispatched between b's create and b's first dispatch; the window is 1", ahead)
+	}
+	if left := count(jobs(a), func(j *mj.Job) bool { return j.Status == mj.StatusQueued && j.NomadJobID == "" }); left < 10 {
+		t.Fatalf("b's jobs started only when a's backlog was nearly done (%d left)", left)
+	}
+	t.Logf("a's jobs dispatched between b's create and its first dispatch: %d", ahead)
+	// a's backlog goes (cancelled), b's are done.
+	for _, id := range a {
+		r.store.UpdateJob(ctx, id, func(j *mj.Job) error {
+			if j.Status.Terminal() {
+				return errSkip
+			}
+			now := time.Now().UTC()
+			j.Status, j.FinishedAt = mj.StatusCancelled, &now
+			return nil
+		})
+	}
+	testenv.Eventually(t, 60*time.Second, "the pool to drain", func() bool {
+		js := jobs(append(append([]string{}, a...), b...))
+		return count(js, func(j *mj.Job) bool { return !j.Status.Terminal() }) == 0
+	})
+
+	// Weights 2:1.
+	if err := r.store.SetAccountSchedule(ctx, "h", store.Schedule{Weight: 2}); err != nil {
+		t.Fatal(err)
+	}
+	h, l := queue("h", 20), queue("l", 20)
+	const want = 15
+	testenv.Eventually(t, 90*time.Second, fmt.Sprintf("%d of the weighted accounts' jobs to start", want), func() bool {
+		return count(jobs(append(append([]string{}, h...), l...)), started) >= want
+	})
+	all := jobs(append(append([]string{}, h...), l...))
+	sort.Slice(all, func(i, k int) bool {
+		if all[i].StartedAt == nil || all[k].StartedAt == nil {
+			return all[i].StartedAt != nil
+		}
+		return all[i].StartedAt.Before(*all[k].StartedAt)
+	})
+	shares := map[string]int{}
+	for _, j := range all[:want] {
+		shares[j.AccountID]++
+	}
+	t.Logf("first %d started: %v", want, shares)
+	if ratio := float64(shares["h"]) / float64(max(shares["l"], 1)); ratio < 1.5 || ratio > 2.6 {
+		t.Fatalf("started %v: h:l = %.2f, want about 2 (1.5 to 2.6)", shares, ratio)
+	}
+}

@@ -1,0 +1,128 @@
+package dispatcher
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/store"
+)
+
+// queueOf makes an account's queue of n jobs named <account><k>, queued one
+// second apart from start.
+func queueOf(account string, n int, start time.Time) []store.QueueEntry {
+	q := make([]store.QueueEntry, n)
+	for k := range q {
+		q[k] = store.QueueEntry{Account: account, ID: fmt.Sprintf("%s%d", account, k+1), QueuedAt: start.Add(time.Duration(k) * time.Second)}
+	}
+	return q
+}
+
+func order(es []store.QueueEntry) string {
+	ids := make([]string, len(es))
+	for i, e := range es {
+		ids[i] = e.ID
+	}
+	return strings.Join(ids, " ")
+}
+
+// The choice function alone: accounts, weights, jobs in flight and limits in, the
+// order of dispatch out (docs/scheduling.md).
+func TestFairOrder(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	type acct struct {
+		name             string
+		jobs             int
+		queuedAt         time.Time
+		inFlight, weight int
+		limit            int
+	}
+	for _, tc := range []struct {
+		name     string
+		accounts []acct
+		n        int
+		want     string
+	}{
+		{"one account is first in first out", []acct{{name: "a", jobs: 3, queuedAt: t0}}, 5, "a1 a2 a3"},
+		{"a backlog does not hold up a newcomer", []acct{{name: "a", jobs: 60, queuedAt: t0}, {name: "b", jobs: 3, queuedAt: t0.Add(time.Hour)}}, 6,
+			"a1 b1 a2 b2 a3 b3"},
+		{"the account holding fewer slots goes first", []acct{{name: "a", jobs: 4, queuedAt: t0, inFlight: 3}, {name: "b", jobs: 4, queuedAt: t0.Add(time.Hour)}}, 5,
+			"b1 b2 b3 a1 b4"},
+		{"weights 2:1", []acct{{name: "a", jobs: 9, queuedAt: t0, weight: 2}, {name: "b", jobs: 9, queuedAt: t0}}, 9,
+			"a1 b1 a2 b2 a3 a4 b3 a5 a6"},
+		{"weights against slots held", []acct{{name: "a", jobs: 5, queuedAt: t0, weight: 3, inFlight: 3}, {name: "b", jobs: 5, queuedAt: t0, inFlight: 1}}, 4,
+			"a1 b1 a2 a3"},
+		{"a limit holds an account's jobs in the queue", []acct{{name: "a", jobs: 5, queuedAt: t0, limit: 2, inFlight: 1}, {name: "b", jobs: 2, queuedAt: t0.Add(time.Hour)}}, 5,
+			"b1 a1 b2"},
+		{"an account at its limit waits, the others go", []acct{{name: "a", jobs: 5, queuedAt: t0, limit: 2, inFlight: 2}, {name: "b", jobs: 1, queuedAt: t0.Add(time.Hour), inFlight: 7}}, 3,
+			"b1"},
+		{"equal shares: older next job first, then the account id", []acct{{name: "c", jobs: 1, queuedAt: t0}, {name: "b", jobs: 1, queuedAt: t0.Add(time.Second)}, {name: "a", jobs: 1, queuedAt: t0.Add(time.Second)}}, 3,
+			"c1 a1 b1"},
+		{"nothing to choose", nil, 3, ""},
+		{"a zero window chooses nothing", []acct{{name: "a", jobs: 2, queuedAt: t0}}, 0, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			accounts := map[string]*fairAccount{}
+			for _, a := range tc.accounts {
+				accounts[a.name] = &fairAccount{Queue: queueOf(a.name, a.jobs, a.queuedAt), InFlight: a.inFlight, Weight: a.weight, Limit: a.limit}
+			}
+			before := fmt.Sprint(accounts)
+			if got := order(fairOrder(accounts, tc.n)); got != tc.want {
+				t.Fatalf("order %q, want %q", got, tc.want)
+			}
+			if fmt.Sprint(accounts) != before {
+				t.Fatal("fairOrder changed its input")
+			}
+		})
+	}
+}
+
+// Over many choices, two backlogged accounts of weights 2 and 1 whose jobs take
+// the same time hold the pool's slots 2:1, and so start jobs 2:1.
+func TestFairOrderShares(t *testing.T) {
+	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	accounts := map[string]*fairAccount{
+		"a": {Queue: queueOf("a", 1000, t0), Weight: 2},
+		"b": {Queue: queueOf("b", 1000, t0), Weight: 1},
+	}
+	// A pool of 6 slots: each round one job of the oldest running ends, one is chosen.
+	var running []string
+	started := map[string]int{}
+	for round := 0; round < 600; round++ {
+		if len(running) == 6 {
+			done := running[0]
+			running = running[1:]
+			accounts[done].InFlight--
+		}
+		next := fairOrder(accounts, 1)
+		if len(next) != 1 {
+			t.Fatal("nothing chosen from two backlogs")
+		}
+		e := next[0]
+		a := accounts[e.Account]
+		a.Queue, a.InFlight = a.Queue[1:], a.InFlight+1
+		running = append(running, e.Account)
+		started[e.Account]++
+	}
+	if ratio := float64(started["a"]) / float64(started["b"]); ratio < 1.9 || ratio > 2.1 {
+		t.Fatalf("started %v: ratio %.2f, want 2 ± 0.1", started, ratio)
+	}
+}
+
+func TestWindow(t *testing.T) {
+	p := &config.Pool{DispatchLookahead: 4}
+	for _, tc := range []struct{ pending, running, want int }{
+		{0, 0, 4},   // an idle pool takes the lookahead
+		{4, 0, 0},   // that many waiting for a node: no more
+		{6, 2, -2},  // more waiting than the window (dispatched before): none
+		{1, 3, 3},   // one waiting: the rest of the lookahead
+		{0, 80, 10}, // a large pool keeps an eighth of its running ones waiting
+		{10, 80, 0},
+	} {
+		if got := window(p, tc.pending, tc.running); got != tc.want {
+			t.Errorf("window(pending %d, running %d) = %d, want %d", tc.pending, tc.running, got, tc.want)
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	mj "github.com/mediajobs/mediajobs"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// What fair-share dispatch reads (docs/scheduling.md): each pool's queue in one
+// part per account, queue/<pool>/<account>/<queued_at>_<id>, the active set the
+// same way, and the accounts' scheduling settings under sched/<account>.
+
+// QueueEntry is one queued job as its queue key names it.
+type QueueEntry struct {
+	Account  string
+	ID       string
+	QueuedAt time.Time
+}
+
+// PoolQueue reads a pool's whole queue, keys only, in one ranged read: the
+// entries in key order (by account, then first in, first out), and the keys an
+// older version wrote without an account (see MigrateQueueKeys).
+func (s *Store) PoolQueue(ctx context.Context, pool string) (entries []QueueEntry, legacy []string, err error) {
+	prefix := s.PoolQueuePrefix(pool)
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, nil, fmt.Errorf("read the queue of pool %s: %w", pool, err)
+	}
+	entries = make([]QueueEntry, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		rest := string(kv.Key[len(prefix):])
+		slash := strings.LastIndexByte(rest, '/')
+		if slash < 0 {
+			legacy = append(legacy, string(kv.Key))
+			continue
+		}
+		e := QueueEntry{Account: rest[:slash], ID: IDFromKey(rest)}
+		e.QueuedAt, _ = QueuedAtFromKey(rest)
+		entries = append(entries, e)
+	}
+	return entries, legacy, nil
+}
+
+// PoolInFlight counts a pool's jobs with a Nomad child, per account, from one
+// keys-only read of its active set; total includes the keys of older versions,
+// which name no account.
+func (s *Store) PoolInFlight(ctx context.Context, pool string) (byAccount map[string]int, total int, err error) {
+	prefix := s.PoolActivePrefix(pool)
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, 0, fmt.Errorf("read the active set of pool %s: %w", pool, err)
+	}
+	byAccount = map[string]int{}
+	for _, kv := range resp.Kvs {
+		rest := string(kv.Key[len(prefix):])
+		if slash := strings.LastIndexByte(rest, '/'); slash >= 0 {
+			byAccount[rest[:slash]]++
+		}
+	}
+	return byAccount, len(resp.Kvs), nil
+}
+
+// MigrateQueueKeys moves queue keys written by a version before fair-share
+// dispatch (queue/<pool>/<queued_at>_<id>) to their account's part of the queue,
+// each in a transaction conditioned on the job being unchanged since it was read,
+// so a job dispatched or cancelled meanwhile keeps the state its own write gave
+// it. A key whose job is gone or no longer queued is deleted. It returns how many
+// keys it moved or deleted.
+func (s *Store) MigrateQueueKeys(ctx context.Context, keys []string) (int, error) {
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = IDFromKey(k)
+	}
+	jobs, errs := s.Jobs(ctx, ids)
+	n := 0
+	for i, key := range keys {
+		var cmps []clientv3.Cmp
+		ops := []clientv3.Op{clientv3.OpDelete(key)}
+		switch j := jobs[i]; {
+		case errs[i] != nil && mj.ErrorCode(errs[i]) == mj.ENotFound:
+			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.jobKey(ids[i])), "=", 0))
+		case errs[i] != nil:
+			return n, errs[i]
+		default:
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.jobKey(j.ID)), "=", j.Revision))
+			if !j.Status.Terminal() && j.NomadJobID == "" && s.legacyQueueKey(j) == key {
+				ops = append(ops, clientv3.OpPut(s.queueKey(j), j.ID))
+			}
+		}
+		resp, err := s.commit(ctx, cmps, ops, nil)
+		if err != nil {
+			return n, fmt.Errorf("move queue key %s: %w", key, err)
+		}
+		if resp.Succeeded {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Schedule is an account's scheduling settings, stored under sched/<account>;
+// an account without one has the defaults.
+type Schedule struct {
+	// Weight is the account's share of each pool relative to the others' (default 1).
+	Weight int `json:"weight,omitempty"`
+	// MaxRunningPerPool, when set, replaces limits.max_running_per_account for this
+	// account: how many of its jobs may hold a pool's slots at once (0: no limit).
+	MaxRunningPerPool *int `json:"max_running_per_pool,omitempty"`
+}
+
+func (s *Store) schedKey(account string) string { return s.p + "sched/" + account }
+
+// AccountSchedules reads every account's scheduling settings in one ranged read
+// (only accounts set apart from the defaults have a key).
+func (s *Store) AccountSchedules(ctx context.Context) (map[string]Schedule, error) {
+	prefix := s.p + "sched/"
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, fmt.Errorf("read account schedules: %w", err)
+	}
+	out := make(map[string]Schedule, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		var sc Schedule
+		if json.Unmarshal(kv.Value, &sc) == nil {
+			out[strings.TrimPrefix(string(kv.Key), prefix)] = sc
+		}
+	}
+	return out, nil
+}
+
+// SetAccountSchedule stores an account's scheduling settings; the zero Schedule
+// deletes them (the defaults apply).
+func (s *Store) SetAccountSchedule(ctx context.Context, account string, sc Schedule) error {
+	if sc.Weight < 0 || sc.MaxRunningPerPool != nil && *sc.MaxRunningPerPool < 0 {
+		return mj.Errorf(mj.EValidation, "weight and max_running_per_pool must not be negative")
+	}
+	op := clientv3.OpDelete(s.schedKey(account))
+	if sc != (Schedule{}) {
+		b, _ := json.Marshal(sc)
+		op = clientv3.OpPut(s.schedKey(account), string(b))
+	}
+	_, err := s.batch(ctx, []clientv3.Op{op})
+	return err
+}
+
+// Standing is where a queued job stands, read when a client asks.
+type Standing struct {
+	// Ahead is how many of the account's jobs in the same pool were queued before it.
+	Ahead int
+	// InFlight is how many of the account's jobs hold the pool's slots (a Nomad child).
+	InFlight int
+	// Schedule is the account's settings, nil for the defaults.
+	Schedule *Schedule
+}
+
+// QueueStanding reads, in one transaction of count-only ranges, where a queued
+// job without a Nomad child stands in its account's part of its pool's queue.
+// Nothing is written: the job's record keeps what it had (docs/scheduling.md).
+func (s *Store) QueueStanding(ctx context.Context, j *mj.Job) (Standing, error) {
+	qp, ap := s.AccountQueuePrefix(j.Machine, j.AccountID), s.AccountActivePrefix(j.Machine, j.AccountID)
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(qp, clientv3.WithRange(s.queueKey(j)), clientv3.WithCountOnly()),
+		clientv3.OpGet(ap, clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.schedKey(j.AccountID)),
+	).Commit()
+	if err != nil {
+		return Standing{}, fmt.Errorf("read queue standing: %w", err)
+	}
+	st := Standing{
+		Ahead:    int(resp.Responses[0].GetResponseRange().Count),
+		InFlight: int(resp.Responses[1].GetResponseRange().Count),
+	}
+	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
+		var sc Schedule
+		if json.Unmarshal(kvs[0].Value, &sc) == nil {
+			st.Schedule = &sc
+		}
+	}
+	return st, nil
+}
