@@ -146,6 +146,10 @@ type Dispatcher struct {
 	registered map[string]bool
 	// wakeup asks the dispatch loop for a pass (see wake).
 	wakeup atomic.Pointer[chan struct{}]
+	// passes holds each pool's accounts' virtual times for fair share's ties
+	// (poolPasses, fair.go).
+	passesMu sync.Mutex
+	passes   map[string]map[string]float64
 }
 
 // NomadTimeout bounds every Nomad call, on top of the leader's context: a

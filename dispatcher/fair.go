@@ -33,30 +33,42 @@ type fairAccount struct {
 	Weight int
 	// Limit caps InFlight (0: no limit).
 	Limit int
+	// Pass is the account's virtual time in the pool (stride scheduling): where
+	// it started (startPass) plus 1/Weight for every job chosen for it since.
+	// The lowest goes next, so backlogged accounts start jobs in the ratio of
+	// their weights whatever the number of slots, and a newcomer, which starts at
+	// the lowest pass of the others, goes next.
+	Pass float64
 }
 
-// fairOrder chooses up to n jobs, one at a time: each goes to the account whose
-// in-flight jobs per unit of weight are fewest (InFlight/Weight), among those
-// with a job left and below their limit, which then counts it as in flight. Ties
-// go to the account whose next job was queued first, then to the lower account
-// id. Within an account, jobs go first in, first out. accounts is not changed.
-func fairOrder(accounts map[string]*fairAccount, n int) []store.QueueEntry {
+// fairOrder chooses up to n jobs, one at a time: each goes to the account with
+// the lowest Pass, among those with a job left and below their limit, which then
+// counts it as in flight and advances its Pass by 1/Weight. Ties go to the
+// account whose in-flight jobs per unit of weight are fewest (InFlight/Weight),
+// then to the one whose next job was queued first, then to the lower account id.
+// Within an account, jobs go first in, first out. accounts is not changed;
+// passes, when not nil, receives each chosen account's Pass after the choice.
+func fairOrder(accounts map[string]*fairAccount, n int, passes map[string]float64) []store.QueueEntry {
 	type state struct {
 		id               string
 		a                *fairAccount
 		next, inFlight   int
 		weight, limitCap int
+		pass             float64
 	}
 	live := make([]*state, 0, len(accounts))
 	for id, a := range accounts {
 		if len(a.Queue) == 0 {
 			continue
 		}
-		live = append(live, &state{id: id, a: a, inFlight: a.InFlight, weight: max(a.Weight, 1), limitCap: a.Limit})
+		live = append(live, &state{id: id, a: a, inFlight: a.InFlight, weight: max(a.Weight, 1), limitCap: a.Limit, pass: a.Pass})
 	}
 	// less: fewer in flight per weight (cross-multiplied: exact), then the older
 	// next job, then the account id.
 	less := func(x, y *state) bool {
+		if x.pass != y.pass {
+			return x.pass < y.pass
+		}
 		if l, r := x.inFlight*y.weight, y.inFlight*x.weight; l != r {
 			return l < r
 		}
@@ -82,6 +94,10 @@ func fairOrder(accounts map[string]*fairAccount, n int) []store.QueueEntry {
 		out = append(out, best.a.Queue[best.next])
 		best.next++
 		best.inFlight++
+		best.pass += 1 / float64(best.weight)
+		if passes != nil {
+			passes[best.id] = best.pass
+		}
 	}
 	return out
 }
@@ -178,10 +194,49 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool) (ids []str
 		}
 		a.Queue = append(a.Queue, e) // key order: first in, first out
 	}
-	for _, e := range fairOrder(accounts, n) {
+	passes := d.poolPasses(pool.Name, accounts)
+	for _, e := range fairOrder(accounts, n, passes) {
 		ids = append(ids, e.ID)
 	}
 	return ids, false
+}
+
+// startPass is where an account's Pass starts when this leader has none for it:
+// its share of the slots it holds now (InFlight/Weight), or floor, the lowest
+// pass of the accounts already known, when that is more, so an account gets no
+// run of wins for having been away.
+func startPass(a *fairAccount, floor float64) float64 {
+	return max(float64(a.InFlight)/float64(max(a.Weight, 1)), floor)
+}
+
+// poolPasses sets each account's Pass from what this leader chose before (or
+// startPass), and returns the pool's passes for fairOrder to advance. Only
+// accounts with queued jobs are kept: the map is bounded by the queue. A new
+// leader starts every account from the slots it holds (etcd's active set), so
+// fairness carries over a failover approximately, not exactly.
+func (d *Dispatcher) poolPasses(pool string, accounts map[string]*fairAccount) map[string]float64 {
+	d.passesMu.Lock()
+	defer d.passesMu.Unlock()
+	if d.passes == nil {
+		d.passes = map[string]map[string]float64{}
+	}
+	old := d.passes[pool]
+	floor, found := 0.0, false
+	for id := range accounts {
+		if p, ok := old[id]; ok && (!found || p < floor) {
+			floor, found = p, true
+		}
+	}
+	now := make(map[string]float64, len(accounts))
+	for id, a := range accounts {
+		p, ok := old[id]
+		if !ok {
+			p = startPass(a, floor)
+		}
+		a.Pass, now[id] = p, p
+	}
+	d.passes[pool] = now
+	return now
 }
 
 // fairStore is what fair-share dispatch reads; *store.Store has it.

@@ -130,12 +130,30 @@ printf '{"job_id":"%%s","attempt":%%s,"alloc_id":"%%s","succeeded":true}' "$NOMA
 	if err := r.store.SetAccountSchedule(ctx, "h", store.Schedule{Weight: 2}); err != nil {
 		t.Fatal(err)
 	}
-	h, l := queue("h", 20), queue("l", 20)
-	const want = 15
+	// The shares are counted over the jobs dispatched from l's first dispatch on:
+	// before it, a pass may have seen only h's backlog and given h the free slots.
+	h, l := queue("h", 30), queue("l", 30)
+	const want = 24
+	var lFirst *time.Time
+	afterBoth := func(j *mj.Job) bool {
+		if lFirst == nil {
+			for _, k := range jobs(l) {
+				if k.DispatchedAt != nil && (lFirst == nil || k.DispatchedAt.Before(*lFirst)) {
+					lFirst = k.DispatchedAt
+				}
+			}
+		}
+		return lFirst != nil && j.StartedAt != nil && j.DispatchedAt != nil && !j.DispatchedAt.Before(*lFirst)
+	}
 	testenv.Eventually(t, 90*time.Second, fmt.Sprintf("%d of the weighted accounts' jobs to start", want), func() bool {
-		return count(jobs(append(append([]string{}, h...), l...)), started) >= want
+		return count(jobs(append(append([]string{}, h...), l...)), afterBoth) >= want
 	})
-	all := jobs(append(append([]string{}, h...), l...))
+	var all []*mj.Job
+	for _, j := range jobs(append(append([]string{}, h...), l...)) {
+		if afterBoth(j) {
+			all = append(all, j)
+		}
+	}
 	sort.Slice(all, func(i, k int) bool {
 		if all[i].StartedAt == nil || all[k].StartedAt == nil {
 			return all[i].StartedAt != nil
@@ -147,6 +165,7 @@ printf '{"job_id":"%%s","attempt":%%s,"alloc_id":"%%s","succeeded":true}' "$NOMA
 		shares[j.AccountID]++
 	}
 	t.Logf("first %d started: %v", want, shares)
+
 	if ratio := float64(shares["h"]) / float64(max(shares["l"], 1)); ratio < 1.5 || ratio > 2.6 {
 		t.Fatalf("started %v: h:l = %.2f, want about 2 (1.5 to 2.6)", shares, ratio)
 	}

@@ -68,8 +68,9 @@ func TestFairOrder(t *testing.T) {
 			for _, a := range tc.accounts {
 				accounts[a.name] = &fairAccount{Queue: queueOf(a.name, a.jobs, a.queuedAt), InFlight: a.inFlight, Weight: a.weight, Limit: a.limit}
 			}
+			(&Dispatcher{}).poolPasses("cpu", accounts) // a new leader's passes
 			before := fmt.Sprint(accounts)
-			if got := order(fairOrder(accounts, tc.n)); got != tc.want {
+			if got := order(fairOrder(accounts, tc.n, nil)); got != tc.want {
 				t.Fatalf("order %q, want %q", got, tc.want)
 			}
 			if fmt.Sprint(accounts) != before {
@@ -80,34 +81,66 @@ func TestFairOrder(t *testing.T) {
 }
 
 // Over many choices, two backlogged accounts of weights 2 and 1 whose jobs take
-// the same time hold the pool's slots 2:1, and so start jobs 2:1.
+// the same time start jobs 2:1, whether or not the slots they share divide by 3
+// (choosing by InFlight/Weight alone settles at 3:2 on 5 slots and 3:1 on 4).
 func TestFairOrderShares(t *testing.T) {
+	for _, slots := range []int{6, 4, 5, 3} {
+		t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+		accounts := map[string]*fairAccount{
+			"a": {Queue: queueOf("a", 1000, t0), Weight: 2},
+			"b": {Queue: queueOf("b", 1000, t0.Add(time.Second)), Weight: 1},
+		}
+		passes := map[string]float64{}
+		// Each round one job of the oldest running ends, one is chosen.
+		var running []string
+		started := map[string]int{}
+		for round := 0; round < 600; round++ {
+			if len(running) == slots {
+				done := running[0]
+				running = running[1:]
+				accounts[done].InFlight--
+			}
+			for id, a := range accounts {
+				a.Pass = passes[id]
+			}
+			next := fairOrder(accounts, 1, passes)
+			if len(next) != 1 {
+				t.Fatal("nothing chosen from two backlogs")
+			}
+			e := next[0]
+			a := accounts[e.Account]
+			a.Queue, a.InFlight = a.Queue[1:], a.InFlight+1
+			running = append(running, e.Account)
+			started[e.Account]++
+		}
+		if ratio := float64(started["a"]) / float64(started["b"]); ratio < 1.9 || ratio > 2.1 {
+			t.Errorf("%d slots: started %v: ratio %.2f, want 2 ± 0.1", slots, started, ratio)
+		}
+	}
+}
+
+// A newcomer's pass starts at the lowest of the others', not at zero, so it wins
+// no run of choices for having been away; only queued accounts are remembered.
+func TestPoolPassesNewcomerStartsAtTheFloor(t *testing.T) {
+	d := &Dispatcher{}
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
-	accounts := map[string]*fairAccount{
-		"a": {Queue: queueOf("a", 1000, t0), Weight: 2},
-		"b": {Queue: queueOf("b", 1000, t0), Weight: 1},
+	accounts := map[string]*fairAccount{"a": {Queue: queueOf("a", 1, t0)}, "b": {Queue: queueOf("b", 1, t0)}}
+	passes := d.poolPasses("cpu", accounts)
+	passes["a"], passes["b"] = 40, 30
+	accounts = map[string]*fairAccount{"a": {Queue: queueOf("a", 1, t0)}, "b": {Queue: queueOf("b", 1, t0)}, "c": {Queue: queueOf("c", 1, t0)}}
+	d.poolPasses("cpu", accounts)
+	if accounts["a"].Pass != 40 || accounts["b"].Pass != 30 || accounts["c"].Pass != 30 {
+		t.Fatalf("passes a=%v b=%v c=%v, want 40 30 30", accounts["a"].Pass, accounts["b"].Pass, accounts["c"].Pass)
 	}
-	// A pool of 6 slots: each round one job of the oldest running ends, one is chosen.
-	var running []string
-	started := map[string]int{}
-	for round := 0; round < 600; round++ {
-		if len(running) == 6 {
-			done := running[0]
-			running = running[1:]
-			accounts[done].InFlight--
-		}
-		next := fairOrder(accounts, 1)
-		if len(next) != 1 {
-			t.Fatal("nothing chosen from two backlogs")
-		}
-		e := next[0]
-		a := accounts[e.Account]
-		a.Queue, a.InFlight = a.Queue[1:], a.InFlight+1
-		running = append(running, e.Account)
-		started[e.Account]++
+	// A new leader starts from the slots each account holds.
+	fresh := map[string]*fairAccount{"a": {Queue: queueOf("a", 1, t0), InFlight: 6, Weight: 2}, "b": {Queue: queueOf("b", 1, t0), InFlight: 1}}
+	(&Dispatcher{}).poolPasses("cpu", fresh)
+	if fresh["a"].Pass != 3 || fresh["b"].Pass != 1 {
+		t.Fatalf("a new leader's passes a=%v b=%v, want 3 1", fresh["a"].Pass, fresh["b"].Pass)
 	}
-	if ratio := float64(started["a"]) / float64(started["b"]); ratio < 1.9 || ratio > 2.1 {
-		t.Fatalf("started %v: ratio %.2f, want 2 ± 0.1", started, ratio)
+	d.poolPasses("cpu", map[string]*fairAccount{"c": {Queue: queueOf("c", 1, t0)}})
+	if len(d.passes["cpu"]) != 1 {
+		t.Fatalf("remembered %v, want only the queued account", d.passes["cpu"])
 	}
 }
 
