@@ -180,10 +180,12 @@ func decode(resp *http.Response, out any) error {
 // CreateRequest is a new job: named inputs (URLs), output names, and ffmpeg
 // commands that refer to them as {{name}} (or inputs/name and outputs/name).
 type CreateRequest struct {
-	InputFiles     map[string]string `json:"input_files,omitempty"`
-	OutputFiles    []string          `json:"output_files"`
-	FFmpegCommands []string          `json:"ffmpeg_commands"`
-	WebhookURL     string            `json:"webhook_url,omitempty"`
+	InputFiles map[string]string `json:"input_files,omitempty"`
+	// OutputFiles may be empty (nil too) for an analysis job, whose result is
+	// what ffmpeg prints (the job's logs and analysis).
+	OutputFiles    []string `json:"output_files"`
+	FFmpegCommands []string `json:"ffmpeg_commands"`
+	WebhookURL     string   `json:"webhook_url,omitempty"`
 	// Machine is the pool: "cpu" (default) or a GPU pool such as "nvidia".
 	Machine        string            `json:"machine,omitempty"`
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty"`
@@ -198,6 +200,9 @@ func (c *Client) Create(ctx context.Context, r CreateRequest) (*Job, error) {
 	key := r.IdempotencyKey
 	if key == "" {
 		key = uuid.NewString()
+	}
+	if r.OutputFiles == nil {
+		r.OutputFiles = []string{} // the API takes [] for no outputs, not null
 	}
 	var j Job
 	err := c.do(ctx, http.MethodPost, "/api/ffmpeg", r, http.Header{"Idempotency-Key": {key}}, &j)

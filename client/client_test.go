@@ -145,3 +145,25 @@ func TestBodylessRequestsSendNoBody(t *testing.T) {
 		}
 	}
 }
+
+// An analysis job (no outputs) goes out with "output_files": [], which the API
+// takes, even when the caller leaves OutputFiles nil (JSON null, which it refuses).
+func TestCreateWithoutOutputsSendsAnEmptyList(t *testing.T) {
+	var body map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewDecoder(r.Body).Decode(&body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"data":{"id":"j1","status":"queued"}}`))
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Create(context.Background(), CreateRequest{FFmpegCommands: []string{"-i inputs/a -af volumedetect -f null -"}}); err != nil {
+		t.Fatal(err)
+	}
+	if outs, ok := body["output_files"].([]any); !ok || len(outs) != 0 {
+		t.Fatalf("output_files sent as %#v, want []", body["output_files"])
+	}
+}
