@@ -17,8 +17,11 @@ const (
 	EConflict        = "conflict"
 	EPayloadTooLarge = "payloadTooLarge"
 	ETooManyRequests = "tooManyRequests"
-	EInternal        = "unknownError"
-	EUnavailable     = "unavailable"
+	// EQuotaExceeded: the request would take an account past one of its limits
+	// (docs/limits.md); Details name the limit, its value and the use.
+	EQuotaExceeded = "quotaExceeded"
+	EInternal      = "unknownError"
+	EUnavailable   = "unavailable"
 )
 
 // Error is a domain error a client may see. Anything that is not an *Error is an

@@ -70,6 +70,10 @@ type Job struct {
 	// IdemHash names the Idempotency-Key record that created the job, deleted with
 	// it (store.DeleteFinishedJobs).
 	IdemHash string `json:"idem_hash,omitempty"`
+	// RecordBytes is what the job's record counted against its account's
+	// max_job_bytes when it was created, given back when it is deleted
+	// (docs/limits.md); 0 for jobs of versions before limits.
+	RecordBytes int64 `json:"record_bytes,omitempty"`
 
 	// Dispatch bookkeeping, not public.
 	NomadJobID   string     `json:"nomad_job_id,omitempty"`

@@ -154,6 +154,8 @@ func startEnv() (_ *env, err error) {
 	cfg := config.Default()
 	cfg.Server.PublicURL = e.gwURL
 	cfg.Server.RateLimit = 0 // one account hammering the API is the point here
+	noLimit := int64(0)      // nor its account limits (docs/limits.md)
+	cfg.Limits.MaxQueuedJobs, cfg.Limits.MaxJobBytes = &noLimit, &noLimit
 	cfg.Etcd.Prefix = prefix
 	if err := cfg.Finish(); err != nil {
 		ln.Close()

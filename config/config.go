@@ -47,9 +47,23 @@ type Limits struct {
 	// wait in the queue. 0: no limit (the default). An account's own setting in
 	// etcd replaces it.
 	MaxRunningPerAccount int `hcl:"max_running_per_account,optional"`
+	// Limits of amounts held per account (docs/limits.md): a create that would
+	// cross one is refused with 429 quotaExceeded. 0: no limit. Nil when not
+	// set: the defaults (1000 jobs queued, 256 MiB of job records, timeout up to
+	// the pool's max_timeout).
+	MaxQueuedJobs     *int64 `hcl:"max_queued_jobs,optional"`
+	MaxJobBytes       *int64 `hcl:"max_job_bytes,optional"`
+	MaxTimeoutSeconds *int64 `hcl:"max_timeout_seconds,optional"`
 
 	MaxRunningRange hcl.Range `hcl:"max_running_per_account,attr_range"`
+	DefRange        hcl.Range `hcl:",def_range"`
 }
+
+// Default limits of amounts held per account (docs/limits.md).
+const (
+	DefaultMaxQueuedJobs = 1000
+	DefaultMaxJobBytes   = 256 << 20
+)
 
 // Log is the server commands' log (stderr): "text" (key=value lines, the default)
 // or "json" (one JSON object a line), from level up: debug, info (default), warn,
@@ -158,6 +172,20 @@ type Server struct {
 	RateLimit      float64 `hcl:"rate_limit,optional"`
 	RateBurst      int     `hcl:"rate_burst,optional"`
 	RequestTimeout string  `hcl:"request_timeout,optional"`
+	// AuthFailureRate is the failed authentications (bad API keys, unknown session
+	// cookies, failed sign-ins) each client address may make per second, per
+	// gateway process; AuthFailureBurst the failures allowed at once. Past them the
+	// address is answered 429 before anything is read from etcd. 0 disables it.
+	// Unset in a Config built in code: 1 and 20.
+	AuthFailureRate  float64 `hcl:"auth_failure_rate,optional"`
+	AuthFailureBurst int     `hcl:"auth_failure_burst,optional"`
+	// TrustedProxies lists the addresses or ranges of reverse proxies whose
+	// X-Forwarded-For names the client (docs/configuration.md); without it the
+	// client address is the connection's.
+	TrustedProxies []string `hcl:"trusted_proxies,optional"`
+	// HeaderTimeout bounds the reading of a request's line and headers (and of a
+	// body fasthttp reads before the handler); upload_timeout bounds the body.
+	HeaderTimeout string `hcl:"header_timeout,optional"`
 	// ShutdownTimeout bounds a graceful shutdown: requests in flight (a ?wait=true
 	// among them) get this long to finish before the rest are cut off. Unset: the
 	// larger of 30s and wait_limit + 5s; set: at least wait_limit.
@@ -168,6 +196,10 @@ type Server struct {
 	MetricsRange   hcl.Range `hcl:"metrics_listen,attr_range"`
 	RateLimitRange hcl.Range `hcl:"rate_limit,attr_range"`
 	RateBurstRange hcl.Range `hcl:"rate_burst,attr_range"`
+	AuthRateRange  hcl.Range `hcl:"auth_failure_rate,attr_range"`
+	AuthBurstRange hcl.Range `hcl:"auth_failure_burst,attr_range"`
+	ProxiesRange   hcl.Range `hcl:"trusted_proxies,attr_range"`
+	HeaderTORange  hcl.Range `hcl:"header_timeout,attr_range"`
 	BodyBytesRange hcl.Range `hcl:"max_body_bytes,attr_range"`
 	UploadRange    hcl.Range `hcl:"max_upload_bytes,attr_range"`
 	PublicURLRange hcl.Range `hcl:"public_url,attr_range"`
@@ -190,6 +222,7 @@ type Server struct {
 	SessionTTLD     time.Duration
 	UploadTimeoutD  time.Duration
 	ShutdownD       time.Duration
+	HeaderTimeoutD  time.Duration
 }
 
 // Etcd says where jobs live: an etcd cluster, or an embedded server (one machine).
@@ -413,7 +446,7 @@ func (c *Config) Pool(name string) *Pool {
 // embedded etcd, local blobs, a raw_exec cpu pool.
 func Default() *Config {
 	return &Config{
-		Server:     &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: mj.DefaultMaxCommands, MaxCommandBytes: mj.DefaultMaxCommandBytes, MaxInputs: mj.DefaultMaxInputs, MaxOutputs: mj.DefaultMaxOutputs, MaxOutputFiles: mj.DefaultMaxOutputFiles, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", SessionTTL: "12h", UploadTimeout: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40},
+		Server:     &Server{Listen: "127.0.0.1:8080", WaitLimit: "25s", MaxCommands: mj.DefaultMaxCommands, MaxCommandBytes: mj.DefaultMaxCommandBytes, MaxInputs: mj.DefaultMaxInputs, MaxOutputs: mj.DefaultMaxOutputs, MaxOutputFiles: mj.DefaultMaxOutputFiles, MaxBodyBytes: 1 << 20, MaxUploadBytes: 8 << 30, TmpFileTTL: "1h", SessionTTL: "12h", UploadTimeout: "1h", RequestTimeout: "30s", RateLimit: 20, RateBurst: 40, AuthFailureRate: 1, AuthFailureBurst: 20, HeaderTimeout: "10s"},
 		Etcd:       &Etcd{Embedded: true, DataDir: ".data/etcd", ListenClient: "127.0.0.1:2479", ListenPeer: "127.0.0.1:2480", Prefix: "/mediajobs/", DialTimeout: "5s", CompactionRetention: "10m", QuotaBackendBytes: 8 << 30, DefragEvery: "10m", DefragFreeRatio: 0.5, DefragMinBytes: 64 << 20},
 		Nomad:      &Nomad{PurgeAfter: "1h"},
 		Webhooks:   &Webhooks{BackoffBase: "1s", BackoffCap: "30s", AttemptTimeout: "10s", Concurrency: 128},
@@ -622,6 +655,23 @@ func (c *Config) finish() hcl.Diagnostics {
 	if s.RateBurst < 0 {
 		bad(s.RateBurstRange, "Invalid rate_burst", fmt.Sprintf("rate_burst = %d: use the requests an account may send at once above rate_limit (at least 1).", s.RateBurst))
 	}
+	if s.AuthFailureRate == 0 && s.AuthRateRange.Filename == "" { // unset in a Config built in code
+		s.AuthFailureRate = 1
+	}
+	if s.AuthFailureBurst == 0 && s.AuthBurstRange.Filename == "" {
+		s.AuthFailureBurst = 20
+	}
+	if s.AuthFailureRate < 0 {
+		bad(s.AuthRateRange, "Invalid auth_failure_rate", fmt.Sprintf("auth_failure_rate = %g: use failed authentications per second per client address above 0 (default 1), or 0 for no limit.", s.AuthFailureRate))
+	}
+	if s.AuthFailureBurst < 0 {
+		bad(s.AuthBurstRange, "Invalid auth_failure_burst", fmt.Sprintf("auth_failure_burst = %d: use the failed authentications a client address may make at once (default 20).", s.AuthFailureBurst))
+	}
+	for _, p := range s.TrustedProxies {
+		if _, err := ParseProxy(p); err != nil {
+			bad(s.ProxiesRange, "Invalid trusted_proxies", fmt.Sprintf("trusted_proxies: %q is neither an address nor a range such as \"10.0.0.0/8\".", p))
+		}
+	}
 	if s.MaxBodyBytes == 0 && s.BodyBytesRange.Filename == "" { // unset in a Config built in code
 		s.MaxBodyBytes = 1 << 20
 	}
@@ -663,6 +713,10 @@ func (c *Config) finish() hcl.Diagnostics {
 	s.RequestTimeoutD = dur(s.RequestTimeout, s.ReqTimeRange, "request_timeout")
 	s.TmpFileTTLD = dur(s.TmpFileTTL, s.TmpTTLRange, "tmp_file_ttl")
 	s.UploadTimeoutD = dur(s.UploadTimeout, s.UploadTORange, "upload_timeout")
+	if s.HeaderTimeout == "" && s.HeaderTORange.Filename == "" { // unset in a Config built in code
+		s.HeaderTimeout = "10s"
+	}
+	s.HeaderTimeoutD = dur(s.HeaderTimeout, s.HeaderTORange, "header_timeout")
 	if s.SessionTTL == "" && s.SessionRange.Filename == "" { // unset in a Config built in code
 		s.SessionTTL = "12h"
 	}
@@ -818,6 +872,21 @@ func (c *Config) finish() hcl.Diagnostics {
 	}
 	if c.Limits.MaxRunningPerAccount < 0 {
 		bad(c.Limits.MaxRunningRange, "Invalid max_running_per_account", fmt.Sprintf("max_running_per_account = %d; use 0 for no limit, or how many jobs of one account may run in a pool at once.", c.Limits.MaxRunningPerAccount))
+	}
+	for _, l := range []struct {
+		v    **int64
+		name string
+		def  int64
+	}{
+		{&c.Limits.MaxQueuedJobs, "max_queued_jobs", DefaultMaxQueuedJobs},
+		{&c.Limits.MaxJobBytes, "max_job_bytes", DefaultMaxJobBytes},
+		{&c.Limits.MaxTimeoutSeconds, "max_timeout_seconds", 0},
+	} {
+		if *l.v == nil {
+			*l.v = &l.def
+		} else if **l.v < 0 {
+			bad(c.Limits.DefRange, "Invalid "+l.name, fmt.Sprintf("%s = %d; use 0 for no limit.", l.name, **l.v))
+		}
 	}
 
 	if len(c.Pools) == 0 {
@@ -1049,3 +1118,17 @@ func sourceLine(src []byte, n int) string {
 
 // secretAttr is an attribute that holds a secret, up to its "=".
 var secretAttr = regexp.MustCompile(`^\s*(signing_secret|password|token|secret_access_key|access_key_id|secret)\s*=\s*`)
+
+// ParseProxy parses an entry of server.trusted_proxies: an address ("10.0.0.5")
+// or a range ("10.0.0.0/8").
+func ParseProxy(s string) (netip.Prefix, error) {
+	if p, err := netip.ParsePrefix(s); err == nil {
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}

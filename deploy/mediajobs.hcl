@@ -58,9 +58,14 @@ server {
   # key that signed in is revoked).
   session_ttl = "12h"
 
-  # A request, the body of an upload included, must arrive within this: it must
-  # cover max_upload_bytes at your slowest clients' speed (8 GiB at 20 Mbit/s ≈ 1 h).
+  # A request's body, an upload's included, must arrive within this once its
+  # headers are in: it must cover max_upload_bytes at your slowest clients' speed
+  # (8 GiB at 20 Mbit/s ≈ 1 h).
   upload_timeout = "1h"
+
+  # A request's line and headers must arrive within this, or the connection is
+  # closed (slow-header connections are not held for upload_timeout).
+  header_timeout = "10s"
 
   # Deadline of one API request.
   request_timeout = "30s"
@@ -69,6 +74,16 @@ server {
   # and the burst above it. Over it: 429 tooManyRequests with Retry-After. 0 disables.
   rate_limit = 20
   rate_burst = 40
+
+  # Failed authentications (bad keys, unknown session cookies, failed sign-ins)
+  # per second per client address, and the burst above it. Over it: 429 before
+  # etcd is read (docs/api.md, "Rate limits"). 0 disables.
+  auth_failure_rate  = 1
+  auth_failure_burst = 20
+
+  # Reverse proxies in front of the gateway: requests from these addresses are
+  # counted under the client address in X-Forwarded-For.
+  # trusted_proxies = ["10.0.0.0/8"]
 
   # Allow input URLs on loopback (127.0.0.0/8, ::1). Only for development.
   allow_loopback = false

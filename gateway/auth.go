@@ -110,13 +110,39 @@ func (g *Gateway) authenticate(c *fiber.Ctx) error {
 		return mj.Errorf(mj.EBadAPIKey, "missing API key: send the header \"Authorization: Bearer <API_KEY>\"")
 	}
 	hash := mj.HashAPIKey(secret)
-	key, err := g.lookupKey(c.UserContext(), hash)
+	key, err := g.authKey(c, hash)
 	if err != nil {
 		return err
 	}
 	g.touchKey(hash, key)
 	c.Locals(localAccount, key.AccountID)
 	return g.rateLimit(c, key.AccountID)
+}
+
+// authKey is lookupKey for a credential a client presents: a key cached as good
+// passes at once; any other counts against the client address's failures
+// (authlimit.go), and a key just found bad is answered without reading etcd.
+func (g *Gateway) authKey(c *fiber.Ctx, hash string) (mj.APIKey, error) {
+	now := g.Now()
+	if key, ok := g.keys.get(hash, now); ok {
+		return key, nil
+	}
+	attempt, err := g.beginAuth(c)
+	if err != nil {
+		return mj.APIKey{}, err
+	}
+	if g.badKeys.bad(hash, now) {
+		return mj.APIKey{}, errBadKey
+	}
+	gen := g.badKeys.generation()
+	key, err := g.lookupKey(c.UserContext(), hash)
+	switch {
+	case err == errBadKey:
+		g.badKeys.put(hash, now, gen)
+	case err == nil:
+		attempt.ok()
+	}
+	return key, err
 }
 
 // lookupKey returns the key with this hash, from the cache or etcd; errBadKey when

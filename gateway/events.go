@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"net"
 	"runtime/debug"
 	"strings"
@@ -42,8 +43,31 @@ type subscriber struct {
 	resync  bool            // account streams: the watch restarted
 }
 
-// maxTracked bounds the views an account stream remembers (to skip repeats).
+// maxTracked bounds the jobs an account stream remembers having sent (by a hash
+// of the view sent, to skip repeats), and the changed jobs it holds before sending
+// them: past that many the stream sends "resync" instead (the client lists
+// again). An account stream so holds ids and hashes, never views, and bounded.
 const maxTracked = 10_000
+
+// sentViews remembers, per job, a hash of the view last sent.
+type sentViews map[string]uint64
+
+// fresh tells whether view b of job id differs from the one last sent, and
+// records it as sent; it forgets everything past maxTracked jobs (at worst a
+// view is sent again).
+func (m sentViews) fresh(id string, b []byte) bool {
+	h := fnv.New64a()
+	h.Write(b)
+	sum := h.Sum64()
+	if old, ok := m[id]; ok && old == sum {
+		return false
+	}
+	if _, ok := m[id]; !ok && len(m) >= maxTracked {
+		clear(m)
+	}
+	m[id] = sum
+	return true
+}
 
 func (s *subscriber) takeResync() bool {
 	s.mu.Lock()
@@ -58,7 +82,12 @@ func newSubscriber() *subscriber { return &subscriber{wake: make(chan struct{}, 
 func (s *subscriber) signal(id string) {
 	s.mu.Lock()
 	if s.changed != nil {
-		s.changed[id] = true
+		if len(s.changed) >= maxTracked && !s.changed[id] {
+			clear(s.changed) // too many to send one by one: the client lists again
+			s.resync = true
+		} else if !s.resync {
+			s.changed[id] = true
+		}
 	}
 	s.mu.Unlock()
 	select {
@@ -334,7 +363,7 @@ func (g *Gateway) accountEvents(c *fiber.Ctx) error {
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer unsubscribe()
 		defer g.recoverStream()
-		last := map[string]string{} // job id -> last view sent; forgotten at the end
+		last := sentViews{} // forgotten at the end
 		if !sse(w, "ready", []byte(`{}`)) {
 			return
 		}
@@ -367,16 +396,12 @@ func (g *Gateway) accountEvents(c *fiber.Ctx) error {
 					continue
 				}
 				b, _ := json.Marshal(g.view(j))
-				if last[id] == string(b) {
+				if !last.fresh(id, b) {
 					continue
 				}
 				st.deadline()
 				if !sse(w, "job", b) {
 					return
-				}
-				last[id] = string(b)
-				if len(last) > maxTracked {
-					clear(last) // bounded: at worst a view is sent again
 				}
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,7 @@ type Store interface {
 	APIKeyByHash(ctx context.Context, hash string) (*mj.APIKey, error)
 	AddAPIKey(ctx context.Context, accountID, name, secret string) (*mj.APIKey, error)
 	ListAPIKeys(ctx context.Context, accountID string) ([]*mj.APIKey, error)
+	APIKeyHash(ctx context.Context, accountID, keyID string) (string, error)
 	RevokeAPIKey(ctx context.Context, accountID, keyID string) error
 	TouchAPIKey(ctx context.Context, hash string, t time.Time) error
 	WatchRevokedKeys(ctx context.Context, fn func(hash string))
@@ -67,10 +69,15 @@ type Gateway struct {
 	// Resolver checks where input and webhook hosts point (default: the system's).
 	Resolver netguard.Resolver
 
-	keys       keyCache
-	limiters   sync.Map // account id -> *rate.Limiter
-	signIns    sync.Map // "" -> *rate.Limiter: dashboard sign-in attempts, all together
-	progressAt sync.Map // job id -> time.Time of the last stored progress
+	keys     keyCache
+	limiters sync.Map // account id -> *rate.Limiter
+	// failures limits failed authentications per client address; badKeys and
+	// badSessions remember credentials just found bad (authlimit.go).
+	failures    failureLimiter
+	badKeys     badCreds
+	badSessions badCreds
+	proxies     []netip.Prefix // server.trusted_proxies
+	progressAt  sync.Map       // job id -> time.Time of the last stored progress
 	// progressPruned is when progressAt was last pruned (unix ns).
 	progressPruned atomic.Int64
 	jobs           jobCache
@@ -106,13 +113,20 @@ func (g *Gateway) App() *fiber.App {
 		// no handler wants a parsed form, and uploads must stream as sent.
 		DisablePreParseMultipartForm: true,
 		BodyLimit:                    bodyLimit(g.Config.Server.MaxUploadBytes),
-		// A request, a large upload's body included, is read within upload_timeout;
-		// an idle keep-alive connection is closed sooner.
-		ReadTimeout: g.Config.Server.UploadTimeoutD,
+		// A request's line and headers are read within header_timeout; its body,
+		// a large upload's included, within upload_timeout from then (HeaderReceived
+		// below). An idle keep-alive connection is closed after IdleTimeout.
+		ReadTimeout: g.Config.Server.HeaderTimeoutD,
 		IdleTimeout: 2 * time.Minute,
 	})
+	g.proxies = parseProxies(g.Config.Server.TrustedProxies)
 	// A graceful shutdown answers the requests in flight with "Connection: close".
 	app.Server().CloseOnShutdown = true
+	// fasthttp calls this once the headers are in, and moves the connection's read
+	// deadline to upload_timeout from then: the body has that long (docs/configuration.md).
+	app.Server().HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		return fasthttp.RequestConfig{ReadTimeout: g.Config.Server.UploadTimeoutD}
+	}
 	app.Server().Handler = g.keepInStep(app.Server().Handler)
 	g.routes(app)
 	return app
@@ -274,7 +288,7 @@ func httpStatus(code string) int {
 		return fiber.StatusConflict
 	case mj.EPayloadTooLarge:
 		return fiber.StatusRequestEntityTooLarge
-	case mj.ETooManyRequests:
+	case mj.ETooManyRequests, mj.EQuotaExceeded:
 		return fiber.StatusTooManyRequests
 	case mj.EUnavailable:
 		return fiber.StatusServiceUnavailable

@@ -54,6 +54,9 @@ func newHarness(t *testing.T) *harness {
 		Log: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 	h := &harness{t: t, app: g.App(), gw: g, store: s, keys: map[string]string{}}
 	cfg.Server.RateLimit = 0 // TestRateLimit turns it on
+	// app.Test's requests all come from one address; the tests of failed
+	// authentication (authlimit_test.go) turn the limit on.
+	cfg.Server.AuthFailureRate = 0
 	for _, acct := range []string{"alice", "bob"} {
 		a, _ := s.EnsureAccount(context.Background(), acct, acct)
 		secret := mj.NewAPIKeySecret()

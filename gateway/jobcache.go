@@ -10,8 +10,12 @@ import (
 	"github.com/mediajobs/mediajobs/store"
 )
 
-// jobCacheSize bounds the cached jobs; past it, an arbitrary entry is dropped.
-const jobCacheSize = 50_000
+// jobCacheSize bounds the cached jobs, and jobCacheBytes their estimated size
+// (jobBytes); past either, arbitrary entries are dropped.
+const (
+	jobCacheSize  = 50_000
+	jobCacheBytes = 256 << 20
+)
 
 // jobCache serves GET /api/jobs/{id} (what polling clients call) from memory. It is
 // kept current by a watch on the jobs in etcd and used only while that watch runs;
@@ -24,6 +28,60 @@ type jobCache struct {
 	// (a second watch): it is merged into the job on get.
 	progress map[string]*store.ProgressRecord
 	live     atomic.Bool
+	// bytes is the estimated size of the cached jobs (jobBytes), sizes each one's;
+	// maxBytes bounds bytes (jobCacheBytes when 0).
+	bytes    int64
+	sizes    map[string]int64
+	maxBytes int64
+}
+
+// jobBytes estimates the memory a cached job holds: its strings and a fixed
+// allowance per field and entry. Cheap: no encoding.
+func jobBytes(j *mj.Job) int64 {
+	n := 512 + len(j.ID) + len(j.AccountID) + len(j.WebhookURL) + len(j.Machine) + len(j.LogsPrefix) +
+		len(j.ErrorMessage) + len(j.StatusDetail) + len(j.IdemHash) + len(j.NomadJobID) + len(j.PlacementReason)
+	for k, v := range j.InputFiles {
+		n += 32 + len(k) + len(v)
+	}
+	for k, v := range j.Metadata {
+		n += 32 + len(k) + len(v)
+	}
+	for _, s := range j.OutputNames {
+		n += 16 + len(s)
+	}
+	for _, s := range j.FFmpegCommands {
+		n += 16 + len(s)
+	}
+	for _, o := range j.Outputs {
+		n += 64 + len(o.Name) + len(o.Key)
+		if o.Probe != nil {
+			n += 64 + len(o.Probe.Format) + 64*len(o.Probe.Streams)
+		}
+	}
+	for _, a := range j.Analysis {
+		n += 48 + len(a.Filter) + len(a.Instance) + len(a.Data)
+	}
+	n += 8 * len(j.LogCommands)
+	if j.Webhook != nil {
+		n += 128 + len(j.Webhook.LastError) + len(j.Webhook.DeliveryID)
+	}
+	return int64(n)
+}
+
+// evictLocked drops one arbitrary entry (map order is random); c.mu is held.
+func (c *jobCache) evictLocked() {
+	for k := range c.jobs {
+		c.forgetLocked(k)
+		return
+	}
+}
+
+// forgetLocked drops the job id; c.mu is held.
+func (c *jobCache) forgetLocked(id string) {
+	delete(c.jobs, id)
+	delete(c.progress, id)
+	c.bytes -= c.sizes[id]
+	delete(c.sizes, id)
 }
 
 func (c *jobCache) get(id string) *mj.Job {
@@ -96,13 +154,28 @@ func (c *jobCache) put(j *mj.Job, fromWatch bool) {
 	if c.jobs == nil {
 		c.jobs = map[string]*mj.Job{}
 	}
-	if !cached && len(c.jobs) >= jobCacheSize {
-		for k := range c.jobs { // map order is random: evict one
-			delete(c.jobs, k)
-			delete(c.progress, k)
-			break
-		}
+	limit := c.maxBytes
+	if limit <= 0 {
+		limit = jobCacheBytes
 	}
+	size := jobBytes(j)
+	if size > limit {
+		c.forgetLocked(j.ID) // served from etcd
+		return
+	}
+	if cached {
+		c.bytes -= c.sizes[j.ID]
+		delete(c.sizes, j.ID)
+		delete(c.jobs, j.ID) // not evicted below while its size is not counted
+	}
+	for len(c.jobs) > 0 && (len(c.jobs) >= jobCacheSize || c.bytes+size > limit) {
+		c.evictLocked()
+	}
+	if c.sizes == nil {
+		c.sizes = map[string]int64{}
+	}
+	c.sizes[j.ID] = size
+	c.bytes += size
 	if j.Progress != nil { // read from etcd with its progress: keep it beside, unless newer is
 		if c.progress == nil {
 			c.progress = map[string]*store.ProgressRecord{}
@@ -119,14 +192,13 @@ func (c *jobCache) put(j *mj.Job, fromWatch bool) {
 
 func (c *jobCache) drop(id string) {
 	c.mu.Lock()
-	delete(c.jobs, id)
-	delete(c.progress, id)
+	c.forgetLocked(id)
 	c.mu.Unlock()
 }
 
 func (c *jobCache) reset(live bool) {
 	c.mu.Lock()
-	c.jobs, c.progress = nil, nil
+	c.jobs, c.progress, c.sizes, c.bytes = nil, nil, nil, 0
 	c.live.Store(live)
 	c.mu.Unlock()
 }

@@ -50,7 +50,7 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		idem = &store.Idempotency{Key: key, Fingerprint: hex.EncodeToString(sum[:])}
 	}
 	id := j.ID
-	if j, err = g.Store.CreateJobOnce(c.UserContext(), j, idem); err != nil {
+	if j, err = g.createWithin(c, j, idem); err != nil {
 		return err
 	}
 	g.jobs.put(j, false)

@@ -61,6 +61,7 @@ func (g *Gateway) createKey(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	g.badKeys.forget(k.Hash) // works at once, even if tried here before (authlimit.go)
 	v := viewKey(k)
 	v.Secret = secret
 	return c.JSON(fiber.Map{"data": v})
@@ -68,18 +69,10 @@ func (g *Gateway) createKey(c *fiber.Ctx) error {
 
 func (g *Gateway) revokeKey(c *fiber.Ctx) error {
 	id := c.Params("id")
-	keys, err := g.Store.ListAPIKeys(c.UserContext(), account(c))
+	// One index entry, however many keys the account has (store/keys.go).
+	hash, err := g.Store.APIKeyHash(c.UserContext(), account(c), id)
 	if err != nil {
 		return err
-	}
-	var hash string
-	for _, k := range keys {
-		if k.ID == id {
-			hash = k.Hash
-		}
-	}
-	if hash == "" {
-		return mj.Errorf(mj.ENotFound, "API key %s not found", id)
 	}
 	if err := g.Store.RevokeAPIKey(c.UserContext(), account(c), id); err != nil {
 		return err

@@ -53,6 +53,7 @@ func (g *Gateway) routes(app *fiber.App) {
 	api.Get("/events", g.accountEvents)      // server-sent events of every job of the account
 	api.Post("/jobs/:id/cancel", g.cancelJob)
 	api.Post("/tmp-file", g.createTmpFile)
+	api.Get("/account", g.getAccount) // the account's limits and use (docs/limits.md)
 	api.Get("/keys", g.listKeys)
 	api.Post("/keys", g.createKey)
 	api.Delete("/keys/:id", g.revokeKey)

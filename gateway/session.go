@@ -40,11 +40,20 @@ func safeMethod(m string) bool {
 // expired, and the key that opened it not revoked. errNoSession otherwise; other
 // errors are etcd's.
 func (g *Gateway) checkSession(ctx context.Context, id string) (*store.Session, error) {
+	return g.readSession(ctx, id, nil)
+}
+
+// readSession is checkSession that also sets *unknown (when not nil) when etcd
+// holds no session with this id.
+func (g *Gateway) readSession(ctx context.Context, id string, unknown *bool) (*store.Session, error) {
 	if id == "" {
 		return nil, errNoSession
 	}
 	sess, err := g.Store.Session(ctx, id)
 	if mj.ErrorCode(err) == mj.ENotFound {
+		if unknown != nil {
+			*unknown = true
+		}
 		return nil, errNoSession
 	}
 	if err != nil {
@@ -72,11 +81,33 @@ func (g *Gateway) sessionValid(id string) bool {
 	return err != errNoSession // etcd briefly down: keep the stream
 }
 
-// session is the request's session, from its cookie.
+// session is the request's session, from its cookie. A cookie counts against the
+// client address's failed authentications until it proves good, and one just
+// found bad is answered without reading etcd (authlimit.go).
 func (g *Gateway) session(c *fiber.Ctx) (*store.Session, error) {
 	// fiber's strings alias fasthttp's reused buffers: the id outlives the request
 	// in a stream.
-	return g.checkSession(c.UserContext(), strings.Clone(c.Cookies(sessionCookie)))
+	id := strings.Clone(c.Cookies(sessionCookie))
+	if id == "" {
+		return nil, errNoSession
+	}
+	attempt, err := g.beginAuth(c)
+	if err != nil {
+		return nil, err
+	}
+	hash := mj.HashAPIKey(id) // bounded, whatever the cookie's length
+	if g.badSessions.bad(hash, g.Now()) {
+		return nil, errNoSession
+	}
+	var unknown bool
+	sess, err := g.readSession(c.UserContext(), id, &unknown)
+	switch {
+	case unknown: // a cookie etcd does not know never becomes good
+		g.badSessions.put(hash, g.Now(), g.badSessions.generation())
+	case err == nil:
+		attempt.ok()
+	}
+	return sess, err
 }
 
 // csrfOK tells whether the request carries the session's CSRF token.
@@ -147,9 +178,6 @@ func (g *Gateway) signIn(c *fiber.Ctx) error {
 	if site := c.Get("Sec-Fetch-Site"); site != "" && site != "same-origin" && site != "none" {
 		return mj.Errorf(mj.EForbidden, "sign-in is only accepted from this dashboard's own page")
 	}
-	if err := g.allow(c, &g.signIns, ""); err != nil {
-		return err
-	}
 	body, err := g.jsonBody(c)
 	if err != nil {
 		return err
@@ -165,7 +193,8 @@ func (g *Gateway) signIn(c *fiber.Ctx) error {
 		return mj.Errorf(mj.EBadAPIKey, "missing API key: send {\"api_key\": \"mj_...\"}")
 	}
 	hash := mj.HashAPIKey(secret)
-	key, err := g.lookupKey(c.UserContext(), hash)
+	// Failed sign-ins count per client address, not for everyone (authlimit.go).
+	key, err := g.authKey(c, hash)
 	if err != nil {
 		return err
 	}
@@ -233,7 +262,8 @@ func (g *Gateway) signOut(c *fiber.Ctx) error {
 func (g *Gateway) loginLink(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderCacheControl, "no-store")
 	fail := func() error { return c.Redirect("/dashboard/?error=link", fiber.StatusSeeOther) }
-	if err := g.allow(c, &g.signIns, ""); err != nil {
+	attempt, err := g.beginAuth(c) // a bad link counts as a failed sign-in
+	if err != nil {
 		return fail()
 	}
 	t, err := g.Store.ConsumeLoginToken(c.UserContext(), strings.Clone(c.Query("token")), g.Now())
@@ -243,6 +273,7 @@ func (g *Gateway) loginLink(c *fiber.Ctx) error {
 		}
 		return fail()
 	}
+	attempt.ok()
 	if old := c.Cookies(sessionCookie); old != "" {
 		if err := g.Store.DeleteSession(c.UserContext(), old); err != nil {
 			g.Log.Warn("end the previous session", "request_id", requestID(c), "err", err)

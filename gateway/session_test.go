@@ -351,7 +351,9 @@ func TestCookieEventStream(t *testing.T) {
 
 func TestSignInRateLimited(t *testing.T) {
 	h := newHarness(t)
-	h.gw.Config.Server.RateLimit, h.gw.Config.Server.RateBurst = 1, 2
+	// Failed sign-ins count per client address (authlimit.go); app.Test's requests
+	// all come from one.
+	h.gw.Config.Server.AuthFailureRate, h.gw.Config.Server.AuthFailureBurst = 1, 2
 	now := time.Now()
 	h.gw.Now = func() time.Time { return now }
 	anon := &browser{h: h}

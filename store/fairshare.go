@@ -111,6 +111,9 @@ type Schedule struct {
 	// MaxRunningPerPool, when set, replaces limits.max_running_per_account for this
 	// account: how many of its jobs may hold a pool's slots at once (0: no limit).
 	MaxRunningPerPool *int `json:"max_running_per_pool,omitempty"`
+	// LimitOverrides, when set, replace the configured limits of amounts held
+	// for this account (docs/limits.md).
+	LimitOverrides
 }
 
 func (s *Store) schedKey(account string) string { return s.p + "sched/" + account }
@@ -138,6 +141,9 @@ func (s *Store) AccountSchedules(ctx context.Context) (map[string]Schedule, erro
 func (s *Store) SetAccountSchedule(ctx context.Context, account string, sc Schedule) error {
 	if sc.Weight < 0 || sc.MaxRunningPerPool != nil && *sc.MaxRunningPerPool < 0 {
 		return mj.Errorf(mj.EValidation, "weight and max_running_per_pool must not be negative")
+	}
+	if err := sc.LimitOverrides.check(); err != nil {
+		return err
 	}
 	op := clientv3.OpDelete(s.schedKey(account))
 	if sc != (Schedule{}) {

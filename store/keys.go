@@ -161,32 +161,67 @@ func (s *Store) EnsureAccount(ctx context.Context, id, name string) (*mj.Account
 	return a, nil
 }
 
-// ListAPIKeys returns an account's keys, oldest first.
+// keyPage is how many keys ListAPIKeys reads per etcd request: an etcd
+// transaction holds at most 128 operations (--max-txn-ops).
+const keyPage = 100
+
+// ListAPIKeys returns an account's keys, oldest first, however many: the index is
+// read in pages of keyPage, each page's keys in one transaction, all at the
+// revision of the first page.
 func (s *Store) ListAPIKeys(ctx context.Context, accountID string) ([]*mj.APIKey, error) {
-	idx, err := s.cli.Get(ctx, s.p+"account_keys/"+accountID+"/", clientv3.WithPrefix())
-	if err != nil {
-		return nil, err
-	}
-	ops := make([]clientv3.Op, len(idx.Kvs))
-	for i, kv := range idx.Kvs {
-		ops[i] = clientv3.OpGet(s.keyByHash(string(kv.Value)))
-	}
-	tx, err := s.cli.Txn(ctx).Then(ops...).Commit()
-	if err != nil {
-		return nil, err
-	}
+	prefix := s.p + "account_keys/" + accountID + "/"
+	end := clientv3.GetPrefixRangeEnd(prefix)
 	keys := []*mj.APIKey{}
-	for _, r := range tx.Responses {
-		for _, kv := range r.GetResponseRange().Kvs {
-			var k mj.APIKey
-			if err := json.Unmarshal(kv.Value, &k); err != nil {
-				return nil, err
-			}
-			keys = append(keys, &k)
+	var rev int64
+	for from := prefix; ; {
+		opts := []clientv3.OpOption{clientv3.WithRange(end), clientv3.WithLimit(keyPage)}
+		if rev != 0 {
+			opts = append(opts, clientv3.WithRev(rev))
 		}
+		idx, err := s.cli.Get(ctx, from, opts...)
+		if err != nil {
+			return nil, err
+		}
+		if rev == 0 {
+			rev = idx.Header.Revision
+		}
+		ops := make([]clientv3.Op, len(idx.Kvs))
+		for i, kv := range idx.Kvs {
+			ops[i] = clientv3.OpGet(s.keyByHash(string(kv.Value)), clientv3.WithRev(rev))
+		}
+		tx, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range tx.Responses {
+			for _, kv := range r.GetResponseRange().Kvs {
+				var k mj.APIKey
+				if err := json.Unmarshal(kv.Value, &k); err != nil {
+					return nil, err
+				}
+				keys = append(keys, &k)
+			}
+		}
+		if !idx.More || len(idx.Kvs) == 0 {
+			break
+		}
+		from = string(idx.Kvs[len(idx.Kvs)-1].Key) + "\x00"
 	}
 	sort.Slice(keys, func(a, b int) bool { return keys[a].CreatedAt.Before(keys[b].CreatedAt) })
 	return keys, nil
+}
+
+// APIKeyHash returns the hash of the account's key with this id, or an
+// mj.ENotFound error; it reads one index entry, however many keys the account has.
+func (s *Store) APIKeyHash(ctx context.Context, accountID, keyID string) (string, error) {
+	resp, err := s.cli.Get(ctx, s.accountKeyIndex(accountID, keyID))
+	if err != nil {
+		return "", err
+	}
+	if len(resp.Kvs) == 0 {
+		return "", mj.Errorf(mj.ENotFound, "API key %s not found", keyID)
+	}
+	return string(resp.Kvs[0].Value), nil
 }
 
 // RevokeAPIKey deletes one of an account's keys. The last key cannot be revoked, so
@@ -208,25 +243,25 @@ func (s *Store) revokeAPIKey(ctx context.Context, accountID, keyID string, last 
 	// last two keys together.
 	verKey := s.p + "account_keys_version/" + accountID
 	for {
-		snap, err := s.cli.Txn(ctx).Then(clientv3.OpGet(idxPrefix, clientv3.WithPrefix()), clientv3.OpGet(verKey)).Commit()
+		// The key's own index entry and a count of the others: no read grows with
+		// the number of keys.
+		snap, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.accountKeyIndex(accountID, keyID)),
+			clientv3.OpGet(idxPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly()), clientv3.OpGet(verKey)).Commit()
 		if err != nil {
 			return err
 		}
-		idx := snap.Responses[0].GetResponseRange().Kvs
 		var ver int64
-		if v := snap.Responses[1].GetResponseRange().Kvs; len(v) > 0 {
+		if v := snap.Responses[2].GetResponseRange().Kvs; len(v) > 0 {
 			ver = v[0].Version
 		}
 		var hash string
-		for _, kv := range idx {
-			if IDFromKey(string(kv.Key)) == keyID {
-				hash = string(kv.Value)
-			}
+		if kv := snap.Responses[0].GetResponseRange().Kvs; len(kv) > 0 {
+			hash = string(kv[0].Value)
 		}
 		if hash == "" {
 			return mj.Errorf(mj.ENotFound, "API key %s not found", keyID)
 		}
-		if len(idx) == 1 && !last {
+		if snap.Responses[1].GetResponseRange().Count == 1 && !last {
 			return mj.Errorf(mj.EConflict, "this is the account's last API key; create another before revoking it")
 		}
 		resp, err := s.cli.Txn(ctx).

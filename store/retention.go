@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
@@ -74,29 +75,40 @@ func (s *Store) deleteJobs(ctx context.Context, ids []string, done []*mvccpb.Key
 	if err != nil {
 		return 0, fmt.Errorf("read finished jobs: %w", err)
 	}
-	var txns []clientv3.Op
+	var chunk []deletion
 	n := 0
 	commit := func() error {
-		if len(txns) == 0 {
+		if len(chunk) == 0 {
 			return nil
 		}
-		resp, err := s.batch(ctx, txns)
+		// All of the chunk in one transaction, with the bytes its jobs counted
+		// against their accounts given back (docs/limits.md); if one of its jobs
+		// changed meanwhile, each job on its own.
+		ok, err := s.deleteChunk(ctx, chunk)
 		if err != nil {
 			return fmt.Errorf("delete finished jobs: %w", err)
 		}
-		for _, r := range resp.Responses {
-			if r.GetResponseTxn().Succeeded {
-				n++
+		if ok {
+			n += len(chunk)
+		} else {
+			for _, d := range chunk {
+				ok, err := s.deleteChunk(ctx, []deletion{d})
+				if err != nil {
+					return fmt.Errorf("delete finished jobs: %w", err)
+				}
+				if ok {
+					n++
+				}
 			}
 		}
-		txns = txns[:0]
+		chunk = chunk[:0]
 		return nil
 	}
 	for i, r := range read.Responses {
 		kvs := r.GetResponseRange().Kvs
 		doneKey := string(done[i].Key)
 		if len(kvs) == 0 { // deleted already: only the done key was left
-			txns = append(txns, clientv3.OpTxn(nil, []clientv3.Op{clientv3.OpDelete(doneKey)}, nil))
+			chunk = append(chunk, deletion{ops: []clientv3.Op{clientv3.OpDelete(doneKey)}})
 			continue
 		}
 		var j mj.Job
@@ -121,14 +133,65 @@ func (s *Store) deleteJobs(ctx context.Context, ids []string, done []*mvccpb.Key
 				[]clientv3.Op{clientv3.OpDelete(ik)}, nil))
 		}
 		cmp := clientv3.Compare(clientv3.ModRevision(s.jobKey(j.ID)), "=", kvs[0].ModRevision)
-		txns = append(txns, clientv3.OpTxn([]clientv3.Cmp{cmp}, ops, nil))
-		if len(txns) == deleteTxn {
+		chunk = append(chunk, deletion{cmp: &cmp, ops: ops, account: j.AccountID, bytes: j.RecordBytes})
+		if len(chunk) == deleteTxn {
 			if err := commit(); err != nil {
 				return n, err
 			}
 		}
 	}
 	return n, commit()
+}
+
+// deletion is one job's part of a retention transaction.
+type deletion struct {
+	cmp     *clientv3.Cmp
+	ops     []clientv3.Op
+	account string
+	bytes   int64 // what the job counted against the account's max_job_bytes
+}
+
+// deleteChunk deletes the chunk's jobs in one transaction that also adds their
+// bytes to their accounts' usage/<account>/job_bytes_freed counters (written by
+// the retention only, under the dispatcher's leadership guard). It reports
+// whether the transaction applied: false when a job or counter changed since read.
+func (s *Store) deleteChunk(ctx context.Context, chunk []deletion) (bool, error) {
+	freed := map[string]int64{}
+	for _, d := range chunk {
+		if d.bytes > 0 {
+			freed[d.account] += d.bytes
+		}
+	}
+	var cmps []clientv3.Cmp
+	var ops []clientv3.Op
+	if len(freed) > 0 {
+		accounts := make([]string, 0, len(freed))
+		gets := make([]clientv3.Op, 0, len(freed))
+		for a := range freed {
+			accounts = append(accounts, a)
+			gets = append(gets, clientv3.OpGet(s.freedBytesKey(a)))
+		}
+		resp, err := s.cli.Txn(ctx).Then(gets...).Commit()
+		if err != nil {
+			return false, err
+		}
+		for i, a := range accounts {
+			v, rev := counter((*clientv3.GetResponse)(resp.Responses[i].GetResponseRange()))
+			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.freedBytesKey(a)), "=", rev))
+			ops = append(ops, clientv3.OpPut(s.freedBytesKey(a), strconv.FormatInt(v+freed[a], 10)))
+		}
+	}
+	for _, d := range chunk {
+		if d.cmp != nil {
+			cmps = append(cmps, *d.cmp)
+		}
+		ops = append(ops, d.ops...)
+	}
+	resp, err := s.commit(ctx, cmps, ops, nil)
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
 }
 
 // BackfillDone writes the done key of finished jobs stored before done keys

@@ -208,6 +208,15 @@ func (s *Store) IdemPrefix() string { return s.p + "idem/" }
 // instead (created=false). The check and the write are one transaction, so two
 // racing retries create one job. Reusing a key with another request is a conflict.
 func (s *Store) CreateJobOnce(ctx context.Context, j *mj.Job, idem *Idempotency) (*mj.Job, error) {
+	return s.CreateJobWithin(ctx, j, idem, Limits{})
+}
+
+// CreateJobWithin is CreateJobOnce within the account's limits of amounts held:
+// defaults, replaced by the account's own overrides. A create that would cross one
+// is refused with quotaExceeded and stores nothing (docs/limits.md). A retry of
+// a create that was stored (same Idempotency-Key) returns the job whatever the
+// account holds now.
+func (s *Store) CreateJobWithin(ctx context.Context, j *mj.Job, idem *Idempotency, defaults Limits) (*mj.Job, error) {
 	if idem != nil {
 		sum := sha256.Sum256([]byte(idem.Key))
 		j.IdemHash = hex.EncodeToString(sum[:])
@@ -216,9 +225,60 @@ func (s *Store) CreateJobOnce(ctx context.Context, j *mj.Job, idem *Idempotency)
 	if err != nil {
 		return nil, err
 	}
+	// The record counts as its size with the count written in.
+	j.RecordBytes = int64(len(b)) + int64(len(`,"record_bytes":`)+len(strconv.Itoa(len(b))))
+	if b, err = json.Marshal(j); err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		u, err := retryTransient(ctx, func(bool) (usageRead, error) { return s.readUsage(ctx, j.AccountID) })
+		if err != nil {
+			return nil, err
+		}
+		limits := u.overrides.Apply(defaults)
+		if err := checkCreate(limits, u, j); err != nil {
+			if idem != nil {
+				// A retry of a create already stored is answered with its job.
+				if prior, err := s.idemJob(ctx, j.AccountID, idem); prior != nil || err != nil {
+					return prior, err
+				}
+			}
+			return nil, err
+		}
+		job, again, err := s.createOnce(ctx, j, b, idem, u, limits)
+		if !again {
+			return job, err
+		}
+		if attempt == quotaAttempts {
+			return nil, mj.Errorf(mj.EUnavailable, "too many creates of this account at once; try again")
+		}
+	}
+}
+
+// idemJob returns the job an earlier create with idem stored, nil if none; a
+// reuse of the key with another request is a conflict.
+func (s *Store) idemJob(ctx context.Context, account string, idem *Idempotency) (*mj.Job, error) {
+	resp, err := s.cli.Get(ctx, s.idemKey(account, idem.Key))
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil, err
+	}
+	var rec idemRecord
+	if err := json.Unmarshal(resp.Kvs[0].Value, &rec); err != nil {
+		return nil, err
+	}
+	if rec.Fingerprint != idem.Fingerprint {
+		return nil, mj.Errorf(mj.EConflict, "this Idempotency-Key was already used with a different request")
+	}
+	return s.Job(ctx, rec.JobID)
+}
+
+// createOnce tries the create's transaction once, conditioned on the account's
+// usage being what u read; again reports that it changed in between.
+func (s *Store) createOnce(ctx context.Context, j *mj.Job, b []byte, idem *Idempotency, u usageRead, limits Limits) (_ *mj.Job, again bool, _ error) {
 	ops := append([]clientv3.Op{
 		clientv3.OpPut(s.jobKey(j.ID), string(b)),
 		clientv3.OpPut(s.indexKey(j), j.ID),
+		clientv3.OpPut(s.jobBytesKey(j.AccountID), strconv.FormatInt(u.created+j.RecordBytes, 10)),
 	}, s.derivedOps(nil, j)...)
 	conds := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.jobKey(j.ID)), "=", 0)}
 	var ik string
@@ -228,6 +288,14 @@ func (s *Store) CreateJobOnce(ctx context.Context, j *mj.Job, idem *Idempotency)
 		ops = append(ops, clientv3.OpPut(ik, string(rec)))
 		conds = append(conds, clientv3.Compare(clientv3.CreateRevision(ik), "=", 0))
 	}
+	// The usage read still holds: the byte counter is unchanged and, when jobs
+	// queued are limited, no queued job of the account was written since.
+	usageConds := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.jobBytesKey(j.AccountID)), "=", u.createdRev)}
+	if limits.MaxQueuedJobs > 0 {
+		usageConds = append(usageConds, clientv3.Compare(clientv3.ModRevision(s.statusIndexPrefix(j.AccountID, mj.StatusQueued)), "<", u.rev+1).WithPrefix())
+	}
+	conds = append(conds, usageConds...)
+	usageOK := clientv3.OpTxn(usageConds, nil, nil)
 	// An etcd leader election fails the write ambiguously; it is tried again. The
 	// job id is new, so a job already under it is this request's, stored by the
 	// attempt that seemed to fail.
@@ -236,43 +304,49 @@ func (s *Store) CreateJobOnce(ctx context.Context, j *mj.Job, idem *Idempotency)
 		retried bool
 	}
 	out, err := retryTransient(ctx, func(retry bool) (outcome, error) {
-		txn := s.cli.Txn(ctx).If(conds...).Then(ops...)
+		// Else: whether the usage conditions held (a nested transaction with
+		// them as its conditions), then the idempotency record.
+		els := []clientv3.Op{usageOK}
 		if idem != nil {
-			txn = txn.Else(clientv3.OpGet(ik))
+			els = append(els, clientv3.OpGet(ik))
 		}
-		resp, err := txn.Commit()
+		resp, err := s.cli.Txn(ctx).If(conds...).Then(ops...).Else(els...).Commit()
 		return outcome{resp, retry}, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("store job: %w", err)
+		return nil, false, fmt.Errorf("store job: %w", err)
 	}
 	resp := out.resp
 	if resp.Succeeded {
 		j.Revision = resp.Header.Revision
-		return j, nil
+		return j, false, nil
 	}
 	if out.retried {
 		stored, err := s.Job(ctx, j.ID)
 		if err == nil {
-			return stored, nil
+			return stored, false, nil
 		}
 		if mj.ErrorCode(err) != mj.ENotFound {
 			// Probably stored, but unreadable now: not a conflict the client
 			// would take as final.
-			return nil, fmt.Errorf("store job: %w", err)
+			return nil, false, fmt.Errorf("store job: %w", err)
 		}
 	}
-	if idem == nil || len(resp.Responses) == 0 || len(resp.Responses[0].GetResponseRange().Kvs) == 0 {
-		return nil, mj.Errorf(mj.EConflict, "job %s already exists", j.ID)
+	if idem != nil && len(resp.Responses) > 1 && len(resp.Responses[1].GetResponseRange().Kvs) > 0 {
+		var rec idemRecord
+		if err := json.Unmarshal(resp.Responses[1].GetResponseRange().Kvs[0].Value, &rec); err != nil {
+			return nil, false, err
+		}
+		if rec.Fingerprint != idem.Fingerprint {
+			return nil, false, mj.Errorf(mj.EConflict, "this Idempotency-Key was already used with a different request")
+		}
+		job, err := s.Job(ctx, rec.JobID)
+		return job, false, err
 	}
-	var rec idemRecord
-	if err := json.Unmarshal(resp.Responses[0].GetResponseRange().Kvs[0].Value, &rec); err != nil {
-		return nil, err
+	if len(resp.Responses) > 0 && !resp.Responses[0].GetResponseTxn().Succeeded {
+		return nil, true, nil // the account's usage moved: read it again
 	}
-	if rec.Fingerprint != idem.Fingerprint {
-		return nil, mj.Errorf(mj.EConflict, "this Idempotency-Key was already used with a different request")
-	}
-	return s.Job(ctx, rec.JobID)
+	return nil, false, mj.Errorf(mj.EConflict, "job %s already exists", j.ID)
 }
 
 // SweepIdempotency deletes idempotency records created before cutoff.

@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		passthrough("gateway", "the HTTP API (any number side by side)", func(a []string) error { return runGateway(ctx, a, log) }),
 		passthrough("dispatcher", "moves jobs between etcd and Nomad, sends webhooks", func(a []string) error { return runDispatcher(ctx, a, log) }),
 		passthrough("runner", "runs one job inside a Nomad task (started by Nomad, not by hand)", func(a []string) error { return runRunner(ctx, a, stdout) }),
-		passthrough("accounts", "accounts of a running installation: accounts create -name NAME | list | login-link -account NAME [-ttl 10m]", func(a []string) error { return runAccounts(ctx, a, stdout) }),
+		passthrough("accounts", "accounts of a running installation: accounts create -name NAME | list | login-link -account NAME [-ttl 10m] | limits NAME [-max-queued-jobs N ...]", func(a []string) error { return runAccounts(ctx, a, stdout) }),
 		passthrough("keys", "API keys of a running installation: keys create -account NAME [-name KEY] | list -account NAME | revoke -account NAME -key ID [-force]", func(a []string) error { return runKeys(ctx, a, stdout) }),
 		passthrough("config", "check a configuration file: config check [-for gateway,dispatcher|dev] [-connect] FILE", func(a []string) error { return runConfigCheck(a, stdout) }),
 	} {

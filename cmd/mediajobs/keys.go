@@ -28,7 +28,7 @@ import (
 // etcd.listen_client; with a config naming an etcd cluster, etcd.endpoints.
 
 const (
-	accountsUsage = "usage: mediajobs accounts create -name NAME | accounts list | accounts login-link -account NAME [-ttl 10m] [-url PUBLIC_URL]   [-config FILE]"
+	accountsUsage = "usage: mediajobs accounts create -name NAME | accounts list | accounts login-link -account NAME [-ttl 10m] [-url PUBLIC_URL] | accounts limits NAME [-max-queued-jobs N ...]   [-config FILE]"
 	keysUsage     = "usage: mediajobs keys create -account NAME [-name KEY_NAME] | keys list -account NAME | keys revoke -account NAME -key ID_OR_PREFIX [-force]   [-config FILE]"
 )
 
@@ -141,6 +141,8 @@ func runAccounts(ctx context.Context, args []string, stdout io.Writer) error {
 		return tw.Flush()
 	case "login-link":
 		return runLoginLink(ctx, fs, args[1:], stdout)
+	case "limits":
+		return runAccountLimits(ctx, fs, args[1:], stdout) // limits.go
 	}
 	return errors.New(accountsUsage)
 }

@@ -1,0 +1,164 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	mj "github.com/mediajobs/mediajobs"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Per-account limits of amounts held (docs/limits.md). The defaults come from the
+// configuration's limits block; an account's overrides live in its sched/<account>
+// record beside its scheduling settings. What an account holds is read from etcd
+// when a create is checked, so every gateway enforces the same numbers:
+//
+//   - jobs queued: a count-only read of sidx/<account>/queued/ (the account's jobs
+//     in status queued), and the create's transaction compares that no key under
+//     that prefix was written since the read;
+//   - bytes of job records: two counters per account, usage/<account>/job_bytes
+//     (added to by every create, in its transaction, with a compare on the
+//     counter's revision) and usage/<account>/job_bytes_freed (added to by the
+//     retention, in the transaction that deletes the jobs); held is the
+//     difference. Each counter has one kind of writer, so creates never contend
+//     with the retention.
+
+// Limits are an account's limits of amounts held; 0 is no limit.
+type Limits struct {
+	MaxQueuedJobs     int64 `json:"max_queued_jobs"`
+	MaxJobBytes       int64 `json:"max_job_bytes"`
+	MaxTimeoutSeconds int64 `json:"max_timeout_seconds"`
+}
+
+// LimitOverrides are an account's own limits; nil fields keep the defaults.
+type LimitOverrides struct {
+	MaxQueuedJobs     *int64 `json:"max_queued_jobs,omitempty"`
+	MaxJobBytes       *int64 `json:"max_job_bytes,omitempty"`
+	MaxTimeoutSeconds *int64 `json:"max_timeout_seconds,omitempty"`
+}
+
+func (o LimitOverrides) fields() []*int64 {
+	return []*int64{o.MaxQueuedJobs, o.MaxJobBytes, o.MaxTimeoutSeconds}
+}
+
+func (o LimitOverrides) check() error {
+	for _, f := range o.fields() {
+		if f != nil && *f < 0 {
+			return mj.Errorf(mj.EValidation, "limits must not be negative (0: no limit)")
+		}
+	}
+	return nil
+}
+
+// Apply returns d with o's fields in place of its own.
+func (o LimitOverrides) Apply(d Limits) Limits {
+	set := func(dst *int64, v *int64) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&d.MaxQueuedJobs, o.MaxQueuedJobs)
+	set(&d.MaxJobBytes, o.MaxJobBytes)
+	set(&d.MaxTimeoutSeconds, o.MaxTimeoutSeconds)
+	return d
+}
+
+// Usage is what an account holds now.
+type Usage struct {
+	QueuedJobs int64 `json:"queued_jobs"`
+	JobBytes   int64 `json:"job_bytes"`
+}
+
+// QuotaError is the quotaExceeded error for limit: its value and the use.
+func QuotaError(limit string, value, use int64) *mj.Error {
+	return &mj.Error{
+		Code:    mj.EQuotaExceeded,
+		Message: fmt.Sprintf("account limit %s (%d) reached: %d in use", limit, value, use),
+		Details: map[string]string{"limit": limit, "value": strconv.FormatInt(value, 10), "use": strconv.FormatInt(use, 10)},
+	}
+}
+
+func (s *Store) jobBytesKey(account string) string { return s.p + "usage/" + account + "/job_bytes" }
+func (s *Store) freedBytesKey(account string) string {
+	return s.p + "usage/" + account + "/job_bytes_freed"
+}
+
+// counter reads a decimal counter from a range response (0 when absent).
+func counter(r *clientv3.GetResponse) (value, modRev int64) {
+	if r == nil || len(r.Kvs) == 0 {
+		return 0, 0
+	}
+	v, _ := strconv.ParseInt(string(r.Kvs[0].Value), 10, 64)
+	return v, r.Kvs[0].ModRevision
+}
+
+// usageRead is one transaction's reading of what an account holds and its settings.
+type usageRead struct {
+	rev        int64 // the revision the reads saw
+	queued     int64
+	created    int64 // usage/<account>/job_bytes
+	createdRev int64 // its mod revision (0: absent)
+	freed      int64
+	sched      Schedule // the account's sched/<account> record (zero: none)
+	overrides  LimitOverrides
+}
+
+func (s *Store) readUsage(ctx context.Context, account string) (usageRead, error) {
+	resp, err := s.cli.Txn(ctx).Then(
+		clientv3.OpGet(s.statusIndexPrefix(account, mj.StatusQueued), clientv3.WithPrefix(), clientv3.WithCountOnly()),
+		clientv3.OpGet(s.jobBytesKey(account)),
+		clientv3.OpGet(s.freedBytesKey(account)),
+		clientv3.OpGet(s.schedKey(account)),
+	).Commit()
+	if err != nil {
+		return usageRead{}, fmt.Errorf("read account usage: %w", err)
+	}
+	u := usageRead{rev: resp.Header.Revision, queued: resp.Responses[0].GetResponseRange().Count}
+	rr := func(i int) *clientv3.GetResponse {
+		return (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange())
+	}
+	u.created, u.createdRev = counter(rr(1))
+	u.freed, _ = counter(rr(2))
+	if kvs := rr(3).Kvs; len(kvs) > 0 {
+		var sc Schedule
+		if json.Unmarshal(kvs[0].Value, &sc) == nil {
+			u.sched, u.overrides = sc, sc.LimitOverrides
+		}
+	}
+	return u, nil
+}
+
+func (u usageRead) usage() Usage {
+	return Usage{QueuedJobs: u.queued, JobBytes: max(u.created-u.freed, 0)}
+}
+
+// AccountLimits returns an account's limits (defaults with its overrides), what
+// it holds now and its scheduling settings (zero: the defaults), from one etcd
+// transaction.
+func (s *Store) AccountLimits(ctx context.Context, account string, defaults Limits) (Limits, Usage, Schedule, error) {
+	u, err := s.readUsage(ctx, account)
+	if err != nil {
+		return Limits{}, Usage{}, Schedule{}, err
+	}
+	return u.overrides.Apply(defaults), u.usage(), u.sched, nil
+}
+
+// checkCreate refuses j when storing it would take its account past a limit.
+func checkCreate(l Limits, u usageRead, j *mj.Job) error {
+	if l.MaxTimeoutSeconds > 0 && int64(j.TimeoutSeconds) > l.MaxTimeoutSeconds {
+		return QuotaError("max_timeout_seconds", l.MaxTimeoutSeconds, int64(j.TimeoutSeconds))
+	}
+	if l.MaxQueuedJobs > 0 && u.queued+1 > l.MaxQueuedJobs {
+		return QuotaError("max_queued_jobs", l.MaxQueuedJobs, u.queued)
+	}
+	if held := u.usage().JobBytes; l.MaxJobBytes > 0 && held+j.RecordBytes > l.MaxJobBytes {
+		return QuotaError("max_job_bytes", l.MaxJobBytes, held)
+	}
+	return nil
+}
+
+// quotaAttempts bounds how often a create is tried again because another create
+// of the same account moved its counters in between.
+const quotaAttempts = 32
