@@ -37,7 +37,9 @@ docker: ## start dockerd if needed (--bridge=none --iptables=false --ip-masq=fal
 	@deploy/worker/build-local.sh
 
 .PHONY: run
-run: deps build ## start Nomad (dev) and mediajobs dev; MEDIAJOBS_DRIVER=docker runs the cpu pool in containers
+run: ## start Nomad (dev) and mediajobs dev; MEDIAJOBS_DRIVER=docker runs the cpu pool in containers
+	@# deps and build side by side: their module downloads overlap the compiles.
+	@$(MAKE) --no-print-directory -j2 deps build
 	@if [ "$${MEDIAJOBS_DRIVER:-raw_exec}" = docker ]; then $(MAKE) --no-print-directory docker; fi
 	@deploy/scripts/run-dev.sh
 
