@@ -28,7 +28,7 @@ test-deps: ## what make test needs besides: chromium, promtool (apt-get) and Min
 
 .PHONY: build
 build: ## build bin/mediajobs
-	@echo "==> build $(BIN) (first time: about 2 minutes)" >&2
+	@echo "==> build $(BIN) (first time: about 3 minutes)" >&2
 	$(GO) build -ldflags "-X github.com/mediajobs/mediajobs.Version=$(VERSION)" -o $(BIN) ./cmd/mediajobs
 
 .PHONY: docker

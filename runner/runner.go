@@ -528,6 +528,9 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskL
 			return fmt.Errorf("ffmpeg was killed by signal %s, most likely for going over the pool's memory limit (use a machine with more memory, or lower the resolution or the number of threads): %s",
 				unix.SignalName(sig), lastLines(msg, 4))
 		}
+		if hint := concatURLHint(r.WorkDir, argv); hint != "" {
+			return fmt.Errorf("ffmpeg exited with code %d: %s; %s", exit.ExitCode(), hint, lastLines(msg, 4))
+		}
 		return fmt.Errorf("ffmpeg exited with code %d: %s", exit.ExitCode(), lastLines(msg, 8))
 	}
 	return fmt.Errorf("could not start ffmpeg: %v", err)

@@ -119,7 +119,9 @@ func TestRunSequenceOutputsAndResult(t *testing.T) {
 
 func TestRunFailures(t *testing.T) {
 	data := clip(t)
-	srv, up := newServer(t, map[string][]byte{"clip.mp4": data})
+	// A concat list naming a URL (port 1 of loopback: nothing listens there).
+	list := []byte("ffconcat version 1.0\nfile 'http://user:pw@127.0.0.1:1/a.mp4?sig=secret'\n")
+	srv, up := newServer(t, map[string][]byte{"clip.mp4": data, "list.txt": list})
 	in := map[string]string{"clip": srv.URL + "/in/clip.mp4"}
 	cases := []struct {
 		name string
@@ -141,6 +143,9 @@ func TestRunFailures(t *testing.T) {
 		{"loopback input refused", mj.Manifest{InputFiles: in, OutputNames: []string{"o.mp4"},
 			FFmpegCommands: []string{"-i {{clip}} {{o.mp4}}"}},
 			[]string{`input "clip"`, "loopback"}},
+		{"concat list naming a URL", mj.Manifest{InputFiles: map[string]string{"list.txt": srv.URL + "/in/list.txt"}, OutputNames: []string{"o.mp4"}, AllowLoopback: true,
+			FFmpegCommands: []string{"-f concat -safe 0 -i inputs/list.txt -c copy {{o.mp4}}"}},
+			[]string{"command 1 of 1 failed", "the concat list inputs/list.txt names http://127.0.0.1:1/a.mp4, a URL", "put each file in input_files"}},
 		{"invalid command", mj.Manifest{OutputNames: []string{"o.mp4"}, FFmpegCommands: []string{"-i /etc/passwd {{o.mp4}}"}},
 			[]string{"command 1", "absolute paths"}},
 	}

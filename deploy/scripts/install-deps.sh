@@ -58,7 +58,7 @@ fi
 if [ ${#missing[@]} -gt 0 ]; then
 	# shellcheck disable=SC2207
 	missing=($(printf '%s\n' "${missing[@]}" | sort -u))
-	step "apt-get install ${missing[*]}" "about 1 minute, 3 with chromium" apt_install "${missing[@]}"
+	step "apt-get install ${missing[*]}" "about 1 minute, 4 with chromium" apt_install "${missing[@]}"
 fi
 
 # promtool checks deploy/observability/alerts.yml in the tests. Debian ships it only
@@ -76,8 +76,8 @@ fi
 nomad_cached() { "$HERE/install-nomad.sh" --cached >/dev/null 2>&1; }
 minio_cached() { "$HERE/install-minio.sh" --cached >/dev/null 2>&1; }
 if ! nomad_cached; then
-	step "build Nomad v1.11.3 with its web UI into ~/.cache/mediajobs" "about 4 minutes" "$HERE/install-nomad.sh" >/dev/null
+	step "build Nomad v1.11.3 with its web UI into ~/.cache/mediajobs" "about 10 minutes on 2 cores" "$HERE/install-nomad.sh" >/dev/null
 fi
 if { [ "$MODE" = test ] || [ "${MEDIAJOBS_STORAGE:-}" = s3 ]; } && ! minio_cached; then
-	step "build MinIO into ~/.cache/mediajobs" "about 5 minutes" "$HERE/install-minio.sh" >/dev/null
+	step "build MinIO into ~/.cache/mediajobs" "about 8 minutes on 2 cores" "$HERE/install-minio.sh" >/dev/null
 fi

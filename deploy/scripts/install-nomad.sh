@@ -24,7 +24,7 @@ esac
 mkdir -p "$CACHE"
 WORK="$(mktemp -d)"
 trap 'chmod -R u+w "$WORK" 2>/dev/null; rm -rf "$WORK"' EXIT
-echo "building nomad v$VERSION with its web UI (about 4 minutes on 2 cores, once)..." >&2
+echo "building nomad v$VERSION with its web UI (about 10 minutes on 2 cores, once)..." >&2
 SRC="$(GOFLAGS=-mod=mod go mod download -json "github.com/hashicorp/nomad@v$VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
 cp -r "$SRC" "$WORK/nomad"
 chmod -R u+w "$WORK/nomad"
