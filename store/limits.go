@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"strconv"
 
 	mj "github.com/mediajobs/mediajobs"
@@ -16,14 +17,19 @@ import (
 // when a create is checked, so every gateway enforces the same numbers:
 //
 //   - jobs queued: a count-only read of sidx/<account>/queued/ (the account's jobs
-//     in status queued), and the create's transaction compares that no key under
-//     that prefix was written since the read;
-//   - bytes of job records: two counters per account, usage/<account>/job_bytes
-//     (added to by every create, in its transaction, with a compare on the
-//     counter's revision) and usage/<account>/job_bytes_freed (added to by the
-//     retention, in the transaction that deletes the jobs); held is the
-//     difference. Each counter has one kind of writer, so creates never contend
-//     with the retention.
+//     in status queued). Within queuedRaceMargin of the limit, the create's
+//     transaction also compares that no key under that prefix was written since
+//     the read, so racing creates cannot cross it; further from it they do not
+//     contend (only more than queuedRaceMargin creates of one account racing at
+//     once could overshoot, by their excess);
+//   - bytes of job records: counters per account, usage/<account>/job_bytes/<shard>
+//     (each create adds to the shard its job id hashes to, in its transaction,
+//     with a compare on that shard's revision: concurrent creates of one account
+//     rarely touch the same shard) and usage/<account>/job_bytes_freed (added to
+//     by the retention, in the transaction that deletes the jobs); held is the
+//     shards' sum minus the freed. Each counter has one kind of writer, so
+//     creates never contend with the retention. Creates racing on different
+//     shards may overshoot max_job_bytes by their own records.
 
 // Limits are an account's limits of amounts held; 0 is no limit.
 type Limits struct {
@@ -80,7 +86,22 @@ func QuotaError(limit string, value, use int64) *mj.Error {
 	}
 }
 
-func (s *Store) jobBytesKey(account string) string { return s.p + "usage/" + account + "/job_bytes" }
+// jobBytesShards spreads an account's created-bytes counter over this many keys.
+const jobBytesShards = 16
+
+// queuedRaceMargin: how near max_queued_jobs creates are checked strictly.
+const queuedRaceMargin = 64
+
+func (s *Store) jobBytesPrefix(account string) string {
+	return s.p + "usage/" + account + "/job_bytes/"
+}
+
+// jobBytesKey is the shard of the account's created-bytes counter that job id adds to.
+func (s *Store) jobBytesKey(account, id string) string {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return s.jobBytesPrefix(account) + strconv.Itoa(int(h.Sum32()%jobBytesShards))
+}
 func (s *Store) freedBytesKey(account string) string {
 	return s.p + "usage/" + account + "/job_bytes_freed"
 }
@@ -96,19 +117,19 @@ func counter(r *clientv3.GetResponse) (value, modRev int64) {
 
 // usageRead is one transaction's reading of what an account holds and its settings.
 type usageRead struct {
-	rev        int64 // the revision the reads saw
-	queued     int64
-	created    int64 // usage/<account>/job_bytes
-	createdRev int64 // its mod revision (0: absent)
-	freed      int64
-	sched      Schedule // the account's sched/<account> record (zero: none)
-	overrides  LimitOverrides
+	rev       int64 // the revision the reads saw
+	queued    int64
+	created   int64 // the sum of usage/<account>/job_bytes/<shard>
+	shards    map[string]shardRead
+	freed     int64
+	sched     Schedule // the account's sched/<account> record (zero: none)
+	overrides LimitOverrides
 }
 
 func (s *Store) readUsage(ctx context.Context, account string) (usageRead, error) {
 	resp, err := s.cli.Txn(ctx).Then(
 		clientv3.OpGet(s.statusIndexPrefix(account, mj.StatusQueued), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpGet(s.jobBytesKey(account)),
+		clientv3.OpGet(s.jobBytesPrefix(account), clientv3.WithPrefix()),
 		clientv3.OpGet(s.freedBytesKey(account)),
 		clientv3.OpGet(s.schedKey(account)),
 	).Commit()
@@ -119,7 +140,14 @@ func (s *Store) readUsage(ctx context.Context, account string) (usageRead, error
 	rr := func(i int) *clientv3.GetResponse {
 		return (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange())
 	}
-	u.created, u.createdRev = counter(rr(1))
+	for _, kv := range rr(1).Kvs {
+		v, _ := strconv.ParseInt(string(kv.Value), 10, 64)
+		if u.shards == nil {
+			u.shards = map[string]shardRead{}
+		}
+		u.shards[string(kv.Key)] = shardRead{value: v, modRev: kv.ModRevision}
+		u.created += v
+	}
 	u.freed, _ = counter(rr(2))
 	if kvs := rr(3).Kvs; len(kvs) > 0 {
 		var sc Schedule
@@ -129,6 +157,9 @@ func (s *Store) readUsage(ctx context.Context, account string) (usageRead, error
 	}
 	return u, nil
 }
+
+// shardRead is one shard of the created-bytes counter as read (modRev 0: absent).
+type shardRead struct{ value, modRev int64 }
 
 func (u usageRead) usage() Usage {
 	return Usage{QueuedJobs: u.queued, JobBytes: max(u.created-u.freed, 0)}

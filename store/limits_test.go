@@ -172,3 +172,33 @@ func TestConcurrentCreatesStayWithinLimit(t *testing.T) {
 		t.Fatalf("%d creates accepted, %d queued; want 3", ok, u.QueuedJobs)
 	}
 }
+
+// Far from its limits, an account's creates do not contend: 100 at once all
+// succeed (none is refused as "too many creates at once"), and the byte counter,
+// spread over shards, adds up to every record.
+func TestConcurrentCreatesFarFromTheLimits(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	ctx := context.Background()
+	now := time.Now()
+	const n = 100
+	limits := store.Limits{MaxQueuedJobs: 1000, MaxJobBytes: 1 << 30}
+	jobs := make(chan *mj.Job, n)
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			j, err := s.CreateJobWithin(ctx, newJob("c", now.Add(time.Duration(i)*time.Millisecond)), nil, limits)
+			jobs <- j
+			errs <- err
+		}()
+	}
+	var want int64
+	for range n {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+		want += (<-jobs).RecordBytes
+	}
+	if _, u, _, _ := s.AccountLimits(ctx, "c", limits); u.QueuedJobs != n || u.JobBytes != want {
+		t.Fatalf("usage %+v, want %d queued and %d bytes", u, n, want)
+	}
+}

@@ -275,10 +275,12 @@ func (s *Store) idemJob(ctx context.Context, account string, idem *Idempotency) 
 // createOnce tries the create's transaction once, conditioned on the account's
 // usage being what u read; again reports that it changed in between.
 func (s *Store) createOnce(ctx context.Context, j *mj.Job, b []byte, idem *Idempotency, u usageRead, limits Limits) (_ *mj.Job, again bool, _ error) {
+	shardKey := s.jobBytesKey(j.AccountID, j.ID)
+	shard := u.shards[shardKey]
 	ops := append([]clientv3.Op{
 		clientv3.OpPut(s.jobKey(j.ID), string(b)),
 		clientv3.OpPut(s.indexKey(j), j.ID),
-		clientv3.OpPut(s.jobBytesKey(j.AccountID), strconv.FormatInt(u.created+j.RecordBytes, 10)),
+		clientv3.OpPut(shardKey, strconv.FormatInt(shard.value+j.RecordBytes, 10)),
 	}, s.derivedOps(nil, j)...)
 	conds := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.jobKey(j.ID)), "=", 0)}
 	var ik string
@@ -288,10 +290,11 @@ func (s *Store) createOnce(ctx context.Context, j *mj.Job, b []byte, idem *Idemp
 		ops = append(ops, clientv3.OpPut(ik, string(rec)))
 		conds = append(conds, clientv3.Compare(clientv3.CreateRevision(ik), "=", 0))
 	}
-	// The usage read still holds: the byte counter is unchanged and, when jobs
-	// queued are limited, no queued job of the account was written since.
-	usageConds := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.jobBytesKey(j.AccountID)), "=", u.createdRev)}
-	if limits.MaxQueuedJobs > 0 {
+	// The usage read still holds: the job's shard of the byte counter is
+	// unchanged and, near the limit of jobs queued, no queued job of the account
+	// was written since (store/limits.go).
+	usageConds := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(shardKey), "=", shard.modRev)}
+	if limits.MaxQueuedJobs > 0 && u.queued+queuedRaceMargin >= limits.MaxQueuedJobs {
 		usageConds = append(usageConds, clientv3.Compare(clientv3.ModRevision(s.statusIndexPrefix(j.AccountID, mj.StatusQueued)), "<", u.rev+1).WithPrefix())
 	}
 	conds = append(conds, usageConds...)
