@@ -118,8 +118,13 @@ func window(pool *config.Pool, pending, running int) int {
 	return max(pool.DispatchLookahead, running/8) - pending
 }
 
-// poolWindow asks Nomad for the pool's children (ok=false when it cannot say).
-func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool) (n int, ok bool) {
+// poolWindow is the pool's window given inFlight, the jobs etcd's active set
+// holds for it (dispatched, not finished): those Nomad does not report running
+// are pending. Nomad's own count of pending children is not used: it includes
+// children mediajobs has given up on (a lost node's, held pending by their
+// disconnect block's delayed evaluation for an hour), which would close the
+// window for that long. ok=false when Nomad cannot say.
+func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight int) (n int, ok bool) {
 	ns, has := d.Jobs.(nomadSummaries)
 	if !has {
 		return 0, false
@@ -130,7 +135,8 @@ func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool) (n int, 
 	if err != nil || sum == nil || sum.Children == nil {
 		return 0, false
 	}
-	return window(pool, int(sum.Children.Pending), int(sum.Children.Running)), true
+	running := int(sum.Children.Running)
+	return window(pool, max(inFlight-running, 0), running), true
 }
 
 // fairPass reads what a pass of the pool chooses from and returns the ids of the
@@ -145,7 +151,7 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool) (ids []str
 	if err != nil {
 		return nil, true
 	}
-	n, known := d.poolWindow(ctx, pool)
+	n, known := d.poolWindow(ctx, pool, total)
 	if !known {
 		n = pool.DispatchLookahead
 	}

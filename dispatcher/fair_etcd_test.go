@@ -188,6 +188,24 @@ func TestFairPassOrderAndWindow(t *testing.T) {
 	}
 }
 
+// Children mediajobs has given up on stay "pending" in Nomad for as long as a
+// delayed evaluation holds them (a lost node's, for its disconnect block's hour):
+// they must not close the window. Pending is what etcd's active set holds beyond
+// what Nomad runs.
+func TestStalePendingChildrenDoNotCloseTheWindow(t *testing.T) {
+	e := newFairEnv(t, &config.Pool{DispatchLookahead: 2})
+	for i := range 4 {
+		e.n.setChild(fmt.Sprintf("mediajobs-cpu/dispatch-lost-%d", i)) // no allocation: pending
+	}
+	e.queue("a", 5)
+	if failed := e.d.dispatchPool(context.Background(), e.pool); failed {
+		t.Fatal("pass failed")
+	}
+	if got := len(e.n.dispatched()); got != 2 {
+		t.Fatalf("with 4 stale pending children, an idle pool with dispatch_lookahead 2 got %d children, want 2", got)
+	}
+}
+
 // Jobs queued by the version before fair-share dispatch, under the old key
 // layout (queue/<pool>/<queued_at>_<id>, active/<pool>/<id>), are still
 // dispatched after an upgrade, and their old keys go with their next transition.

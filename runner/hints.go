@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -25,7 +26,7 @@ func concatURLHint(dir string, argv []string) string {
 		case argv[i] == "-i":
 			if concat {
 				if u := urlInList(dir, argv[i+1]); u != "" {
-					return fmt.Sprintf("the concat list %s names %s, a URL: commands run without network access, so put each file in input_files and name it in the list as inputs/<name> (file 'inputs/<name>')", argv[i+1], u)
+					return fmt.Sprintf("the concat list %s names %s, a URL: commands run without network access, so put each file in input_files and name it in the list as %s (entries are read relative to the list's own directory)", argv[i+1], u, listEntry(argv[i+1]))
 				}
 			}
 			concat = false
@@ -33,6 +34,20 @@ func concatURLHint(dir string, argv []string) string {
 		}
 	}
 	return ""
+}
+
+// listEntry is how a list at path names an input: a list among the inputs
+// names it by its bare name, any other list by inputs/<name> relative to it.
+func listEntry(path string) string {
+	rel := strings.TrimPrefix(path, "/job/")
+	switch d := filepath.Dir(rel); {
+	case d == "inputs":
+		return "file '<name>'"
+	case d == ".":
+		return "file 'inputs/<name>'"
+	default:
+		return "file '/job/inputs/<name>'"
+	}
 }
 
 // urlInList returns the first entry of the concat list at path (job-relative,

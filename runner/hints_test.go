@@ -16,6 +16,7 @@ func TestConcatURLHint(t *testing.T) {
 		}
 	}
 	write("inputs/urls.txt", "# a list\nfile 'inputs/a.mp4'\nfile 'https://u:p@example.com/b.mp4?X-Amz-Signature=s3cret'\n")
+	write("made.txt", "file https://example.com/c.mp4\n")
 	write("inputs/local.txt", "file 'a.mp4'\nfile /job/inputs/b.mp4\n")
 	os.Symlink("/etc/hostname", filepath.Join(dir, "inputs", "out.txt"))
 	for _, tc := range []struct {
@@ -23,8 +24,10 @@ func TestConcatURLHint(t *testing.T) {
 		want string
 	}{
 		{[]string{"-f", "concat", "-safe", "0", "-i", "inputs/urls.txt", "-c", "copy", "outputs/o.mp4"}, "names https://example.com/b.mp4, a URL"},
+		{[]string{"-f", "concat", "-i", "inputs/urls.txt", "outputs/o.mp4"}, "name it in the list as file '<name>'"},
 		{[]string{"-f", "concat", "-i", "/job/inputs/urls.txt", "outputs/o.mp4"}, "names https://example.com/b.mp4"},
 		{[]string{"-f", "concat", "-i", "inputs/local.txt", "outputs/o.mp4"}, ""},
+		{[]string{"-f", "concat", "-i", "made.txt", "outputs/o.mp4"}, "as file 'inputs/<name>'"},      // a list an earlier command wrote
 		{[]string{"-i", "inputs/urls.txt", "outputs/o.mp4"}, ""},                                      // not read as a concat list
 		{[]string{"-f", "concat", "-i", "inputs/out.txt", "outputs/o.mp4"}, ""},                       // a link out of the job is not followed
 		{[]string{"-f", "mp4", "-i", "x", "-f", "concat", "-i", "inputs/urls.txt", "o.mp4"}, "a URL"}, // the -f that precedes its -i

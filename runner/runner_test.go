@@ -145,7 +145,7 @@ func TestRunFailures(t *testing.T) {
 			[]string{`input "clip"`, "loopback"}},
 		{"concat list naming a URL", mj.Manifest{InputFiles: map[string]string{"list.txt": srv.URL + "/in/list.txt"}, OutputNames: []string{"o.mp4"}, AllowLoopback: true,
 			FFmpegCommands: []string{"-f concat -safe 0 -i inputs/list.txt -c copy {{o.mp4}}"}},
-			[]string{"command 1 of 1 failed", "the concat list inputs/list.txt names http://127.0.0.1:1/a.mp4, a URL", "put each file in input_files"}},
+			[]string{"command 1 of 1 failed", "the concat list inputs/list.txt names http://127.0.0.1:1/a.mp4, a URL", "put each file in input_files and name it in the list as file '<name>'"}},
 		{"invalid command", mj.Manifest{OutputNames: []string{"o.mp4"}, FFmpegCommands: []string{"-i /etc/passwd {{o.mp4}}"}},
 			[]string{"command 1", "absolute paths"}},
 	}

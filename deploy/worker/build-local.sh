@@ -145,6 +145,10 @@ else
 	echo "build-local.sh: warning: no /etc/ssl/certs/ca-certificates.crt on this host (apt-get install ca-certificates); the image will have no CA bundle" >&2
 fi
 chmod 1777 "$ROOTFS/tmp"
+# The job's directory is /job to ffmpeg on every driver (bubblewrap binds it
+# there on raw_exec): here it is the allocation's work directory, which the
+# jobspec's tasks share, so absolute /job/... paths (concat lists) resolve alike.
+ln -s /alloc/work "$ROOTFS/job"
 chmod 0700 "$ROOTFS/root"
 cat >"$ROOTFS/etc/passwd" <<'EOF'
 root:x:0:0:root:/root:/bin/sh
