@@ -179,12 +179,6 @@ func (c *checker) value(name, w, v string) error {
 		if err := check(v, spec); err != nil {
 			return fmt.Errorf("%s: %w", w, err)
 		}
-		if err := checkNVENC(w, v, spec); err != nil {
-			return err
-		}
-		if err := check(v, spec); err != nil {
-			return fmt.Errorf("%s: %w", w, err)
-		}
 	default:
 		if err := check(v, spec); err != nil {
 			return fmt.Errorf("%s: %w", w, err)

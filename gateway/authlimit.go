@@ -219,7 +219,7 @@ func (g *Gateway) clientAddr(c *fiber.Ctx) netip.Prefix {
 		for i := len(hdrs) - 1; i >= 0; i-- {
 			parts := strings.Split(string(hdrs[i]), ",")
 			for j := len(parts) - 1; j >= 0; j-- {
-				p, err := netip.ParseAddr(strings.TrimSpace(parts[j]))
+				p, err := parseForwarded(strings.TrimSpace(parts[j]))
 				if err != nil {
 					break walk
 				}
@@ -236,6 +236,20 @@ func (g *Gateway) clientAddr(c *fiber.Ctx) netip.Prefix {
 	}
 	p, _ := a.Prefix(bits)
 	return p
+}
+
+// parseForwarded reads one X-Forwarded-For entry: an address, or an address
+// with a port ("1.2.3.4:5678", "[2001:db8::1]:443"), as some balancers send.
+func parseForwarded(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		ap, perr := netip.ParseAddrPort(s)
+		if perr != nil {
+			return netip.Addr{}, err
+		}
+		a = ap.Addr()
+	}
+	return a, nil
 }
 
 func (g *Gateway) trustedProxy(a netip.Addr) bool {

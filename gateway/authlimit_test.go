@@ -254,6 +254,12 @@ func TestClientAddr(t *testing.T) {
 	if got := addr("192.0.2.7:5000", "6.6.6.6", "2001:db8:1:2:3:4:5:6"); got != "2001:db8:1:2::/64" {
 		t.Fatalf("an IPv6 client: %s, want its /64", got)
 	}
+	if got := addr("192.0.2.7:5000", "1.2.3.4:5678"); got != "1.2.3.4/32" {
+		t.Fatalf("an entry with a port: %s, want 1.2.3.4/32", got)
+	}
+	if got := addr("192.0.2.7:5000", "[2001:db8:9::1]:443"); got != "2001:db8:9::/64" {
+		t.Fatalf("an IPv6 entry with a port: %s", got)
+	}
 	if got := addr("192.0.2.7:5000", "junk"); got != "192.0.2.7/32" {
 		t.Fatalf("an unreadable X-Forwarded-For: %s, want the proxy's address", got)
 	}
@@ -266,7 +272,7 @@ func TestClientAddr(t *testing.T) {
 // slow but steady upload is bounded by upload_timeout only.
 func TestHeaderTimeoutSeparateFromBody(t *testing.T) {
 	h := newHarness(t)
-	h.gw.Config.Server.HeaderTimeoutD = 500 * time.Millisecond
+	h.gw.Config.Server.HeaderTimeoutD = time.Second
 	h.app = h.gw.App() // the server's timeouts are set when the app is made
 	base := h.serve()
 
@@ -289,9 +295,9 @@ func TestHeaderTimeoutSeparateFromBody(t *testing.T) {
 	u := h.gw.Signer.URL("PUT", key, key, time.Now().Add(time.Hour))
 	up := dialRaw(t, base)
 	up.send("PUT " + strings.TrimPrefix(u, "http://gw.test") + " HTTP/1.1\r\nHost: gw.test\r\nContent-Length: 500\r\n\r\n")
-	for range 10 { // 2 s in all, four times header_timeout
+	for range 10 { // 4 s in all, four times header_timeout
 		up.send(strings.Repeat("x", 50))
-		time.Sleep(200 * time.Millisecond) // the pace of a slow client
+		time.Sleep(400 * time.Millisecond) // the pace of a slow client
 	}
 	if status, body, _ := up.answer("a slow upload"); status != 200 || !strings.Contains(body, `"size":500`) {
 		t.Fatalf("a slow, steady upload: HTTP %d %s", status, body)

@@ -13,8 +13,19 @@ import (
 	"github.com/mediajobs/mediajobs/blob"
 )
 
-// maxPlaylistBytes: a playlist larger than this is served as stored.
-const maxPlaylistBytes = 16 << 20
+// A playlist is whatever bytes the user's ffmpeg wrote under its name, so its
+// rewriting is bounded: a playlist larger than maxPlaylistBytes is served as
+// stored; at most maxPlaylistRefs references are rewritten (the rest stay as
+// written; a day of 2-second segments is 43,200), each output's link is made
+// once, and at most playlistRewrites run at once in a process (the others wait,
+// within their request's deadline). A file of 2 MiB of one-letter references
+// would otherwise grow a hundredfold, one signature per line.
+const (
+	maxPlaylistBytes = 2 << 20
+	maxPlaylistRefs  = 50_000
+)
+
+var playlistRewrites = make(chan struct{}, 4)
 
 // servePlaylist answers the download of a published playlist (mj.IsPlaylist) of
 // a job with its references to the job's other outputs replaced by their signed
@@ -70,6 +81,12 @@ func (g *Gateway) servePlaylist(c *fiber.Ctx, key string) (bool, error) {
 	if err != nil {
 		return true, err
 	}
+	select {
+	case playlistRewrites <- struct{}{}:
+		defer func() { <-playlistRewrites }()
+	case <-ctx.Done():
+		return true, mj.Errorf(mj.EUnavailable, "too many playlists are being prepared; try again")
+	}
 	e, _ := strconv.ParseInt(c.Query("e"), 10, 64) // checked by fileKey
 	exp := time.Unix(e, 0)
 	keys := make(map[string]string, len(j.Outputs))
@@ -78,17 +95,28 @@ func (g *Gateway) servePlaylist(c *fiber.Ctx, key string) (bool, error) {
 	}
 	links := g.links()
 	scope := key[:at+len("/outputs/")] // the attempt's outputs, all of them the job's
+	made, refs := map[string]string{}, 0
 	out := mj.RewritePlaylist(self.Name, body, mj.PlaylistLinks{
 		Output: func(name string) (string, bool) {
 			k, ok := keys[name]
-			if !ok {
+			if !ok || refs >= maxPlaylistRefs {
 				return "", false
 			}
-			return links.Download(ctx, k, exp), true
+			refs++
+			u, ok := made[name]
+			if !ok {
+				u = links.Download(ctx, k, exp)
+				made[name] = u
+			}
+			return u, true
 		},
 		// A DASH segment template names files by pattern: a gateway link admitting
 		// every output of the attempt, the template in its path.
 		Dir: func(dir string) (string, string, bool) {
+			if refs >= maxPlaylistRefs {
+				return "", "", false
+			}
+			refs++
 			sub := scope
 			if dir != "" {
 				sub += dir + "/"

@@ -181,3 +181,49 @@ func TestPlaylistLadderPlaysByItsLink(t *testing.T) {
 		t.Fatalf("a relative reference followed from the master's link: HTTP %d, want 403", status)
 	}
 }
+
+// A playlist is whatever the user's ffmpeg wrote: one of one-letter references
+// to an output is rewritten only up to maxPlaylistRefs references, so what the
+// gateway sends stays bounded, and the rest are left as written.
+func TestHostilePlaylistRewriteIsBounded(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	req := with("output_files", []string{"p.m3u8", "a"})
+	req["ffmpeg_commands"] = []string{"-i {{video}} -c copy -f hls outputs/p.m3u8"}
+	status, body, _ := h.do("POST", "/api/ffmpeg", "alice", req)
+	if status != 200 {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	id := body["data"].(map[string]any)["id"].(string)
+	prefix := "jobs/" + id + "/1/0123abcd-0000-0000-0000-000000000000/outputs/"
+	playlist := strings.Repeat("a\n", maxPlaylistRefs+1000)
+	var outs []mj.Output
+	for name, content := range map[string]string{"p.m3u8": playlist, "a": "segment"} {
+		if _, err := h.gw.Blobs.Put(ctx, prefix+name, strings.NewReader(content), 0); err != nil {
+			t.Fatal(err)
+		}
+		outs = append(outs, mj.Output{Name: name, Key: prefix + name, Size: int64(len(content))})
+	}
+	h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status, j.Attempt = mj.StatusRunning, 1; return nil })
+	if _, err := h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status, j.Outputs = mj.StatusSucceeded, outs; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	_, body, _ = h.do("GET", "/api/jobs/"+id, "alice", nil)
+	link := body["data"].(map[string]any)["output_files"].(map[string]any)["p.m3u8"].(string)
+	status, _, got := h.get(link)
+	if status != 200 {
+		t.Fatalf("HTTP %d", status)
+	}
+	lines := strings.Split(strings.TrimSuffix(got, "\n"), "\n")
+	rewritten := 0
+	for _, l := range lines {
+		if strings.HasPrefix(l, "http://") {
+			rewritten++
+		} else if l != "a" {
+			t.Fatalf("unexpected line %q", l)
+		}
+	}
+	if len(lines) != maxPlaylistRefs+1000 || rewritten != maxPlaylistRefs {
+		t.Fatalf("%d lines, %d rewritten; want %d and %d", len(lines), rewritten, maxPlaylistRefs+1000, maxPlaylistRefs)
+	}
+}

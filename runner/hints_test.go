@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -19,6 +20,9 @@ func TestConcatURLHint(t *testing.T) {
 	write("made.txt", "file https://example.com/c.mp4\n")
 	write("inputs/local.txt", "file 'a.mp4'\nfile /job/inputs/b.mp4\n")
 	os.Symlink("/etc/hostname", filepath.Join(dir, "inputs", "out.txt"))
+	if err := syscall.Mkfifo(filepath.Join(dir, "inputs", "fifo.txt"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		argv []string
 		want string
@@ -27,9 +31,10 @@ func TestConcatURLHint(t *testing.T) {
 		{[]string{"-f", "concat", "-i", "inputs/urls.txt", "outputs/o.mp4"}, "name it in the list as file '<name>'"},
 		{[]string{"-f", "concat", "-i", "/job/inputs/urls.txt", "outputs/o.mp4"}, "names https://example.com/b.mp4"},
 		{[]string{"-f", "concat", "-i", "inputs/local.txt", "outputs/o.mp4"}, ""},
-		{[]string{"-f", "concat", "-i", "made.txt", "outputs/o.mp4"}, "as file 'inputs/<name>'"},      // a list an earlier command wrote
-		{[]string{"-i", "inputs/urls.txt", "outputs/o.mp4"}, ""},                                      // not read as a concat list
-		{[]string{"-f", "concat", "-i", "inputs/out.txt", "outputs/o.mp4"}, ""},                       // a link out of the job is not followed
+		{[]string{"-f", "concat", "-i", "made.txt", "outputs/o.mp4"}, "as file 'inputs/<name>'"}, // a list an earlier command wrote
+		{[]string{"-i", "inputs/urls.txt", "outputs/o.mp4"}, ""},                                 // not read as a concat list
+		{[]string{"-f", "concat", "-i", "inputs/out.txt", "outputs/o.mp4"}, ""},
+		{[]string{"-f", "concat", "-i", "inputs/fifo.txt", "outputs/o.mp4"}, ""},                      // a FIFO no one writes: not waited on                       // a link out of the job is not followed
 		{[]string{"-f", "mp4", "-i", "x", "-f", "concat", "-i", "inputs/urls.txt", "o.mp4"}, "a URL"}, // the -f that precedes its -i
 	} {
 		got := concatURLHint(dir, tc.argv)
@@ -38,6 +43,19 @@ func TestConcatURLHint(t *testing.T) {
 		}
 		if strings.Contains(got, "s3cret") || strings.Contains(got, "u:p@") {
 			t.Errorf("%v: hint %q shows the URL's secret", tc.argv, got)
+		}
+	}
+}
+
+func TestRedactURLs(t *testing.T) {
+	for in, want := range map[string]string{
+		"[concat @ 0x1] Impossible to open 'https://u:p@example.com/b.mp4?X-Amz-Signature=s3cret'": "[concat @ 0x1] Impossible to open 'https://example.com/b.mp4'",
+		"Unsafe file name 'http://h/x.mp4#frag'":                                                   "Unsafe file name 'http://h/x.mp4'",
+		"no URL here: inputs/a.mp4":                                                                "no URL here: inputs/a.mp4",
+		"rtmp://user:pw@live.example:1935/app?key=k1 failed":                                       "rtmp://live.example:1935/app failed",
+	} {
+		if got := redactURLs(in); got != want {
+			t.Errorf("redactURLs(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

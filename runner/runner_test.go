@@ -163,6 +163,9 @@ func TestRunFailures(t *testing.T) {
 			if len(res.Outputs) != 0 {
 				t.Errorf("failed run reports outputs %v", res.Outputs)
 			}
+			if strings.Contains(res.ErrorMessage, "secret") || strings.Contains(res.ErrorMessage, "user:pw") {
+				t.Errorf("error_message shows a URL's secret: %q", res.ErrorMessage)
+			}
 			var reported mj.Result
 			json.Unmarshal(up.files["result.json"], &reported)
 			if reported.ErrorMessage != res.ErrorMessage {

@@ -105,8 +105,16 @@ func FreeAddrs(n int) ([]string, error) {
 // CachedNomad is where deploy/scripts/install-nomad.sh caches the Nomad it builds
 // (with its web UI: the build tags are part of the name).
 func CachedNomad() string {
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".cache", "mediajobs", "nomad-1.11.3-ui")
+	cache := os.Getenv("MEDIAJOBS_CACHE")
+	if cache == "" {
+		base := os.Getenv("XDG_CACHE_HOME")
+		if base == "" {
+			home, _ := os.UserHomeDir()
+			base = filepath.Join(home, ".cache")
+		}
+		cache = filepath.Join(base, "mediajobs")
+	}
+	return filepath.Join(cache, "nomad-1.11.3-ui")
 }
 
 // NomadBinary finds the nomad binary: $NOMAD_BIN, the cache `make` builds into, PATH.
