@@ -256,6 +256,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			continue
 		}
 		d.Log.Info("dispatcher leading", "name", d.Name)
+		// Each term starts fair share's passes afresh from etcd (fair.go): what
+		// another leader chose meanwhile is not in them.
+		d.passesMu.Lock()
+		d.passes = nil
+		d.passesMu.Unlock()
 		lctx, cancel := context.WithCancel(ctx)
 		// Every store write made while leading is conditioned on the election key:
 		// a paused leader whose session expired cannot write after the next took over.
