@@ -30,6 +30,8 @@ cp -r "$SRC" "$WORK/nomad"
 chmod -R u+w "$WORK/nomad"
 cd "$WORK/nomad"
 go mod edit -dropreplace github.com/hashicorp/nomad/api -require "github.com/hashicorp/nomad/api@$API_VERSION"
-GOFLAGS=-mod=mod go build -trimpath -tags "$TAGS" -o "$BIN.tmp.$$" . >&2
+# -s -w: no symbol table or DWARF, which a dev agent does not need and whose
+# generation is a good part of linking a binary this size.
+GOFLAGS=-mod=mod go build -trimpath -tags "$TAGS" -ldflags "-s -w" -o "$BIN.tmp.$$" . >&2
 mv "$BIN.tmp.$$" "$BIN"
 echo "$BIN"
