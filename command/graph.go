@@ -67,6 +67,16 @@ func skipSpace(s string) string { return strings.TrimLeft(s, whitespace) }
 // to an unquoted, unescaped "=", ",", ";" or "[", and args to "[", "]", "," or ";".
 // Every filter must be one ffmpeg knows and not refused.
 func checkGraph(w, g string, spec Spec) error {
+	// ".." as a part of the graph however it is quoted: no filter option needs
+	// it, and a graph's two quoting levels make it easy to hide a climb in. The
+	// text that drawtext and metadata write is exempt.
+	if strings.Contains(g, "..") && !strings.Contains(g, "drawtext") && !strings.Contains(g, "metadata") {
+		for _, part := range strings.FieldsFunc(g, isPathSep) {
+			if part == ".." {
+				return fmt.Errorf("%s %q: \"..\" is not allowed in paths", w, g)
+			}
+		}
+	}
 	s := skipSpace(g)
 	if strings.HasPrefix(s, "sws_flags=") {
 		i := strings.IndexByte(s, ';')
@@ -137,6 +147,11 @@ func checkFilter(w, name, args string, hasArgs bool, spec Spec) error {
 	}
 	text := filterTextOptions[lc]
 	for i, kv := range filterArgs(args) {
+		// "/key=FILE" (ffmpeg 7) reads the option's value from a file, as -/opt
+		// does for options.
+		if strings.HasPrefix(kv.key, "/") {
+			return refuse(fmt.Sprintf("%s: filter %q option %q", w, class, kv.key), refusal{"it reads the option's value from a file the checker never sees", "give the value in the filter graph"})
+		}
 		k := strings.ToLower(kv.key)
 		if lc == "movie" || lc == "amovie" {
 			// Options in declaration order: filename, format_name (f), stream_index...

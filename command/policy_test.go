@@ -246,3 +246,15 @@ func BenchmarkPrepare64K(b *testing.B) {
 		})
 	}
 }
+
+// ffmpeg 7 reads a filter option's value from a file when its key starts with
+// "/" (drawtext=/text=notes.txt), as -/opt does for options: refused like it.
+func TestFilterOptionFromFileRefused(t *testing.T) {
+	spec := Spec{Inputs: map[string]bool{"video": true}, Outputs: map[string]bool{"out.mp4": true}}
+	for _, c := range []string{`-af '0=/=0' outputs/out.mp4`, `-i inputs/video -vf "drawtext=/text=inputs/video" outputs/out.mp4`} {
+		_, err := Prepare(c, spec)
+		if err == nil || !strings.Contains(err.Error(), "reads the option's value from a file") || !strings.Contains(err.Error(), "instead") {
+			t.Errorf("Prepare(%q): %v, want the file-option refusal", c, err)
+		}
+	}
+}

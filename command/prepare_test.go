@@ -178,6 +178,8 @@ func FuzzPrepare(f *testing.F) {
 			if strings.Contains(w, "drawtext") || strings.Contains(w, "metadata") || strings.Contains(w, "/usr/share/fonts/") {
 				continue
 			}
+			// A tee slave may be the null sink too ([f=null]/dev/null).
+			w := strings.NewReplacer("]/dev/null", "]", "|/dev/null", "|").Replace(w)
 			for _, v := range []string{w, strings.NewReplacer(`\`, "", "'", "").Replace(w)} {
 				if strings.HasPrefix(v, "/") || strings.Contains(v, "://") || strings.Contains(v, "=/") || strings.Contains(v, "]/") {
 					t.Fatalf("Prepare(%q) let %q through", s, w)

@@ -77,9 +77,17 @@ func walk(argv []string, spec Spec) error {
 // optionNameRe is the form of an option name: what may be deferred to the worker.
 var optionNameRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$`)
 
+// specifierRe is the form of an option's stream specifier (v:0, a, p:1, #0x100,
+// m:language:eng, s:a:0 for -metadata).
+var specifierRe = regexp.MustCompile(`^[A-Za-z0-9_:#.-]{0,64}$`)
+
 // option finds how ffmpeg reads -name (written w, at argv[i]) and the name the
 // policy tables know it by.
 func (c *checker) option(w, name string, i int) (optKind, string, error) {
+	_, specifier, _ := strings.Cut(strings.TrimPrefix(w, "-"), ":")
+	if !specifierRe.MatchString(specifier) {
+		return 0, "", fmt.Errorf("option %q: %q is not a stream specifier (such as v, a:0, s:1, p:1, #0x100)", w, specifier)
+	}
 	if k, base, ok := lookup(ffmpegOptions, name); ok {
 		return k, base, nil
 	}
