@@ -258,3 +258,21 @@ func TestFilterOptionFromFileRefused(t *testing.T) {
 		}
 	}
 }
+
+// A tee slave's options end at the first "]" after a pair, as libavformat's tee
+// reads them; the rest is the slave's file name, checked as a path.
+func TestTeeOptionsEndWhereFFmpegEndsThem(t *testing.T) {
+	spec := Spec{Inputs: map[string]bool{"video": true}, Outputs: map[string]bool{"out.mp4": true}}
+	for c, ok := range map[string]bool{
+		"-i inputs/video -f tee []/]0":                                                    false, // the file name is "/]0"
+		"-i inputs/video -f tee [f=mp4]/x]outputs/out.mp4":                                false, // "/x]outputs/out.mp4"
+		"-i inputs/video -f tee [f=mp4]outputs/out.mp4":                                   true,
+		`-i inputs/video -f tee "[f=mp4:onfail=ignore]outputs/out.mp4|[f=null]/dev/null"`: true,
+		`-i inputs/video -f tee "[f=mp4:movflags='a\]b']outputs/out.mp4"`:                 true, // a quoted "]" stays in the value
+	} {
+		_, err := Prepare(c, spec)
+		if (err == nil) != ok {
+			t.Errorf("Prepare(%q): %v, want ok=%v", c, err, ok)
+		}
+	}
+}

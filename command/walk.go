@@ -362,15 +362,13 @@ func checkTee(w, v string, spec Spec, depth int) error {
 		var slave, opts string
 		slave, s = getToken(s, "|")
 		if strings.HasPrefix(slave, "[") {
-			end := strings.LastIndexByte(slave, ']')
-			if end < 0 {
+			var ok bool
+			if opts, slave, ok = teeOptions(slave[1:]); !ok {
 				return fmt.Errorf("tee output %q: \"[\" without \"]\"", v)
 			}
-			opts = slave[1:end]
 			if err := checkDict("tee output", opts, spec, 0); err != nil {
 				return err
 			}
-			slave = slave[end+1:]
 		}
 		if slave == "/dev/null" { // the null sink
 		} else if mentionsTee(opts, 0) {
@@ -385,6 +383,36 @@ func checkTee(w, v string, spec Spec, depth int) error {
 		}
 		s = s[1:]
 	}
+}
+
+// teeOptions splits "opts]name" (after a slave's "[") where libavformat's tee
+// does (parse_slave_options): the options are key=value pairs separated by ":",
+// each value a token that ends at an unquoted, unescaped ":" or "]", and the
+// first "]" after a pair ends them: opts is that part as written, name the rest.
+func teeOptions(p string) (opts, name string, ok bool) {
+	if strings.HasPrefix(p, "]") {
+		return "", p[1:], true
+	}
+	rest := p
+	for rest != "" {
+		t := skipSpace(rest)
+		j := 0
+		for j < len(t) && isKeyChar(t[j]) {
+			j++
+		}
+		t = skipSpace(t[j:])
+		if !strings.HasPrefix(t, "=") {
+			return "", "", false // ffmpeg: "Invalid slave option"
+		}
+		_, rest = getToken(t[1:], ":]")
+		switch {
+		case strings.HasPrefix(rest, "]"):
+			return p[:len(p)-len(rest)], rest[1:], true
+		case strings.HasPrefix(rest, ":"):
+			rest = rest[1:]
+		}
+	}
+	return "", "", false
 }
 
 // mentionsTee tells whether a key=value list of muxer options names the tee
