@@ -169,8 +169,8 @@ func assertWebhook(t *testing.T, job map[string]any) {
 	}
 	for k, v := range job {
 		switch k {
-		case "output_files", "updated_at", "webhook":
-			continue // re-signed per read; delivery state changes after delivery
+		case "output_files", "logs", "updated_at", "webhook":
+			continue // links re-signed per read (their expiry counts from then); delivery state changes after delivery
 		}
 		if !reflect.DeepEqual(c.Job[k], v) {
 			t.Errorf("webhook %s = %v, GET says %v", k, c.Job[k], v)
@@ -181,6 +181,18 @@ func assertWebhook(t *testing.T, job map[string]any) {
 	}
 	if got, want := len(c.Job["output_files"].(map[string]any)), len(job["output_files"].(map[string]any)); got != want {
 		t.Errorf("webhook lists %d outputs, GET %d", got, want)
+	}
+	if logs, _ := job["logs"].(map[string]any); logs != nil {
+		got, _ := c.Job["logs"].(map[string]any)
+		for k, v := range logs {
+			g, _ := got[k].(string)
+			if base, _, _ := strings.Cut(v.(string), "?"); !strings.HasPrefix(g, base+"?") {
+				t.Errorf("webhook log %s = %q, GET says %q", k, g, v)
+			}
+		}
+		if len(got) != len(logs) {
+			t.Errorf("webhook lists %d logs, GET %d", len(got), len(logs))
+		}
 	}
 	// Delivery is recorded on the job.
 	testenv.Eventually(t, 10*time.Second, "webhook state on the job", func() bool {
