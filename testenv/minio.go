@@ -39,16 +39,7 @@ func MinIOBinary(t testing.TB) string {
 
 // minioCached is where install-minio.sh leaves the binary, or "".
 func minioCached() string {
-	cache := os.Getenv("MEDIAJOBS_CACHE")
-	if cache == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, _ := os.UserHomeDir()
-			base = filepath.Join(home, ".cache")
-		}
-		cache = filepath.Join(base, "mediajobs")
-	}
-	p := filepath.Join(cache, "minio-"+MinIORelease)
+	p := filepath.Join(CacheDir(), "minio-"+MinIORelease)
 	if _, err := os.Stat(p); err != nil {
 		return ""
 	}

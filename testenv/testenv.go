@@ -104,17 +104,20 @@ func FreeAddrs(n int) ([]string, error) {
 
 // CachedNomad is where deploy/scripts/install-nomad.sh caches the Nomad it builds
 // (with its web UI: the build tags are part of the name).
-func CachedNomad() string {
-	cache := os.Getenv("MEDIAJOBS_CACHE")
-	if cache == "" {
-		base := os.Getenv("XDG_CACHE_HOME")
-		if base == "" {
-			home, _ := os.UserHomeDir()
-			base = filepath.Join(home, ".cache")
-		}
-		cache = filepath.Join(base, "mediajobs")
+func CachedNomad() string { return filepath.Join(CacheDir(), "nomad-1.11.3-ui") }
+
+// CacheDir is where the install scripts cache what they build:
+// $MEDIAJOBS_CACHE, else $XDG_CACHE_HOME/mediajobs, else ~/.cache/mediajobs.
+func CacheDir() string {
+	if c := os.Getenv("MEDIAJOBS_CACHE"); c != "" {
+		return c
 	}
-	return filepath.Join(cache, "nomad-1.11.3-ui")
+	base := os.Getenv("XDG_CACHE_HOME")
+	if base == "" {
+		home, _ := os.UserHomeDir()
+		base = filepath.Join(home, ".cache")
+	}
+	return filepath.Join(base, "mediajobs")
 }
 
 // NomadBinary finds the nomad binary: $NOMAD_BIN, the cache `make` builds into, PATH.

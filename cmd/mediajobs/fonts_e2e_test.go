@@ -12,7 +12,7 @@ import (
 // TestFontsWithoutFontFile: drawtext without a fontfile and a subtitles= burn-in
 // from an .srt input run on both drivers, the worker image carrying fontconfig
 // and DejaVu (deploy/worker/build-local.sh) and the bubblewrap sandbox binding
-// the host's (README, Containment). Each frame is compared with the same frame
+// the host's (docs/containment.md). Each frame is compared with the same frame
 // drawn without text: libass renders nothing, and says so only in a warning, when
 // it finds no font, so a published PNG identical to the plain one is a failure.
 func TestFontsWithoutFontFile(t *testing.T) {
@@ -22,13 +22,7 @@ func TestFontsWithoutFontFile(t *testing.T) {
 
 	for _, driver := range []string{"raw_exec", "docker"} {
 		t.Run(driver, func(t *testing.T) {
-			extra, machine := "", "cpu"
-			if driver == "docker" {
-				needDocker(t)
-				extra, machine = dockerPool(""), "docker"
-			}
-			c := newCluster(t, agent, extra)
-			c.startDispatcher("d")
+			c, machine := driverCluster(t, driver)
 			frame := "-ss 1 -frames:v 1"
 			id := c.create(map[string]any{
 				"input_files":  map[string]string{"in": c.inURL + "?job=fonts-" + driver, "subs.srt": subs.URL + "/subs.srt"},

@@ -27,18 +27,25 @@ import (
 //
 // The jobs of a driver are all created first and then waited for, so the table
 // costs about as long as its slowest job.
+// driverCluster is a dev stack with one dispatcher whose "cpu" pool runs on
+// raw_exec, or with a "docker" pool of the worker image; machine names the pool.
+func driverCluster(t *testing.T, driver string) (c *cluster, machine string) {
+	extra, machine := "", "cpu"
+	if driver == "docker" {
+		needDocker(t)
+		extra, machine = dockerPool(""), "docker"
+	}
+	c = newCluster(t, agent, extra)
+	c.startDispatcher("d")
+	return c, machine
+}
+
 func TestRealWorldIdioms(t *testing.T) {
 	needStack(t)
 	media := newIdiomMedia(t)
 	for _, driver := range []string{"raw_exec", "docker"} {
 		t.Run(driver, func(t *testing.T) {
-			extra, machine := "", "cpu"
-			if driver == "docker" {
-				needDocker(t)
-				extra, machine = dockerPool(""), "docker"
-			}
-			c := newCluster(t, agent, extra)
-			c.startDispatcher("d")
+			c, machine := driverCluster(t, driver)
 			ids := make([]string, len(idioms))
 			for i, row := range idioms {
 				inputs := map[string]string{}
