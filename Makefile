@@ -38,8 +38,10 @@ docker: ## start dockerd if needed (--bridge=none --iptables=false --ip-masq=fal
 
 .PHONY: run
 run: ## start Nomad (dev) and mediajobs dev; MEDIAJOBS_DRIVER=docker runs the cpu pool in containers
-	@# deps and build side by side: their module downloads overlap the compiles.
-	@$(MAKE) --no-print-directory -j2 deps build
+	@# Nomad's build (the longest step, once) in the background, deps and build side
+	@# by side: mediajobs comes up before Nomad is built, and jobs wait for it.
+	@deploy/scripts/nomad-background.sh start
+	@MEDIAJOBS_NOMAD_BACKGROUND=1 $(MAKE) --no-print-directory -j2 deps build
 	@if [ "$${MEDIAJOBS_DRIVER:-raw_exec}" = docker ]; then $(MAKE) --no-print-directory docker; fi
 	@deploy/scripts/run-dev.sh
 

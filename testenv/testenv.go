@@ -216,6 +216,13 @@ plugin "raw_exec" {
 // tasks it ran reported nothing. (A task left running would report, and a
 // dispatcher applies what a vanished child reported.)
 func (n *Nomad) Restart() error {
+	n.Stop()
+	return n.start()
+}
+
+// Stop kills the agent and its tasks and wipes its state; Start starts it again
+// on the same ports (Restart is both).
+func (n *Nomad) Stop() {
 	var tasks []int
 	if n.cmd != nil && n.cmd.Process != nil {
 		tasks = Descendants(n.cmd.Process.Pid)
@@ -227,8 +234,10 @@ func (n *Nomad) Restart() error {
 	KillUnder(filepath.Join(n.dir, "data"))
 	UnmountUnder(filepath.Join(n.dir, "data"))
 	os.RemoveAll(filepath.Join(n.dir, "data"))
-	return n.start()
 }
+
+// Start starts a stopped agent (Stop) and waits until its node is ready.
+func (n *Nomad) Start() error { return n.start() }
 
 func (n *Nomad) start() error {
 	logf, err := os.OpenFile(filepath.Join(n.dir, "agent.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)

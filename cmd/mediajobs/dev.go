@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
@@ -24,6 +25,9 @@ type devOptions struct {
 	APIKey        string // use this key instead of a stored or generated one
 	RunnerCommand string // default: this binary
 	Listener      net.Listener
+	// NomadPending: Nomad is still being built (its log's path, from run-dev.sh):
+	// the API starts at once and the dispatcher once the agent answers.
+	NomadPending string
 }
 
 // devStack is a running `mediajobs dev`.
@@ -45,7 +49,7 @@ func runDev(ctx context.Context, args []string, stdout io.Writer, log *slog.Logg
 		return err
 	}
 	log = configLog(log, cfg)
-	opts := devOptions{DataDir: *data, APIKey: os.Getenv("MEDIAJOBS_DEV_API_KEY")}
+	opts := devOptions{DataDir: *data, APIKey: os.Getenv("MEDIAJOBS_DEV_API_KEY"), NomadPending: os.Getenv("MEDIAJOBS_NOMAD_PENDING")}
 	return startDev(ctx, cfg, opts, log, func(s *devStack) {
 		fmt.Fprintf(stdout, `
 mediajobs dev is up.
@@ -54,7 +58,7 @@ mediajobs dev is up.
   API        %[1]s/api (reference: %[1]s/api/docs)
   API key    %[2]s
   etcd       embedded, data in %[3]s
-  Nomad      %[4]s (UI: %[4]s/ui/jobs)
+  Nomad      %[4]s (UI: %[4]s/ui/jobs)%[6]s
 %[5]s
 Try it (a 3-second test pattern, encoded on Nomad; waits for the result):
   curl -s -H "Authorization: Bearer %[2]s" -H "Content-Type: application/json" \
@@ -63,7 +67,7 @@ Try it (a 3-second test pattern, encoded on Nomad; waits for the result):
 or from this binary, with live progress:
   bin/mediajobs run -o out.mp4 -- -f lavfi -i testsrc=duration=3 -c:v libx264 outputs/out.mp4
 
-`, s.URL, s.APIKey, cfg.Etcd.DataDir, nomadAddr(cfg), devListeners(cfg))
+`, s.URL, s.APIKey, cfg.Etcd.DataDir, nomadAddr(cfg), devListeners(cfg), nomadPendingLine(opts.NomadPending))
 	})
 }
 
@@ -80,6 +84,14 @@ func devListeners(cfg *config.Config) string {
 		fmt.Fprintf(&b, "  Metrics    http://%s/metrics\n", a)
 	}
 	return b.String()
+}
+
+// nomadPendingLine is the banner's word on a Nomad still being built.
+func nomadPendingLine(buildLog string) string {
+	if buildLog == "" {
+		return ""
+	}
+	return "\n             still being built (log: " + buildLog + "); jobs wait in the queue until it is up"
 }
 
 func nomadAddr(cfg *config.Config) string {
@@ -175,8 +187,24 @@ func startDev(ctx context.Context, cfg *config.Config, o devOptions, log *slog.L
 		}
 		defer stopMetrics()
 	}
+	runDispatcher := d.Run
 	if err := d.RegisterPools(); err != nil {
-		return fmt.Errorf("%w (is a Nomad agent running at %s?)", err, nomadAddr(cfg))
+		if o.NomadPending == "" {
+			return fmt.Errorf("%w (is a Nomad agent running at %s?)", err, nomadAddr(cfg))
+		}
+		// The API takes jobs now; they wait in etcd until the agent is up.
+		log.Info("Nomad is not up yet: jobs wait in the queue until it is", "nomad", nomadAddr(cfg), "build_log", o.NomadPending)
+		runDispatcher = func(ctx context.Context) error {
+			for d.RegisterPools() != nil {
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-time.After(time.Second):
+				}
+			}
+			log.Info("Nomad is up: dispatching", "nomad", nomadAddr(cfg))
+			return d.Run(ctx)
+		}
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -185,7 +213,7 @@ func startDev(ctx context.Context, cfg *config.Config, o devOptions, log *slog.L
 	errc := make(chan error, 2)
 	wg.Add(2)
 	go func() { defer wg.Done(); errc <- serve(ctx, b.gateway(ctx, log), ln, cfg.Server.ShutdownD, log) }()
-	go func() { defer wg.Done(); errc <- d.Run(ctx) }()
+	go func() { defer wg.Done(); errc <- runDispatcher(ctx) }()
 	ready(&devStack{URL: cfg.Server.PublicURL, APIKey: key, b: b})
 	err = <-errc
 	cancel()

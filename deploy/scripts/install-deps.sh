@@ -75,7 +75,8 @@ fi
 # build is announced.
 nomad_cached() { "$HERE/install-nomad.sh" --cached >/dev/null 2>&1; }
 minio_cached() { "$HERE/install-minio.sh" --cached >/dev/null 2>&1; }
-if ! nomad_cached; then
+# make run builds Nomad in the background instead (nomad-background.sh).
+if ! nomad_cached && [ -z "${MEDIAJOBS_NOMAD_BACKGROUND:-}" ]; then
 	step "build Nomad v1.11.3 with its web UI into ~/.cache/mediajobs" "about 10 minutes on 2 cores" "$HERE/install-nomad.sh" >/dev/null
 fi
 if { [ "$MODE" = test ] || [ "${MEDIAJOBS_STORAGE:-}" = s3 ]; } && ! minio_cached; then

@@ -6,7 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-NOMAD_BIN="$(deploy/scripts/install-nomad.sh)"
 export NOMAD_ADDR="${NOMAD_ADDR:-http://127.0.0.1:4646}"
 DATA="${MEDIAJOBS_DATA:-.data}"
 mkdir -p "$DATA"
@@ -16,26 +15,40 @@ cleanup() {
 	trap - EXIT INT TERM
 	for p in "${pids[@]}"; do kill -INT "$p" 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	deploy/scripts/nomad-background.sh stop
 }
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-if curl -sf "$NOMAD_ADDR/v1/status/leader" >/dev/null 2>&1; then
-	echo "using the Nomad agent already running at $NOMAD_ADDR"
-else
+# start_nomad BIN: a dev agent, once its node is ready.
+start_nomad() {
 	echo "starting nomad agent -dev (log: $DATA/nomad.log)"
-	"$NOMAD_BIN" agent -dev -config deploy/nomad-dev.hcl >"$DATA/nomad.log" 2>&1 &
-	pids+=($!)
+	"$1" agent -dev -config deploy/nomad-dev.hcl >"$DATA/nomad.log" 2>&1 &
+	local pid=$!
+	pids+=($pid)
 	for _ in $(seq 1 120); do
-		if curl -sf "$NOMAD_ADDR/v1/nodes" 2>/dev/null | grep -q '"Status":"ready"'; then break; fi
-		if ! kill -0 "${pids[0]}" 2>/dev/null; then
+		if curl -sf "$NOMAD_ADDR/v1/nodes" 2>/dev/null | grep -q '"Status":"ready"'; then return 0; fi
+		if ! kill -0 "$pid" 2>/dev/null; then
 			echo "nomad agent exited; see $DATA/nomad.log" >&2
 			tail -20 "$DATA/nomad.log" >&2
 			exit 1
 		fi
 		sleep 0.5
 	done
+}
+
+# Nomad not built yet (a fresh machine): mediajobs starts first, the agent once
+# the background build (nomad-background.sh) is done.
+nomad_later=""
+if curl -sf "$NOMAD_ADDR/v1/status/leader" >/dev/null 2>&1; then
+	echo "using the Nomad agent already running at $NOMAD_ADDR"
+elif NOMAD_BIN="$(deploy/scripts/install-nomad.sh --cached)"; then
+	start_nomad "$NOMAD_BIN"
+else
+	deploy/scripts/nomad-background.sh start
+	nomad_later=1
+	export MEDIAJOBS_NOMAD_PENDING="$DATA/nomad-build.log"
 fi
 
 if [ "${MEDIAJOBS_STORAGE:-}" = s3 ]; then
@@ -87,5 +100,20 @@ if [ "${MEDIAJOBS_STORAGE:-}" = s3 ]; then
 fi
 
 bin/mediajobs dev -data "$DATA" &
-pids+=($!)
-wait "${pids[-1]}"
+dev_pid=$!
+pids+=($dev_pid)
+if [ -n "$nomad_later" ]; then
+	deploy/scripts/nomad-background.sh wait >"$DATA/nomad-build.bin" &
+	waiter=$!
+	# Whichever ends first: the build, or mediajobs (then so does this script).
+	while kill -0 "$waiter" 2>/dev/null && kill -0 "$dev_pid" 2>/dev/null; do sleep 1; done
+	if ! kill -0 "$dev_pid" 2>/dev/null; then
+		rc=0
+		wait "$dev_pid" || rc=$?
+		exit "$rc"
+	fi
+	wait "$waiter"
+	start_nomad "$(cat "$DATA/nomad-build.bin")"
+	echo "Nomad is up at $NOMAD_ADDR (UI: $NOMAD_ADDR/ui/jobs): queued jobs start now"
+fi
+wait "$dev_pid"
