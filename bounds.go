@@ -35,10 +35,14 @@ import (
 //	probe data        MaxProbeBytes, all outputs together, + their keys         ≈ 209,000
 //	log_commands      CeilMaxCommands 1,000 × ≤ 5, and logs_prefix               ≈   4,000
 //	analysis          MaxAnalysisBytes, all blocks together                        16,384
+//	deliveries        MaxDestinations 20 × ≈ 450: MaxShownURLBytes 256 (as
+//	                  stored), sha256 64, status 16, the rest                    ≈   9,000
 //	the rest          ids, times, counters, progress                             ≈   1,500
-//	total                                                                        1,012,824
+//	total                                                                     ≈ 1,022,000
 //
-// that is 96.6% of JobRecordBudget (1,048,576) and 64% of etcd's limit. The output key
+// that is about 97.5% of JobRecordBudget (1,048,576) and 65% of etcd's limit.
+// The destinations' URLs themselves are not in the record: they are under a
+// key of their own (store.Destinations), within MaxDestinationsBytes. The output key
 // assumes an allocation directory of 36 bytes (a Nomad allocation ID). An output
 // name may hold a directory (stream_%v/playlist.m3u8): the name as a whole keeps
 // the bound of MaxOutputNameBytes, so outputs take no more.
@@ -196,6 +200,7 @@ func BoundResult(r *Result) *Result {
 		}
 		b.Outputs[i] = o
 	}
+	boundDeliveries(b.Outputs)
 	b.Analysis = BoundAnalysis(r.Analysis)
 	return &b
 }

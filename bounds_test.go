@@ -81,7 +81,7 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 		InputFiles: inputs, OutputNames: outputNames, FFmpegCommands: cmds,
 		WebhookURL: "https://hooks.example/?" + fill(mj.MaxURLBytes-len("https://hooks.example/?")),
 		Machine:    name("pool", 64), TimeoutSeconds: math.MaxInt64, Metadata: metadata,
-		CreatedAt: now, QueuedAt: now, UpdatedAt: now,
+		CreatedAt: now, QueuedAt: now, UpdatedAt: now, MaxInputBytes: math.MaxInt64,
 	}
 	if v := reflect.ValueOf(j).Elem().FieldByName("IdemHash"); v.IsValid() {
 		v.SetString(strings.Repeat("f", 64)) // a sha256 in hex, set by the store
@@ -100,7 +100,9 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 		decl := outputNames[i%len(outputNames)]
 		file := strings.Replace(strings.Replace(decl, "%09d", fmt.Sprintf("%020d", i), 1), "%v", "0", 1)
 		outs = append(outs, mj.Output{Name: file, Size: math.MaxInt64,
-			Probe: &mj.Probe{DurationSeconds: &d, Format: fill(10000), Streams: streams}})
+			Probe: &mj.Probe{DurationSeconds: &d, Format: fill(10000), Streams: streams},
+			// Far more deliveries than a job may have destinations (mj.MaxDestinations).
+			Destination: &mj.Delivery{URL: fill(10000), Status: fill(100), HTTPStatus: math.MinInt, SHA256: fill(100), Kept: true}})
 	}
 	// Analysis blocks far over their bound: many, with long names and data of
 	// characters JSON escapes.
@@ -128,6 +130,11 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 		// allocation ID) that ran the attempt
 		scope := fmt.Sprintf("jobs/%s/%d/%s/", j.ID, attempt, "76543210-fedc-ba98-7654-3210fedcba98")
 		j.Status, j.Attempt = mj.StatusSucceeded, attempt
+		// Usage at its ceiling (the dispatcher bounds what a runner reports).
+		u := mj.Usage{WallSeconds: math.MaxFloat64, CPUSeconds: math.MaxFloat64, GPUSeconds: math.MaxFloat64,
+			InputBytes: math.MaxInt64, OutputBytes: math.MaxInt64}.Bounded()
+		j.Usage = &u
+		j.MaxInputBytes = math.MaxInt64 // the store sets the account's (here no limit) at create
 		j.Outputs, j.TotalInputBytes, j.TotalOutputBytes = nil, r.InputBytes, math.MaxInt64
 		for _, o := range r.Outputs {
 			o.Key = scope + "outputs/" + o.Name // dispatcher's transition

@@ -66,6 +66,9 @@ type Job struct {
 
 	TotalInputBytes  int64 `json:"total_input_bytes,omitempty"`
 	TotalOutputBytes int64 `json:"total_output_bytes,omitempty"`
+	// Usage is what the attempt whose result ended the job consumed (docs/usage.md);
+	// nil when no result was applied (cancelled, lost workers).
+	Usage *Usage `json:"usage,omitempty"`
 
 	// IdemHash names the Idempotency-Key record that created the job, deleted with
 	// it (store.DeleteFinishedJobs).
@@ -74,6 +77,15 @@ type Job struct {
 	// max_job_bytes when it was created, given back when it is deleted
 	// (docs/limits.md); 0 for jobs of versions before limits.
 	RecordBytes int64 `json:"record_bytes,omitempty"`
+	// MaxInputBytes is its account's max_input_bytes when it was created: the
+	// runner fetches no more inputs than that (0: no limit; docs/limits.md).
+	MaxInputBytes int64 `json:"max_input_bytes,omitempty"`
+	// HasDestinations: the job has output_destinations, stored under a key of
+	// their own (a URL is a credential) and deleted with the job. Destinations
+	// holds them only while the job is created (store.CreateJobWithin writes
+	// them); a job read back has nil.
+	HasDestinations bool          `json:"has_destinations,omitempty"`
+	Destinations    *Destinations `json:"-"`
 
 	// Dispatch bookkeeping, not public.
 	NomadJobID   string     `json:"nomad_job_id,omitempty"`
@@ -107,6 +119,9 @@ type Output struct {
 	Key   string `json:"key"`  // blob store key
 	Size  int64  `json:"size"`
 	Probe *Probe `json:"probe,omitempty"`
+	// Destination: what became of the copy sent to the output's destination
+	// (output_destinations); nil for an output without one.
+	Destination *Delivery `json:"destination,omitempty"`
 }
 
 // Probe is what ffprobe says of a file.
@@ -199,6 +214,8 @@ type Result struct {
 	Analysis   []Analysis `json:"analysis,omitempty"`
 	Progress   *Progress  `json:"progress,omitempty"`
 	InputBytes int64      `json:"input_bytes"`
+	// Usage is what the attempt's ffmpeg and ffprobe processes consumed.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // Manifest is what the dispatcher hands a runner in the Nomad dispatch payload.
@@ -209,6 +226,10 @@ type Manifest struct {
 	OutputNames    []string          `json:"output_names"`
 	FFmpegCommands []string          `json:"ffmpeg_commands"`
 	TimeoutSeconds int               `json:"timeout_seconds"`
+	// ReportSeconds bounds what the runner does after the job's deadline (logs,
+	// the result): half of the dispatcher's timeout_grace, so the result is up
+	// before the timeout backstop looks for it. 0 (an older dispatcher): 30.
+	ReportSeconds int `json:"report_seconds,omitempty"`
 	// UploadURL is a signed URL template for this attempt's files: the runner replaces
 	// "{path}" with "outputs/<name>" or "result.json" and PUTs the bytes.
 	UploadURL string `json:"upload_url"`
@@ -231,6 +252,9 @@ type Manifest struct {
 	// DiskBytes caps the job's directory (the pool's disk): inputs, intermediate
 	// files and outputs together. 0: no cap.
 	DiskBytes int64 `json:"disk_bytes,omitempty"`
+	// MaxInputBytes caps the bytes of all inputs fetched (the account's
+	// max_input_bytes). 0: no cap.
+	MaxInputBytes int64 `json:"max_input_bytes,omitempty"`
 	// ManifestURL, when set, is all the payload holds: the manifest was over Nomad's
 	// payload limit and waits behind this signed URL.
 	ManifestURL string `json:"manifest_url,omitempty"`

@@ -38,6 +38,9 @@ type JobView struct {
 	// Analysis lists the JSON objects analysis filters printed (loudnorm with
 	// print_format=json, ...), once the job has ended; [] when none did.
 	Analysis []Analysis `json:"analysis"`
+	// Usage is what the job consumed (docs/usage.md), once its result is in;
+	// null before, and for jobs ended without one (cancelled, lost workers).
+	Usage *Usage `json:"usage"`
 }
 
 // OutputView describes one produced file: its size and what ffprobe says of it.
@@ -46,6 +49,9 @@ type OutputView struct {
 	DurationSeconds *float64 `json:"duration_seconds"`
 	Format          string   `json:"format"`
 	Streams         []Stream `json:"streams"`
+	// Destination: where the output was sent (output_destinations) and how that
+	// went; absent for an output without one.
+	Destination *Delivery `json:"destination,omitempty"`
 }
 
 // View renders j for clients. sign turns a blob key into a signed download URL; it
@@ -58,7 +64,7 @@ func View(j *Job, sign func(key string) string) JobView {
 		Machine: j.Machine, FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
 		InputFiles: nonNil(j.InputFiles), Metadata: nonNil(j.Metadata),
 		OutputFiles: map[string]string{}, Outputs: map[string]OutputView{}, Logs: map[string]string{},
-		Analysis: []Analysis{}, StatusDetail: j.StatusDetail, Webhook: j.Webhook,
+		Analysis: []Analysis{}, StatusDetail: j.StatusDetail, Webhook: j.Webhook, Usage: j.Usage,
 	}
 	if v.FFmpegCommands == nil {
 		v.FFmpegCommands = []string{}
@@ -87,8 +93,10 @@ func View(j *Job, sign func(key string) string) JobView {
 		outs := append([]Output(nil), j.Outputs...)
 		sort.Slice(outs, func(a, b int) bool { return outs[a].Name < outs[b].Name })
 		for _, o := range outs {
-			v.OutputFiles[o.Name] = sign(o.Key)
-			ov := OutputView{SizeBytes: o.Size, Streams: []Stream{}}
+			if o.Stored() { // else only in its destination (keep_outputs false)
+				v.OutputFiles[o.Name] = sign(o.Key)
+			}
+			ov := OutputView{SizeBytes: o.Size, Streams: []Stream{}, Destination: o.Destination}
 			if p := o.Probe; p != nil {
 				ov.DurationSeconds, ov.Format = p.DurationSeconds, p.Format
 				if p.Streams != nil {

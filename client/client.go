@@ -190,6 +190,11 @@ type CreateRequest struct {
 	Machine        string            `json:"machine,omitempty"`
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
+	// OutputDestinations sends outputs to presigned PUT URLs of your own storage
+	// too; KeepOutputs false keeps no service copy of them (docs/api.md,
+	// "Output destinations").
+	OutputDestinations map[string]string `json:"output_destinations,omitempty"`
+	KeepOutputs        *bool             `json:"keep_outputs,omitempty"`
 	// IdempotencyKey is sent as Idempotency-Key; empty: a new random one per
 	// Create call, kept across that call's retries.
 	IdempotencyKey string `json:"-"`

@@ -179,6 +179,12 @@ func checkFilter(w, name, args string, hasArgs bool, spec Spec) error {
 		if text[k] {
 			continue // text the filter draws or writes, never opens
 		}
+		if threadOptions[k] {
+			if err := checkThreads(fmt.Sprintf("%s: filter %q option %q", w, class, kv.key), kv.val); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := checkArg(kv.val, spec); err != nil {
 			return fmt.Errorf("%s: filter %q: %w", w, class, err)
 		}

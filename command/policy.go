@@ -58,6 +58,19 @@ var refusedOptions = map[string]refusal{
 // -version, -formats...): their arity is ambiguous, and a job runs ffmpeg on files.
 var exitRefusal = refusal{"it prints information and exits", "run it on your own machine, or see ffmpeg's documentation"}
 
+// MaxThreads is the most threads one thread option may ask for. A job's
+// processes and threads are capped anyway (1,024: docker's pids_limit, a pids
+// cgroup on raw_exec); this keeps one option from taking them all at once.
+// 0 or "auto" lets ffmpeg choose, which it bounds by the cores.
+const MaxThreads = 64
+
+// threadOptions set a number of threads: as options, in option lists
+// (-x264-params threads=) and as a filter's threads= option.
+var threadOptions = map[string]bool{
+	"threads": true, "filter_threads": true, "filter_complex_threads": true, "dec_threads": true,
+	"framethreads": true, "tilethreads": true,
+}
+
 // localProtocols stay inside the job's directory: -protocol_whitelist may name
 // them. Any other protocol needs the network, which commands do not have.
 var localProtocols = map[string]bool{

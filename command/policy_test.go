@@ -276,3 +276,31 @@ func TestTeeOptionsEndWhereFFmpegEndsThem(t *testing.T) {
 		}
 	}
 }
+
+// TestThreadOptionsCapped: thread counts above MaxThreads are refused, wherever
+// they are written, with the limit in the message; up to it they run.
+func TestThreadOptionsCapped(t *testing.T) {
+	for _, ok := range []string{
+		"-threads 0 -i inputs/video outputs/out.mp4",
+		"-i inputs/video -threads auto -filter_threads 64 -filter_complex_threads 8 outputs/out.mp4",
+		"-i inputs/video -x264-params threads=16 outputs/out.mp4",
+		"-i inputs/video -vf scale=320:240:threads=4 outputs/out.mp4",
+	} {
+		if _, err := Prepare(ok, newSpec); err != nil {
+			t.Errorf("Prepare(%q): %v", ok, err)
+		}
+	}
+	for _, bad := range []string{
+		"-threads 65 -i inputs/video outputs/out.mp4",
+		"-i inputs/video -filter_complex_threads 5000 -filter_complex nullsink outputs/out.mp4",
+		"-i inputs/video -filter_threads 100000 outputs/out.mp4",
+		"-i inputs/video -threads:v 1e4 outputs/out.mp4",
+		"-i inputs/video -x264-params threads=512 outputs/out.mp4",
+		"-i inputs/video -vf scale=320:240:threads=999 outputs/out.mp4",
+	} {
+		_, err := Prepare(bad, newSpec)
+		if err == nil || !strings.Contains(err.Error(), "thread count") || !strings.Contains(err.Error(), "64") {
+			t.Errorf("Prepare(%q) = %v, want a refusal naming the limit of 64 threads", bad, err)
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -163,6 +164,8 @@ func (c *checker) value(name, w, v string) error {
 		}
 	case filterOptions[name]:
 		return checkGraph(w, v, spec)
+	case threadOptions[name]:
+		return checkThreads(w, v)
 	case pathOptions[name]:
 		return checkPath(w, v, spec)
 	case outputRelativeOptions[name]:
@@ -472,6 +475,8 @@ func checkDict(w, v string, spec Spec, depth int) error {
 			err = (&checker{spec: spec}).value(k, o, val)
 		case pathOptions[k]:
 			err = checkPath(o, val, spec)
+		case threadOptions[k]:
+			err = checkThreads(o, val)
 		case formatOptions[k] || k == "format":
 			err = checkFormat(o, val, false)
 		case filterOptions[k]:
@@ -486,4 +491,17 @@ func checkDict(w, v string, spec Spec, depth int) error {
 		}
 	})
 	return err
+}
+
+// checkThreads checks a thread count: an integer from 0 ("auto") to MaxThreads.
+func checkThreads(w, v string) error {
+	v = strings.TrimSpace(v)
+	if strings.EqualFold(v, "auto") {
+		return nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > MaxThreads {
+		return fmt.Errorf("%s %q: a thread count is a whole number from 0 (ffmpeg chooses) to %d", w, v, MaxThreads)
+	}
+	return nil
 }

@@ -35,6 +35,7 @@ type Config struct {
 	Webhooks   *Webhooks   `hcl:"webhooks,block"`
 	Log        *Log        `hcl:"log,block"`
 	Limits     *Limits     `hcl:"limits,block"`
+	Usage      *Usage      `hcl:"usage,block"` // usage.go
 	Pools      []*Pool     `hcl:"pool,block"`
 
 	file *hcl.File // the parsed file, for the source lines of later diagnostics
@@ -50,10 +51,14 @@ type Limits struct {
 	// Limits of amounts held per account (docs/limits.md): a create that would
 	// cross one is refused with 429 quotaExceeded. 0: no limit. Nil when not
 	// set: the defaults (1000 jobs queued, 256 MiB of job records, timeout up to
-	// the pool's max_timeout).
+	// the pool's max_timeout, 10 GiB of storage, 16 event streams, inputs bounded
+	// by the pool's disk only).
 	MaxQueuedJobs     *int64 `hcl:"max_queued_jobs,optional"`
 	MaxJobBytes       *int64 `hcl:"max_job_bytes,optional"`
 	MaxTimeoutSeconds *int64 `hcl:"max_timeout_seconds,optional"`
+	MaxStorageBytes   *int64 `hcl:"max_storage_bytes,optional"`
+	MaxEventStreams   *int64 `hcl:"max_event_streams,optional"`
+	MaxInputBytes     *int64 `hcl:"max_input_bytes,optional"`
 
 	MaxRunningRange hcl.Range `hcl:"max_running_per_account,attr_range"`
 	DefRange        hcl.Range `hcl:",def_range"`
@@ -63,6 +68,8 @@ type Limits struct {
 const (
 	DefaultMaxQueuedJobs = 1000
 	DefaultMaxJobBytes   = 256 << 20
+	DefaultMaxStorage    = 10 << 30
+	DefaultMaxStreams    = 16
 )
 
 // Log is the server commands' log (stderr): "text" (key=value lines, the default)
@@ -453,6 +460,7 @@ func Default() *Config {
 		Dispatcher: &Dispatcher{ReconcileEvery: "15s", LeaderTTL: "10s", TimeoutGrace: "60s", DisconnectGrace: "5m"},
 		Log:        &Log{Format: "text", Level: "info"},
 		Limits:     &Limits{},
+		Usage:      &Usage{RetentionDays: DefaultUsageRetentionDays},
 		Storage:    &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m", JobRetention: "720h"},
 	}
 }
@@ -870,6 +878,10 @@ func (c *Config) finish() hcl.Diagnostics {
 	if c.Limits == nil {
 		c.Limits = &Limits{}
 	}
+	if c.Usage == nil {
+		c.Usage = &Usage{RetentionDays: DefaultUsageRetentionDays}
+	}
+	c.Usage.check(bad)
 	if c.Limits.MaxRunningPerAccount < 0 {
 		bad(c.Limits.MaxRunningRange, "Invalid max_running_per_account", fmt.Sprintf("max_running_per_account = %d; use 0 for no limit, or how many jobs of one account may run in a pool at once.", c.Limits.MaxRunningPerAccount))
 	}
@@ -881,6 +893,9 @@ func (c *Config) finish() hcl.Diagnostics {
 		{&c.Limits.MaxQueuedJobs, "max_queued_jobs", DefaultMaxQueuedJobs},
 		{&c.Limits.MaxJobBytes, "max_job_bytes", DefaultMaxJobBytes},
 		{&c.Limits.MaxTimeoutSeconds, "max_timeout_seconds", 0},
+		{&c.Limits.MaxStorageBytes, "max_storage_bytes", DefaultMaxStorage},
+		{&c.Limits.MaxEventStreams, "max_event_streams", DefaultMaxStreams},
+		{&c.Limits.MaxInputBytes, "max_input_bytes", 0},
 	} {
 		if *l.v == nil {
 			*l.v = &l.def

@@ -22,6 +22,10 @@ func TestParseExample(t *testing.T) {
 	if c.Server.WaitLimitD != 25*time.Second || c.Storage.TTL != 24*time.Hour {
 		t.Fatalf("server %+v storage %+v", c.Server, c.Storage)
 	}
+	// The shipped config keeps /metrics off the public listener.
+	if c.Server.MetricsListen == "" || c.Server.MetricsListen == c.Server.Listen {
+		t.Fatalf("deploy/mediajobs.hcl serves /metrics on the public listener (metrics_listen %q, listen %q)", c.Server.MetricsListen, c.Server.Listen)
+	}
 }
 
 func TestDefaults(t *testing.T) {

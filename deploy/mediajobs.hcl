@@ -19,8 +19,9 @@ server {
   wait_limit = "25s"
 
   # A separate address for the gateway's Prometheus /metrics. Unset (the default):
-  # /metrics is on listen; set: only here, so the public port need not expose it.
-  # metrics_listen = "127.0.0.1:9090"
+  # /metrics is on listen; set: only here, so the public port does not expose it.
+  # Production sets it: /metrics says how busy the service is, and whose jobs.
+  metrics_listen = "127.0.0.1:9090"
 
   # A job is stored as one etcd value, which etcd refuses over 1.5 MiB: these bound
   # what one job holds, and each has a ceiling that keeps the largest job possible

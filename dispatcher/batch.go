@@ -2,6 +2,9 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"sync"
 	"time"
 )
@@ -15,6 +18,8 @@ type group[In, Out any] struct {
 	run func(ctx context.Context, ins []In) ([]Out, []error)
 	key func(In) string
 	max int
+	// log reports a panic of run (nil: slog.Default()).
+	log *slog.Logger
 
 	mu      sync.Mutex
 	queue   []*call[In, Out]
@@ -64,13 +69,35 @@ func (g *group[In, Out]) loop() {
 		// One caller's context ending must not fail the others' calls: the group
 		// runs on its own, bounded in time.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(calls[0].ctx), groupTimeout)
-		outs, errs := g.run(ctx, ins)
+		outs, errs := g.safeRun(ctx, ins)
 		cancel()
 		for i, c := range calls {
 			c.out, c.err = outs[i], errs[i]
 			close(c.done)
 		}
 	}
+}
+
+// safeRun is run, answering every call of the group with an error when it panics:
+// no caller waits forever, and the loop goes on with the next group. (Panics of
+// one job's change are caught closer, in updateJobs, failing only that job.)
+func (g *group[In, Out]) safeRun(ctx context.Context, ins []In) (outs []Out, errs []error) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		log := g.log
+		if log == nil {
+			log = slog.Default()
+		}
+		log.Error("internal error: panic in a write group; its calls fail", "calls", len(ins), "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		outs, errs = make([]Out, len(ins)), make([]error, len(ins))
+		for i := range errs {
+			errs[i] = fmt.Errorf("internal error: %v", v)
+		}
+	}()
+	return g.run(ctx, ins)
 }
 
 // take removes the next group from the queue, answering at once the callers whose

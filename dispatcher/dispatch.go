@@ -101,15 +101,16 @@ func (d *Dispatcher) dispatchIDs(ctx context.Context, pool *config.Pool, ids []s
 			}
 			failed.Store(true)
 			detail := mj.Clip("waiting to reach Nomad: "+err.Error(), mj.MaxDetailBytes)
-			if unreachable(err) {
+			if nomadTrouble(err) {
+				// Unreachable, or answering 5xx (no cluster leader, overloaded): an
+				// outage, whatever its text. One job says so, once per outage: the
+				// passes that follow while it lasts write nothing.
 				down.Store(true)
-				// One job says so, once per outage: the passes that follow while
-				// Nomad stays down write nothing.
 				if d.nomadDown.Swap(true) {
 					return
 				}
-				d.Log.Warn("nomad unreachable; dispatching stops until it answers", "pool", pool.Name, "err", err)
-				detail = "waiting for Nomad, which is unreachable; the job is dispatched when it answers again"
+				d.Log.Warn("nomad unreachable or failing; dispatching stops until it answers", "pool", pool.Name, "err", err)
+				detail = "waiting for Nomad, which is unreachable or cannot take jobs now; the job is dispatched when it answers again"
 			} else {
 				d.Log.Warn("dispatch failed; will retry", "job", id, "err", err)
 			}
@@ -222,8 +223,9 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	defer cancel()
 	wo.IdempotencyToken = fmt.Sprintf("%s/%d", j.ID, attempt)
 	resp, _, err := d.Jobs.DispatchOpts(opts, wo)
-	if err != nil && (isNotFound(err) || strings.Contains(err.Error(), "parameterized job not found")) {
-		// Nomad lost the parameterized job (a dev agent restarted): register again.
+	if parentGone(err) {
+		// Nomad lost the parameterized job (a dev agent restarted), or an operator
+		// stopped it: register it again now, not at the next leadership.
 		if pool := d.Config.Pool(j.Machine); pool != nil && d.registerPool(ctx, pool) == nil {
 			resp, _, err = d.Jobs.DispatchOpts(opts, wo)
 		}
@@ -265,6 +267,19 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	return err
 }
 
+// parentGone tells a dispatch refused because the pool's parameterized job is
+// missing or stopped: Nomad answers 404, or a 500 naming it (Job.Dispatch's own
+// errors), which no retry clears until it is registered again.
+func parentGone(err error) bool {
+	if err == nil {
+		return false
+	}
+	msg := err.Error()
+	return isNotFound(err) || strings.Contains(msg, "parameterized job not found") ||
+		strings.Contains(msg, "is stopped") || strings.Contains(msg, "is not a parameterized job") ||
+		strings.Contains(msg, "job not found")
+}
+
 // manifest is the runner's dispatch payload: the job, and a signed URL under which
 // it uploads this attempt's outputs and result.
 func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]byte, error) {
@@ -275,6 +290,8 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 	m := mj.Manifest{
 		JobID: j.ID, Attempt: attempt, InputFiles: j.InputFiles, OutputNames: j.OutputNames,
 		FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
+		// Half the backstop's grace: the result is up before it looks (resultFirst).
+		ReportSeconds:  max(int(d.TimeoutGrace/time.Second)/2, 1),
 		UploadURL:      d.Signer.URL("PUT", scope, scope+"{path}", exp),
 		ProgressURL:    d.Signer.URLFor("/progress/", "PROGRESS", scope+"progress", scope+"progress", exp),
 		UploadsURL:     d.Signer.URLFor("/upload-urls/", "UPLOADS", scope+"uploads", scope+"uploads", exp),
@@ -283,6 +300,7 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 		AllowCIDRs:     d.Config.Server.AllowCIDRs,
 		AllowHosts:     d.Config.Server.AllowHosts,
 		AllowGPU:       pool != nil && pool.GPUs() > 0,
+		MaxInputBytes:  j.MaxInputBytes,
 	}
 	if pool != nil {
 		m.DiskBytes = int64(pool.Disk) << 20 // Nomad's MB are MiB
@@ -294,7 +312,7 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 	// A random name: the manifest holds the job's input URLs and upload links, and
 	// its key must not be derivable from the job id an output link shows.
 	key := scope + "manifest-" + uuid.NewString() + ".json"
-	if _, err := d.Blobs.Put(ctx, key, bytes.NewReader(b), 0); err != nil {
+	if _, err := d.storage().Put(ctx, key, bytes.NewReader(b), 0); err != nil {
 		return nil, fmt.Errorf("store large manifest: %w", err)
 	}
 	return mustJSON(mj.Manifest{ManifestURL: d.links().URL(ctx, "GET", key, key, exp)}), nil

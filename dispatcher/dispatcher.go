@@ -124,6 +124,9 @@ type Dispatcher struct {
 	// StreamIdle is how long Nomad's event stream may deliver nothing before the
 	// dispatcher checks that Nomad still answers (default 45s; see nomadAnswers).
 	StreamIdle time.Duration
+	// BlobTimeout bounds each blob store call (default BlobTimeout; a janitor
+	// sweep gets sweepCalls times as long). See storage.
+	BlobTimeout time.Duration
 
 	writeOpts *api.WriteOptions
 	queryOpts *api.QueryOptions
@@ -134,7 +137,16 @@ type Dispatcher struct {
 	writes *group[store.JobUpdate, *mj.Job]
 	// ungrouped: update writes each job alone (the old path, for the benchmark).
 	ungrouped bool
-	// nomadDown: a dispatch found Nomad unreachable, and none has succeeded since.
+	// resultErrs tracks results the blob store could not read (see resultUnreadable).
+	resultErrs readFailures
+	// blobAnswered: when the blob store last answered a call (see timedBlobs).
+	blobAnswered atomic.Int64
+	// seen: when this dispatcher first saw allocations' timed states (clock.go).
+	seen sightings
+	// clock, when set, is the dispatcher's clock instead of time.Now (tests).
+	clock func() time.Time
+	// nomadDown: a dispatch found Nomad unreachable or failing (5xx), and none has
+	// succeeded since.
 	nomadDown atomic.Bool
 	// session is the etcd session this dispatcher campaigns or leads with (Ready).
 	session atomic.Pointer[concurrency.Session]
@@ -178,8 +190,8 @@ func (d *Dispatcher) defaults() {
 	}
 	if d.hookReads == nil {
 		d.hookReads = &group[string, *mj.Job]{run: d.Store.Jobs, key: func(id string) string { return id }, max: 100}
-		d.hookWrites = &group[store.JobUpdate, *mj.Job]{run: d.Store.UpdateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64}
-		d.writes = &group[store.JobUpdate, *mj.Job]{run: d.Store.UpdateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64}
+		d.hookWrites = &group[store.JobUpdate, *mj.Job]{run: d.updateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64, log: d.Log}
+		d.writes = &group[store.JobUpdate, *mj.Job]{run: d.updateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64, log: d.Log}
 	}
 	if d.ReconcileEvery == 0 {
 		d.ReconcileEvery = 15 * time.Second

@@ -8,6 +8,7 @@ import (
 	"github.com/google/uuid"
 	"net/url"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -128,6 +129,7 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 	wg.Add(1)
 	go func() { defer wg.Done(); d.reconcileLoop(ctx, kick) }()
 	work := newPartitions(eventWorkers, eventQueue)
+	work.onPanic = d.workerPanicked(ctx)
 	defer func() { work.close(); wg.Wait() }()
 	backoff := time.Second
 	for first := true; ctx.Err() == nil; first = false {
@@ -135,8 +137,20 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 			metrics.EventStreamReconnects.WithLabelValues().Inc()
 		}
 		index, err := d.Store.EventIndex(ctx)
+		if numErr := (*strconv.NumError)(nil); errors.As(err, &numErr) {
+			// A damaged index never reads: resume from where Nomad is now, and
+			// let reconcile settle what came before.
+			d.Log.Error("saved event index is damaged; resuming from nomad's current index", "err", err)
+			index, err = d.nomadIndex(ctx)
+		}
 		if err != nil {
-			d.Log.Warn("read event index", "err", err)
+			// Not "start at 0": that replays Nomad's oldest retained events. The
+			// stream waits for the index; reconcile settles what it can meanwhile.
+			d.Log.Warn("read event index failed; retrying", "err", err, "in", backoff)
+			poke()
+			sleep(ctx, backoff)
+			backoff = min(backoff*2, 30*time.Second)
+			continue
 		}
 		sctx, cancel := context.WithCancel(ctx)
 		topics := map[api.Topic][]string{api.TopicAllocation: {"*"}, api.TopicEvaluation: {"*"}}
@@ -243,7 +257,7 @@ func (d *Dispatcher) submit(ctx context.Context, evs *api.Events, work *partitio
 			continue
 		}
 		ev := evs.Events[i]
-		if !work.submit(ctx, id, func() { d.handleEvent(ctx, ev); mark.done(b) }) {
+		if !work.submit(ctx, id, func() { defer mark.done(b); d.handleEvent(ctx, ev) }) {
 			return // leading ended: the watermark stays before this batch
 		}
 	}
@@ -268,6 +282,22 @@ func (d *Dispatcher) nomadAnswers(ctx context.Context) error {
 	return nil
 }
 
+// nomadIndex is an index Nomad has reached: its jobs table's, no later than
+// the latest event.
+func (d *Dispatcher) nomadIndex(ctx context.Context) (uint64, error) {
+	q, cancel := d.query(ctx)
+	defer cancel()
+	q.PerPage = 1
+	_, meta, err := d.Jobs.List(q)
+	if err == nil && meta == nil {
+		err = errors.New("nomad's answer carried no index")
+	}
+	if err != nil {
+		return 0, err
+	}
+	return meta.LastIndex, nil
+}
+
 // streamIdle is the default of Dispatcher.StreamIdle.
 var streamIdle = 45 * time.Second
 
@@ -278,6 +308,13 @@ func (d *Dispatcher) handleEvent(ctx context.Context, ev api.Event) {
 	switch ev.Topic {
 	case api.TopicAllocation:
 		if a, ok := allocFromEvent(&ev); ok {
+			if a.ClientStatus == api.AllocClientStatusUnknown {
+				// The one state an allocation leaves again, and the event may be
+				// old (a replay): what Nomad says now decides, as in reconcile.
+				if a, ok = d.currentAlloc(ctx, a); !ok {
+					return
+				}
+			}
 			d.apply(ctx, a)
 		}
 	case api.TopicEvaluation:
@@ -285,6 +322,27 @@ func (d *Dispatcher) handleEvent(ctx context.Context, ev api.Event) {
 			d.placementFailed(ctx, e.JobID, e.FailedTGAllocs)
 		}
 	}
+}
+
+// currentAlloc reads allocation a of a mediajobs child from Nomad again; ok is
+// false when it cannot be read or is gone (reconcile settles it then).
+func (d *Dispatcher) currentAlloc(ctx context.Context, a allocState) (allocState, bool) {
+	if _, _, ok := ParseChildID(a.NomadJobID); !ok {
+		return a, false
+	}
+	q, cancel := d.query(ctx)
+	stubs, _, err := d.Jobs.Allocations(a.NomadJobID, true, q)
+	cancel()
+	if err != nil {
+		d.Log.Warn("read allocation again failed; reconcile settles it", "nomad_job", a.NomadJobID, "alloc", a.ID, "err", err)
+		return a, false
+	}
+	for _, s := range stubs {
+		if s.ID == a.ID {
+			return fromStub(s), true
+		}
+	}
+	return a, false
 }
 
 // applyOrder ranks allocations for apply: finished ones first, lost ones last.
@@ -338,7 +396,7 @@ func statusCode(err error) int {
 func (d *Dispatcher) vanished(ctx context.Context, j *mj.Job, child string) {
 	r, prefix, err := d.anyResult(ctx, j.ID, j.Attempt)
 	if err != nil {
-		d.Log.Warn("read runner result failed; will retry", "job", j.ID, "nomad_job", child, "err", err)
+		d.resultUnreadable(ctx, j.ID, j.Attempt, child, err)
 		return
 	}
 	if r == nil {
@@ -350,7 +408,7 @@ func (d *Dispatcher) vanished(ctx context.Context, j *mj.Job, child string) {
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
 		}
-		return transition(j, a, checked(r, j, d.Config.Server.MaxOutputFiles), time.Now().UTC(), prefix, d.maxAttempts(j), d.DisconnectGrace)
+		return transition(j, a, checked(d.metered(r, j), j, d.Config.Server.MaxOutputFiles), d.now(), prefix, d.maxAttempts(j), d.DisconnectGrace)
 	})
 	d.applied(ctx, j.ID, child, nj, err)
 }
@@ -394,6 +452,9 @@ func (d *Dispatcher) stopStrayChildren(ctx context.Context) {
 		case attempt < max(j.Attempt, 1):
 			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
 			d.stopChild(ctx, s.ID, fmt.Sprintf("attempt %d was superseded by attempt %d", attempt, j.Attempt), id)
+		case twin(j, s.ID, attempt):
+			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
+			d.stopChild(ctx, s.ID, twinWhy(j), id)
 		}
 	}
 }
@@ -405,8 +466,11 @@ func (d *Dispatcher) stopStrayChildren(ctx context.Context) {
 // a worker still alive well past the job's timeout is stopped and fails the job. A
 // finished allocation is never overdue: its result, maybe late, settles the job.
 func (d *Dispatcher) overdue(ctx context.Context, id, child string, allocs []allocState) {
+	if d.resultFirst(ctx, id, child, allocs) {
+		return
+	}
 	var why string
-	j, err := d.update(ctx, id, d.overdueFn(time.Now().UTC(), child, allocs, &why))
+	j, err := d.update(ctx, id, d.overdueFn(d.now(), child, allocs, &why))
 	switch {
 	case err == nil && j.Status.Terminal():
 		metrics.Finished(j)
@@ -421,12 +485,50 @@ func (d *Dispatcher) overdue(ctx context.Context, id, child string, allocs []all
 	}
 }
 
+// resultFirst applies a result a live worker has already written: past its
+// deadline the runner still uploads logs and then the result (within half of
+// timeout_grace, see runner.Upload), and a result, not the timeout backstop,
+// settles the job. Only a running allocation can be past its timeout, so only
+// running ones are read. It reports whether overdue must stop here: the result
+// was applied, or the store could not say (the next pass reads it again).
+func (d *Dispatcher) resultFirst(ctx context.Context, id, child string, allocs []allocState) bool {
+	_, attempt, ok := ParseChildID(child)
+	if !ok {
+		return false
+	}
+	for _, a := range allocs {
+		if a.ClientStatus != api.AllocClientStatusRunning {
+			continue
+		}
+		r, prefix, err := d.readResult(ctx, id, attempt, a.ID)
+		if err != nil {
+			d.Log.Warn("read runner result before the timeout backstop failed; will retry", "job", id, "nomad_job", child, "err", err)
+			return true
+		}
+		if r == nil {
+			continue
+		}
+		done := a
+		done.ClientStatus, done.Reported = api.AllocClientStatusComplete, true
+		j, err := d.update(ctx, id, func(j *mj.Job) error {
+			if j.Status.Terminal() || j.Attempt != attempt || j.NomadJobID != child {
+				return errSkip
+			}
+			return transition(j, done, checked(d.metered(r, j), j, d.Config.Server.MaxOutputFiles), d.now(), prefix, d.maxAttempts(j), d.DisconnectGrace)
+		})
+		d.applied(ctx, id, child, j, err)
+		return true
+	}
+	return false
+}
+
 // overdueFn is overdue's change of a job as of now, setting why when it ends the
 // attempt; errSkip when the attempt is not overdue.
 func (d *Dispatcher) overdueFn(now time.Time, child string, allocs []allocState, why *string) func(*mj.Job) error {
 	placed, alive, started := len(allocs) > 0, false, false
 	var pendingSince time.Time // the earliest placement of a pending allocation
 	for _, a := range allocs {
+		a = d.ownClock(a, now)
 		switch a.ClientStatus {
 		case api.AllocClientStatusPending:
 			alive = true
@@ -444,15 +546,24 @@ func (d *Dispatcher) overdueFn(now time.Time, child string, allocs []allocState,
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
 		}
-		pool := d.Config.Pool(j.Machine)
-		if pool == nil {
-			return errSkip
-		}
 		var waited time.Duration
 		if j.DispatchedAt != nil {
 			waited = now.Sub(*j.DispatchedAt)
 		}
+		pool := d.Config.Pool(j.Machine)
 		switch {
+		case pool == nil && attemptStart(j) == nil && (j.DispatchedAt == nil || waited > unknownPoolGrace):
+			// Its pool was removed after the dispatch: nothing would place it. A
+			// started attempt runs on, to its result or its timeout.
+			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
+			j.ErrorMessage = fmt.Sprintf("machine %q is not a pool this server has (it was removed from the dispatcher's configuration after the job was dispatched); the job cannot run", j.Machine)
+			*why = "pool removed"
+		case pool == nil && j.Status == mj.StatusRunning && alive && attemptStart(j) != nil && d.timedOut(j, now):
+			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
+			j.ErrorMessage = fmt.Sprintf("job timed out after %ds (timeout_seconds); its worker did not stop by itself and was stopped (its machine %q is no longer a configured pool)", j.TimeoutSeconds, j.Machine)
+			*why = whyTimedOut
+		case pool == nil:
+			return errSkip
 		case attemptStart(j) == nil && !placed && !j.WaitingForCapacity && waited > pool.QueueLimitD:
 			reason := j.PlacementReason
 			if reason == "" {
@@ -464,15 +575,24 @@ func (d *Dispatcher) overdueFn(now time.Time, child string, allocs []allocState,
 		case attemptStart(j) == nil && placed && !started && !pendingSince.IsZero() && now.Sub(pendingSince) > pool.StartTimeoutD:
 			retryOrFail(j, fmt.Sprintf("its Nomad allocation was placed but did not start within the %s start_timeout of machine %q (an image pull or a client that hangs)", pool.StartTimeoutD, j.Machine), now, pool.MaxAttempts)
 			*why = "did not start"
-		case j.Status == mj.StatusRunning && alive && attemptStart(j) != nil && now.Sub(*attemptStart(j)) > time.Duration(j.TimeoutSeconds)*time.Second+d.TimeoutGrace:
+		case j.Status == mj.StatusRunning && alive && attemptStart(j) != nil && d.timedOut(j, now):
 			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
 			j.ErrorMessage = fmt.Sprintf("job timed out after %ds (timeout_seconds); its worker did not stop by itself and was stopped", j.TimeoutSeconds)
-			*why = "overdue"
+			*why = whyTimedOut
 		default:
 			return errSkip
 		}
 		return nil
 	}
+}
+
+// whyTimedOut is overdueFn's why for the timeout backstop: before it fails the
+// job, overdue looks for the worker's result (see resultFirst).
+const whyTimedOut = "timed out"
+
+// timedOut tells a started attempt past its timeout and TimeoutGrace.
+func (d *Dispatcher) timedOut(j *mj.Job, now time.Time) bool {
+	return now.Sub(*attemptStart(j)) > time.Duration(j.TimeoutSeconds)*time.Second+d.TimeoutGrace
 }
 
 // attemptStart is when the current attempt's worker started, or nil when it has not
@@ -594,19 +714,30 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) bool {
 		var err error
 		if result, prefix, err = d.readResult(ctx, id, attempt, a.ID); err != nil {
 			// Not "no result": the store could not say. Leave the job as it is; the
-			// next reconcile reads the allocation, and the result, again.
-			d.Log.Warn("read runner result failed; will retry", "job", id, "nomad_job", a.NomadJobID, "err", err)
+			// next reconcile reads the allocation, and the result, again (unless the
+			// error persists: see resultUnreadable).
+			d.resultUnreadable(ctx, id, attempt, a.NomadJobID, err)
 			return false
 		}
 	default:
 		return false
 	}
+	now := d.now()
+	a = d.ownClock(a, now)
+	var twinOf string
 	j, err := d.update(ctx, id, func(j *mj.Job) error {
+		if twin(j, a.NomadJobID, attempt) && a.ClientStatus == api.AllocClientStatusRunning {
+			twinOf = twinWhy(j)
+		}
 		if j.Status.Terminal() || j.Attempt != attempt || j.NomadJobID != a.NomadJobID {
 			return errSkip
 		}
-		return transition(j, a, checked(result, j, d.Config.Server.MaxOutputFiles), time.Now().UTC(), prefix, d.maxAttempts(j), d.DisconnectGrace)
+		return transition(j, a, checked(d.metered(result, j), j, d.Config.Server.MaxOutputFiles), now, prefix, d.maxAttempts(j), d.DisconnectGrace)
 	})
+	if twinOf != "" && errors.Is(err, errSkip) {
+		metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
+		d.stopChild(ctx, a.NomadJobID, twinOf, id)
+	}
 	d.applied(ctx, id, a.NomadJobID, j, err)
 	if err == nil && retried(j) {
 		metrics.JobRetries.WithLabelValues(j.Machine, retryReason(a)).Inc()
@@ -635,7 +766,7 @@ func (d *Dispatcher) lost(ctx context.Context, id, child, why string) {
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
 		}
-		retryOrFail(j, why, time.Now().UTC(), d.maxAttempts(j))
+		retryOrFail(j, why, d.now(), d.maxAttempts(j))
 		return nil
 	})
 	d.applied(ctx, id, child, j, err)
@@ -650,6 +781,7 @@ func (d *Dispatcher) applied(ctx context.Context, id, child string, j *mj.Job, e
 		d.Log.Info("job updated", "job", id, "status", j.Status, "attempt", j.Attempt, "detail", j.StatusDetail)
 		if j.Status.Terminal() {
 			metrics.Finished(j)
+			d.countOutputs(ctx, j) // storage held (storagequota.go)
 		}
 		if j.NomadJobID == "" && !j.Status.Terminal() {
 			d.stopChild(ctx, child, "re-dispatching", id) // usually dead already
@@ -675,7 +807,7 @@ func checked(r *mj.Result, j *mj.Job, maxOutputs int) *mj.Result {
 		return r
 	}
 	if err := mj.CheckOutputs(r.Outputs, j.OutputNames, maxOutputs); err != nil {
-		return &mj.Result{JobID: r.JobID, Attempt: r.Attempt, InputBytes: r.InputBytes, ErrorMessage: err.Error()}
+		return &mj.Result{JobID: r.JobID, Attempt: r.Attempt, InputBytes: r.InputBytes, ErrorMessage: err.Error(), Usage: failedUsage(r.Usage)}
 	}
 	return r
 }
@@ -710,7 +842,11 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 		if j.Status != mj.StatusRunning {
 			j.StartedAt = &started
 		}
-		j.AttemptStartedAt = &started
+		// The timeout backstop's clock is the dispatcher's own, from when it saw
+		// the attempt running: a node clock behind it would shorten the timeout
+		// (docs/state_machine.md).
+		seen := now
+		j.AttemptStartedAt = &seen
 		j.Status, j.StatusDetail, j.PlacementReason = mj.StatusRunning, "running on Nomad allocation "+a.ID, ""
 		if j.Attempt > 1 {
 			j.StatusDetail = fmt.Sprintf("attempt %d: %s", j.Attempt, j.StatusDetail)
@@ -738,6 +874,7 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 			j.LogsPrefix = ""
 		}
 		j.Analysis = r.Analysis // bounded (checked)
+		j.Usage = r.Usage       // this attempt's: the one metered (usage.go)
 	}
 	switch {
 	case r != nil && r.Succeeded:
@@ -813,7 +950,7 @@ func (d *Dispatcher) readResult(ctx context.Context, id string, attempt int, all
 // no longer known (its child vanished from Nomad): the first readable one.
 func (d *Dispatcher) anyResult(ctx context.Context, id string, attempt int) (*mj.Result, string, error) {
 	scope := runScope(id, attempt)
-	keys, err := d.Blobs.List(ctx, scope)
+	keys, err := d.storage().List(ctx, scope)
 	if err != nil {
 		return nil, "", err
 	}
@@ -847,7 +984,7 @@ func (d *Dispatcher) anyResult(ctx context.Context, id string, attempt int) (*mj
 }
 
 func (d *Dispatcher) resultAt(ctx context.Context, id string, attempt int, prefix string) (*mj.Result, error) {
-	b, err := d.Blobs.ReadAll(ctx, prefix+"result.json")
+	b, err := d.storage().ReadAll(ctx, prefix+"result.json")
 	if errors.Is(err, blob.ErrNotFound) {
 		return nil, nil
 	}

@@ -34,15 +34,17 @@ func (d *Dispatcher) Sweep(ctx context.Context, now time.Time) {
 		{"tmp/", d.Config.Server.TmpFileTTLD},
 		{"jobs/", d.Config.Storage.Retention},
 	} {
-		n, err := d.Blobs.Sweep(ctx, s.prefix, now.Add(-s.age))
+		n, err := d.storage().Sweep(ctx, s.prefix, now.Add(-s.age))
 		if err != nil {
 			d.Log.Warn("janitor: sweep blobs", "prefix", s.prefix, "err", err)
 		} else if n > 0 {
 			d.Log.Info("janitor: deleted expired files", "prefix", s.prefix, "files", n)
 		}
 	}
+	d.sweepStorage(ctx, now) // storagequota.go
 	d.purgeChildren(ctx, now)
 	d.deleteFinishedJobs(ctx, now)
+	d.sweepUsage(ctx, now) // usage.go
 	if n, err := d.Store.SweepIdempotency(ctx, now.Add(-idempotencyWindow)); err != nil {
 		d.Log.Warn("janitor: sweep idempotency keys", "err", err)
 	} else if n > 0 {

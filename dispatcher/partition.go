@@ -2,7 +2,10 @@ package dispatcher
 
 import (
 	"context"
+	"fmt"
 	"hash/fnv"
+	"log/slog"
+	"runtime/debug"
 	"sync"
 
 	"github.com/hashicorp/nomad/api"
@@ -19,26 +22,49 @@ const (
 )
 
 // partitions runs tasks on a fixed set of workers; a task's key picks its worker,
-// so the tasks of one key run one at a time, in the order submitted.
+// so the tasks of one key run one at a time, in the order submitted. A task that
+// panics is recovered: onPanic gets its key (the eventLoop's fails that job) and
+// the worker goes on with the next task.
 type partitions struct {
-	queues []chan func()
+	queues []chan keyedTask
 	wg     sync.WaitGroup
+	// onPanic, set before the first submit, handles a task's panic (nil: logged).
+	onPanic func(key string, v any, stack []byte)
+}
+
+type keyedTask struct {
+	key string
+	run func()
 }
 
 func newPartitions(n, depth int) *partitions {
-	p := &partitions{queues: make([]chan func(), n)}
+	p := &partitions{queues: make([]chan keyedTask, n)}
 	for i := range p.queues {
-		q := make(chan func(), depth)
+		q := make(chan keyedTask, depth)
 		p.queues[i] = q
 		p.wg.Add(1)
 		go func() {
 			defer p.wg.Done()
-			for task := range q {
-				task()
+			for t := range q {
+				p.run(t)
 			}
 		}()
 	}
 	return p
+}
+
+func (p *partitions) run(t keyedTask) {
+	defer func() {
+		v := recover()
+		switch {
+		case v == nil:
+		case p.onPanic != nil:
+			p.onPanic(t.key, v, debug.Stack())
+		default:
+			slog.Error("internal error: panic in a worker", "key", t.key, "panic", fmt.Sprint(v), "stack", string(debug.Stack()))
+		}
+	}()
+	t.run()
 }
 
 // submit queues task on key's worker, waiting while that worker's backlog is full;
@@ -47,7 +73,7 @@ func (p *partitions) submit(ctx context.Context, key string, task func()) bool {
 	h := fnv.New32a()
 	h.Write([]byte(key))
 	select {
-	case p.queues[h.Sum32()%uint32(len(p.queues))] <- task:
+	case p.queues[h.Sum32()%uint32(len(p.queues))] <- keyedTask{key, task}:
 		return true
 	case <-ctx.Done():
 		return false

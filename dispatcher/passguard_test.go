@@ -93,6 +93,7 @@ func TestListedUnknownIsReadAgainBeforeEndingTheAttempt(t *testing.T) {
 			DispatchedAt: &started, StartedAt: &started, AttemptStartedAt: &started})
 		n.setChild(child(id, 1), &api.AllocationListStub{ID: "a-" + id, ClientStatus: "unknown", ModifyTime: gone.UnixNano(),
 			TaskStates: map[string]*api.TaskState{"runner": {State: "running", StartedAt: started}}})
+		sawAt(d, "unknown", "a-"+id, gone) // this dispatcher saw it go (see clock.go)
 	}
 	d.Allocs = &afterAllocList{NomadAllocs: d.Allocs, after: func() { // the node of back reconnects
 		n.setChild(child(back, 1), &api.AllocationListStub{ID: "a-" + back, ClientStatus: "running", ModifyTime: now.UnixNano(),

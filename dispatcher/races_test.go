@@ -87,6 +87,7 @@ func TestPendingPastStartTimeoutIsRetried(t *testing.T) {
 		child(fresh, 1): {{ID: "p2", JobID: child(fresh, 1), ClientStatus: "pending", CreateTime: now.UnixNano()}},
 	}}
 	d, ctx := fixDispatcher(t, 2, nomad, &fakeBlobs{})
+	sawAt(d, "pending", "p1", long) // this dispatcher saw it placed (see clock.go)
 	fixJob(t, d, &mj.Job{ID: stuck, Status: mj.StatusQueued, NomadJobID: child(stuck, 1), Attempt: 1, DispatchedAt: &long})
 	fixJob(t, d, &mj.Job{ID: fresh, Status: mj.StatusQueued, NomadJobID: child(fresh, 1), Attempt: 1, DispatchedAt: &long, WaitingForCapacity: true})
 	d.reconcile(ctx)

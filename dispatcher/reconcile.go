@@ -269,7 +269,7 @@ func (p *pass) settle(ctx context.Context, j *mj.Job) {
 		// show an allocation whose apply could end it ("unknown": its node went
 		// away, and may be back by now), the child's own allocations, read now,
 		// are applied instead. Running and pending ones never end it.
-		now := time.Now().UTC()
+		now := d.now()
 		for _, a := range allocs {
 			if a.ClientStatus != api.AllocClientStatusRunning && applyNeeded(j, a, now) {
 				listed = false
@@ -287,7 +287,7 @@ func (p *pass) settle(ctx context.Context, j *mj.Job) {
 	// allocation that finished, and may have reported, is applied first: a lost
 	// sibling applied before it would start a new attempt and drop its result.
 	sort.SliceStable(allocs, func(a, b int) bool { return applyOrder(allocs[a]) < applyOrder(allocs[b]) })
-	now := time.Now().UTC()
+	now := d.now()
 	changed := false
 	for _, a := range allocs {
 		if applyNeeded(j, a, now) && d.apply(ctx, a) {
@@ -400,6 +400,22 @@ func (p *pass) strays(ctx context.Context, children []*api.JobListStub) {
 		case c.attempt < max(j.Attempt, 1):
 			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
 			d.stopChild(ctx, c.child, fmt.Sprintf("attempt %d was superseded by attempt %d", c.attempt, j.Attempt), c.id)
+		case twin(j, c.child, c.attempt):
+			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
+			d.stopChild(ctx, c.child, twinWhy(j), c.id)
 		}
 	}
+}
+
+// twin tells a second child of the job's current attempt: Nomad checks a
+// dispatch's idempotency token against a snapshot, so two dispatches of one
+// attempt in flight together (a timed-out one and its retry) can both start one.
+// The child the job records is the attempt's; a job that records none yet may
+// have its dispatch in flight, and is left alone.
+func twin(j *mj.Job, child string, attempt int) bool {
+	return !j.Status.Terminal() && attempt == max(j.Attempt, 1) && j.NomadJobID != "" && j.NomadJobID != child
+}
+
+func twinWhy(j *mj.Job) string {
+	return fmt.Sprintf("a second child of attempt %d; the job runs on %s", max(j.Attempt, 1), j.NomadJobID)
 }

@@ -207,6 +207,7 @@ func scenario(t *testing.T, d *Dispatcher, n *nomadDouble, blobs *fakeBlobs) map
 	// Placed, never started; running past its timeout.
 	id = add("pending stuck", &mj.Job{Status: mj.StatusQueued, DispatchedAt: ago(2 * time.Hour)})
 	n.setChild(child(id, 1), &api.AllocationListStub{ID: "a-pend", ClientStatus: "pending", CreateTime: now.Add(-time.Hour).UnixNano()})
+	sawAt(d, "pending", "a-pend", now.Add(-time.Hour)) // this dispatcher saw it placed (see clock.go)
 	id = add("overdue", &mj.Job{Status: mj.StatusRunning, StartedAt: ago(time.Hour), TimeoutSeconds: 60})
 	n.setChild(child(id, 1), &api.AllocationListStub{ID: "a-late", ClientStatus: "running", TaskStates: runner(now.Add(-time.Hour))})
 	// Nomad replaced a lost allocation: the lost one still counts.

@@ -283,12 +283,17 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 		return notFound(err, c.Params("id"))
 	}
 	id := j.ID
+	closeStream, err := g.openStream(c) // max_event_streams (streamquota.go)
+	if err != nil {
+		return err
+	}
 	sub := newSubscriber()
 	unsubscribe := g.hub.add(&g.hub.byJob, id, sub) // before the first read: no change is missed
 	done := g.streamCtx()
 	st := g.newStream(c)
 	startSSE(c)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer closeStream()
 		defer unsubscribe()
 		defer g.recoverStream()
 		var last []byte
@@ -354,6 +359,10 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 // the moment of connecting; list first with GET /api/jobs).
 func (g *Gateway) accountEvents(c *fiber.Ctx) error {
 	acct := account(c)
+	closeStream, err := g.openStream(c) // max_event_streams (streamquota.go)
+	if err != nil {
+		return err
+	}
 	sub := newSubscriber()
 	sub.changed = map[string]bool{}
 	unsubscribe := g.hub.add(&g.hub.byAccount, acct, sub)
@@ -361,6 +370,7 @@ func (g *Gateway) accountEvents(c *fiber.Ctx) error {
 	st := g.newStream(c)
 	startSSE(c)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
+		defer closeStream()
 		defer unsubscribe()
 		defer g.recoverStream()
 		last := sentViews{} // forgotten at the end

@@ -165,7 +165,10 @@ func (g *Gateway) upload(c *fiber.Ctx) error {
 	if err := g.attemptOpen(c.UserContext(), key); err != nil {
 		return err
 	}
-	max := g.Config.Server.MaxUploadBytes
+	max, err := g.uploadMax(c, key) // a declared temporary file: its size (storagequota.go)
+	if err != nil {
+		return err
+	}
 	if cl := c.Request().Header.ContentLength(); cl > 0 && int64(cl) > max {
 		return mj.Errorf(mj.EPayloadTooLarge, "the file is over max_upload_bytes (%d)", max)
 	}
@@ -184,12 +187,22 @@ func (g *Gateway) upload(c *fiber.Ctx) error {
 func (g *Gateway) links() blob.Links { return blob.Links{Store: g.Blobs, Signer: g.Signer} }
 
 // createTmpFile hands out a signed upload URL and the matching download URL for a
-// temporary file, usable as a job input.
+// temporary file, usable as a job input. An optional body {"size": N} declares
+// its size: counted at once, and the upload must be exactly that
+// (storagequota.go).
 func (g *Gateway) createTmpFile(c *fiber.Ctx) error {
-	key := "tmp/" + account(c) + "/" + uuid.NewString()
+	size, err := g.declaredSize(c)
+	if err != nil {
+		return err
+	}
+	id := uuid.NewString()
+	key := "tmp/" + account(c) + "/" + id
 	exp := g.Now().Add(g.Config.Server.TmpFileTTLD)
+	if err := g.reserveTmp(c.UserContext(), account(c), id, key, size, exp); err != nil {
+		return err
+	}
 	return c.JSON(fiber.Map{"data": fiber.Map{
-		"upload_url":   g.links().URL(c.UserContext(), "PUT", key, key, exp),
+		"upload_url":   g.tmpUploadURL(c.UserContext(), key, size, exp),
 		"download_url": g.links().URL(c.UserContext(), "GET", key, key, exp),
 		"expires_at":   exp.UTC().Format("2006-01-02T15:04:05Z07:00"),
 	}})

@@ -400,6 +400,10 @@ func TestOwnDownloadURLIsAnInput(t *testing.T) {
 	h.gw.Signer.Base = "http://internal.example" // resolves to a private address (fakeDNS)
 	_, body, _ := h.do("POST", "/api/tmp-file", "alice", nil)
 	down := body["data"].(map[string]any)["download_url"].(string)
+	up, _ := url.Parse(body["data"].(map[string]any)["upload_url"].(string))
+	if status, _, _ := h.do("PUT", up.RequestURI(), "", "bytes"); status != 200 {
+		t.Fatalf("upload: %d", status)
+	}
 	if status, body, _ := h.do("POST", "/api/ffmpeg", "alice", with("input_files", map[string]string{"video": down})); status != 200 {
 		t.Fatalf("own download_url as input: %d %v", status, body)
 	}

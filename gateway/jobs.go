@@ -24,6 +24,10 @@ func (g *Gateway) view(j *mj.Job) mj.JobView {
 }
 
 func (g *Gateway) createJob(c *fiber.Ctx) error {
+	dry, err := boolQuery(c, "dry_run")
+	if err != nil {
+		return err
+	}
 	body, err := g.jsonBody(c)
 	if err != nil {
 		return err
@@ -36,8 +40,11 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if err := g.checkHosts(c.UserContext(), j); err != nil {
+	if err := g.checkHosts(c.UserContext(), j, dry); err != nil {
 		return err
+	}
+	if dry {
+		return g.dryRun(c, j)
 	}
 	var idem *store.Idempotency
 	if key := c.Get("Idempotency-Key"); key != "" {
@@ -48,6 +55,9 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		canon, _ := json.Marshal(req)
 		sum := sha256.Sum256(canon)
 		idem = &store.Idempotency{Key: key, Fingerprint: hex.EncodeToString(sum[:])}
+	}
+	if err := g.claimInputs(c.UserContext(), j); err != nil { // temporary files' first use
+		return err
 	}
 	id := j.ID
 	if j, err = g.createWithin(c, j, idem); err != nil {
@@ -71,12 +81,14 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 
 // checkHosts refuses input and webhook URLs whose hosts are, or resolve to, private,
 // link-local or other internal addresses (loopback only where allow_loopback is set;
-// internal ranges and names listed in allow_cidrs and allow_hosts).
-func (g *Gateway) checkHosts(ctx context.Context, j *mj.Job) error {
+// internal ranges and names listed in allow_cidrs and allow_hosts). A dry run
+// fetches nothing, and takes a URL whose path is under /files/dry-run/ as a local
+// file the client would upload first (the CLI and the dashboard name them so).
+func (g *Gateway) checkHosts(ctx context.Context, j *mj.Job, dry bool) error {
 	problems := map[string]string{}
 	guard := g.Config.Server.Guard()
 	for name, u := range j.InputFiles {
-		if g.ownFile(u) {
+		if g.ownFile(u) || dry && dryRunLocalFile(u) {
 			continue // a temporary file's download_url: fetched from this service
 		}
 		if err := guard.CheckURL(ctx, g.Resolver, u); err != nil {
@@ -88,6 +100,7 @@ func (g *Gateway) checkHosts(ctx context.Context, j *mj.Job) error {
 			problems["webhook_url"] = "refused: " + err.Error()
 		}
 	}
+	g.checkDestinationHosts(ctx, j, guard, problems)
 	if len(problems) > 0 {
 		return validationError(problems)
 	}

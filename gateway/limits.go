@@ -30,7 +30,8 @@ func (g *Gateway) limitDefaults() store.Limits {
 		}
 		return *p
 	}
-	return store.Limits{MaxQueuedJobs: val(l.MaxQueuedJobs), MaxJobBytes: val(l.MaxJobBytes), MaxTimeoutSeconds: val(l.MaxTimeoutSeconds)}
+	return store.Limits{MaxQueuedJobs: val(l.MaxQueuedJobs), MaxJobBytes: val(l.MaxJobBytes), MaxTimeoutSeconds: val(l.MaxTimeoutSeconds),
+		MaxStorageBytes: val(l.MaxStorageBytes), MaxEventStreams: val(l.MaxEventStreams), MaxInputBytes: val(l.MaxInputBytes)}
 }
 
 // createWithin stores j within its account's limits; a create over one is
@@ -81,10 +82,15 @@ func (g *Gateway) getAccount(c *fiber.Ctx) error {
 			"max_queued_jobs":         l.MaxQueuedJobs,
 			"max_job_bytes":           l.MaxJobBytes,
 			"max_timeout_seconds":     l.MaxTimeoutSeconds,
+			"max_storage_bytes":       l.MaxStorageBytes,
+			"max_event_streams":       l.MaxEventStreams,
+			"max_input_bytes":         l.MaxInputBytes,
 		},
 		"usage": fiber.Map{
-			"queued_jobs": u.QueuedJobs,
-			"job_bytes":   u.JobBytes,
+			"queued_jobs":   u.QueuedJobs,
+			"job_bytes":     u.JobBytes,
+			"storage_bytes": u.StorageBytes,
+			"event_streams": u.EventStreams,
 		},
 	}})
 }

@@ -37,6 +37,7 @@ func (g *Gateway) routes(app *fiber.App) {
 	app.Get("/dashboard/session", g.getSession)
 	app.Delete("/dashboard/session", g.signOut)
 	app.Get("/dashboard/login", g.loginLink)
+	app.Post("/dashboard/login", g.loginLinkConfirm)
 
 	app.Get("/api/openapi.json", g.openapi) // public: the API's description
 	app.Get("/api/docs", g.apiDocs)         // public: the description, readable (Redoc)
@@ -54,6 +55,7 @@ func (g *Gateway) routes(app *fiber.App) {
 	api.Post("/jobs/:id/cancel", g.cancelJob)
 	api.Post("/tmp-file", g.createTmpFile)
 	api.Get("/account", g.getAccount) // the account's limits and use (docs/limits.md)
+	api.Get("/usage", g.getUsage)     // the account's metered usage (usage.go)
 	api.Get("/keys", g.listKeys)
 	api.Post("/keys", g.createKey)
 	api.Delete("/keys/:id", g.revokeKey)

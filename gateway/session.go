@@ -4,6 +4,9 @@ import (
 	"context"
 	"crypto/subtle"
 	"encoding/json"
+	"html"
+	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -14,11 +17,13 @@ import (
 
 // Dashboard sessions (issue 14). A browser signs in with an API key (POST
 // /dashboard/session) or a one-time link from `mediajobs accounts login-link`
-// (GET /dashboard/login?token=…) and gets the cookie mj_session: HttpOnly,
+// (GET /dashboard/login?token=…, confirmed by its page's POST) and gets the
+// cookie mj_session: HttpOnly,
 // SameSite=Strict, Secure over https. The cookie then authenticates /api requests
 // that carry no Authorization header; those that change anything must also carry
 // the session's CSRF token in X-CSRF-Token. Sessions live in etcd (store/sessions.go)
-// for server.session_ttl, and end with the key that opened them.
+// for server.session_ttl, and end with the key that opened them (a link's, when
+// the account's last key is revoked: store.revokeAPIKey).
 
 const (
 	sessionCookie = "mj_session"
@@ -257,16 +262,51 @@ func (g *Gateway) signOut(c *fiber.Ctx) error {
 }
 
 // loginLink: GET /dashboard/login?token=…, a one-time sign-in link made by
-// `mediajobs accounts login-link`. It opens a session and sends the browser to the
-// dashboard; a bad, used or expired link goes to /dashboard/?error=link.
+// `mediajobs accounts login-link`. It only shows a page asking to sign in, whose
+// form posts the token (loginLinkConfirm): another site that links or redirects
+// here (login CSRF: signing the browser in to the attacker's account) gets no
+// session without the user's click on this page. A malformed link goes to
+// /dashboard/?error=link.
 func (g *Gateway) loginLink(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderCacheControl, "no-store")
+	token := c.Query("token")
+	if !loginTokenRe.MatchString(token) {
+		return c.Redirect("/dashboard/?error=link", fiber.StatusSeeOther)
+	}
+	// The form posts to this page's own origin only; it may not be framed.
+	c.Set(fiber.HeaderContentSecurityPolicy, "default-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+	c.Type("html", "utf-8")
+	return c.SendString(`<!doctype html><html><head><meta charset="utf-8"><title>Sign in to mediajobs</title></head><body>` +
+		`<form method="post" action="/dashboard/login"><input type="hidden" name="token" value="` + html.EscapeString(token) + `">` +
+		`<p>Sign in to the mediajobs dashboard with this one-time link?</p><button type="submit">Sign in</button></form></body></html>`)
+}
+
+// loginTokenRe is the form of a sign-in link's token (store.RandomToken).
+var loginTokenRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// loginLinkConfirm: POST /dashboard/login (token=…), the confirmation page's
+// form. Only that page may post it: browsers say where a request comes from
+// (Sec-Fetch-Site, else Origin). It opens a session and sends the browser to the
+// dashboard; a bad, used or expired link goes to /dashboard/?error=link.
+func (g *Gateway) loginLinkConfirm(c *fiber.Ctx) error {
+	c.Set(fiber.HeaderCacheControl, "no-store")
+	if !sameOrigin(c) {
+		return mj.Errorf(mj.EForbidden, "a sign-in link is only accepted from its own confirmation page: open the link itself")
+	}
 	fail := func() error { return c.Redirect("/dashboard/?error=link", fiber.StatusSeeOther) }
+	body, err := g.jsonBody(c) // bounded like any body
+	if err != nil {
+		return err
+	}
+	form, err := url.ParseQuery(string(body))
+	if err != nil {
+		return fail()
+	}
 	attempt, err := g.beginAuth(c) // a bad link counts as a failed sign-in
 	if err != nil {
 		return fail()
 	}
-	t, err := g.Store.ConsumeLoginToken(c.UserContext(), strings.Clone(c.Query("token")), g.Now())
+	t, err := g.Store.ConsumeLoginToken(c.UserContext(), form.Get("token"), g.Now())
 	if err != nil {
 		if mj.ErrorCode(err) != mj.ENotFound {
 			g.Log.Warn("sign-in link", "request_id", requestID(c), "err", err)
@@ -287,4 +327,20 @@ func (g *Gateway) loginLink(c *fiber.Ctx) error {
 	g.setSessionCookie(c, sess)
 	c.Locals(localAccount, t.AccountID)
 	return c.Redirect("/dashboard/", fiber.StatusSeeOther)
+}
+
+// sameOrigin tells whether a browser says the request comes from this origin:
+// Sec-Fetch-Site same-origin, or without it an Origin naming this host. A request
+// that says neither (no browser) is let through: it cannot carry a victim's
+// browser's state.
+func sameOrigin(c *fiber.Ctx) bool {
+	if site := c.Get("Sec-Fetch-Site"); site != "" {
+		return site == "same-origin"
+	}
+	origin := c.Get(fiber.HeaderOrigin)
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	return err == nil && strings.EqualFold(u.Host, c.Hostname())
 }

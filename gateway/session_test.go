@@ -287,7 +287,17 @@ func TestLoginLink(t *testing.T) {
 		}
 	}
 	anon := &browser{h: h}
-	status, _, r := anon.req("GET", "/dashboard/login?token="+token, nil, false)
+	// The link shows a page whose form posts the token; it opens no session.
+	r, err := h.app.Test(httptest.NewRequest("GET", "/dashboard/login?token="+token, nil), 10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page, _ := io.ReadAll(r.Body)
+	if status := r.StatusCode; status != 200 || sessionCookieOf(r) != nil || !strings.Contains(r.Header.Get("Content-Security-Policy"), "form-action 'self'") ||
+		!strings.Contains(string(page), `<form method="post" action="/dashboard/login">`) {
+		t.Fatalf("login link page: %d %v", status, r.Header)
+	}
+	status, _, r := anon.confirmLink(token, "same-origin")
 	c := sessionCookieOf(r)
 	if status != 303 || r.Header.Get("Location") != "/dashboard/" || c == nil || !c.HttpOnly || c.SameSite != http.SameSiteStrictMode {
 		t.Fatalf("login link: %d %v", status, r.Header)
@@ -302,19 +312,99 @@ func TestLoginLink(t *testing.T) {
 		t.Fatalf("the link's session on /api: %d", status)
 	}
 
-	// Used, unknown, expired: to the page with error=link, no cookie.
+	// Used, unknown, malformed, expired: to the page with error=link, no cookie.
 	expired, _, _ := h.store.CreateLoginToken(ctx, "alice", 10*time.Minute)
-	for name, target := range map[string]string{
-		"used": "/dashboard/login?token=" + token, "unknown": "/dashboard/login?token=" + strings.Repeat("0", 64),
-		"none": "/dashboard/login", "expired": "/dashboard/login?token=" + expired,
-	} {
+	for _, name := range []string{"used", "unknown", "none", "expired"} {
+		tok := map[string]string{"used": token, "unknown": strings.Repeat("0", 64), "none": "", "expired": expired}[name]
 		if name == "expired" {
 			h.gw.Now = func() time.Time { return time.Now().Add(11 * time.Minute) }
 		}
-		status, _, r := anon.req("GET", target, nil, false)
+		status, _, r := anon.confirmLink(tok, "same-origin")
 		if status != 303 || r.Header.Get("Location") != "/dashboard/?error=link" || sessionCookieOf(r) != nil {
 			t.Fatalf("%s link: %d %v", name, status, r.Header)
 		}
+	}
+	if status, _, r := anon.req("GET", "/dashboard/login", nil, false); status != 303 || r.Header.Get("Location") != "/dashboard/?error=link" {
+		t.Fatalf("a link without a token: %d %v", status, r.Header)
+	}
+}
+
+// confirmLink posts a sign-in link's token as its confirmation page's form does,
+// from site (Sec-Fetch-Site; "" for none).
+func (b *browser) confirmLink(token, site string, hdr ...string) (int, map[string]any, *http.Response) {
+	b.h.t.Helper()
+	req := httptest.NewRequest("POST", "/dashboard/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if site != "" {
+		req.Header.Set("Sec-Fetch-Site", site)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := b.h.app.Test(req, 10000)
+	if err != nil {
+		b.h.t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	json.Unmarshal(raw, &m)
+	return resp.StatusCode, m, resp
+}
+
+// TestLoginLinkRefusesCrossSite: another site cannot sign a browser in with its
+// own link (login CSRF): a top-level navigation to the link shows the
+// confirmation page only, and a form posted from another site is refused
+// without using the token.
+func TestLoginLinkRefusesCrossSite(t *testing.T) {
+	h := newHarness(t)
+	token, _, err := h.store.CreateLoginToken(context.Background(), "alice", 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	anon := &browser{h: h}
+	status, _, r := anon.req("GET", "/dashboard/login?token="+token, nil, false, "Sec-Fetch-Site", "cross-site")
+	if sessionCookieOf(r) != nil || status == 303 {
+		t.Fatalf("a cross-site navigation to the link signed in: %d %v", status, r.Header)
+	}
+	for _, c := range [][]string{
+		{"cross-site"}, {"same-site"}, {"", "Origin", "https://evil.example"},
+	} {
+		status, body, r := anon.confirmLink(token, c[0], c[1:]...)
+		if status != 403 || sessionCookieOf(r) != nil || body["errorCode"] != "forbidden" {
+			t.Fatalf("a form posted from %v: %d %v", c, status, body)
+		}
+	}
+	// The token is still good for the page itself.
+	if status, _, r := anon.confirmLink(token, "same-origin"); status != 303 || sessionCookieOf(r) == nil {
+		t.Fatalf("the link after refused cross-site posts: %d %v", status, r.Header)
+	}
+}
+
+// TestLoginLinkSessionEndsWithTheKeys: a session opened by a link ends when the
+// account's last API key is revoked.
+func TestLoginLinkSessionEndsWithTheKeys(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	token, _, err := h.store.CreateLoginToken(ctx, "alice", 10*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, r := (&browser{h: h}).confirmLink(token, "same-origin")
+	b := &browser{h: h, cookie: sessionCookieOf(r).Value}
+	if status, _, _ := b.req("GET", "/dashboard/session", nil, false); status != 200 {
+		t.Fatalf("the link's session: %d", status)
+	}
+	keys, err := h.store.ListAPIKeys(ctx, "alice")
+	if err != nil || len(keys) == 0 {
+		t.Fatalf("alice's keys: %v %v", keys, err)
+	}
+	for _, k := range keys {
+		if err := h.store.RevokeAnyAPIKey(ctx, "alice", k.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if status, _, _ := b.req("GET", "/dashboard/session", nil, false); status != 401 {
+		t.Fatalf("the link's session after every key was revoked: %d, want 401", status)
 	}
 }
 
@@ -365,7 +455,7 @@ func TestSignInRateLimited(t *testing.T) {
 	if status != 429 || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("third sign-in attempt within a second: %d", status)
 	}
-	status, _, r = anon.req("GET", "/dashboard/login?token=x", nil, false)
+	status, _, r = anon.confirmLink(strings.Repeat("0", 64), "same-origin")
 	if status != 303 || r.Header.Get("Location") != "/dashboard/?error=link" {
 		t.Fatalf("link past the limit: %d %v", status, r.Header)
 	}

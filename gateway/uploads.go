@@ -17,6 +17,8 @@ import (
 type uploadsRequest struct {
 	Alloc string   `json:"alloc"` // a Nomad allocation id, or "" outside Nomad
 	Files []string `json:"files"` // "result.json" and "outputs/<name>"
+	// Destinations: the runner delivers to output_destinations (destinations.go).
+	Destinations bool `json:"destinations,omitempty"`
 }
 
 // uploadLinkMargin is added to the job's timeout for a runner's upload links:
@@ -85,11 +87,22 @@ func (g *Gateway) uploadURLs(c *fiber.Ctx) error {
 	if req.Alloc != "" {
 		prefix += req.Alloc + "/"
 	}
+	dests, err := g.uploadDestinations(c.UserContext(), j, &req)
+	if err != nil {
+		return err
+	}
 	exp := g.Now().Add(time.Duration(j.TimeoutSeconds)*time.Second + uploadLinkMargin)
 	links := g.links()
 	urls := make(map[string]string, len(req.Files))
+	data := fiber.Map{"urls": urls}
 	for _, f := range req.Files {
+		if dests != nil && dests.URLs[f] != "" && !dests.KeepOutputs {
+			continue // only in its destination (keep_outputs false)
+		}
 		urls[f] = links.URL(c.UserContext(), "PUT", prefix+f, prefix+f, exp)
 	}
-	return c.JSON(fiber.Map{"data": fiber.Map{"urls": urls}})
+	if dests != nil {
+		data["destinations"] = dests.URLs
+	}
+	return c.JSON(fiber.Map{"data": data})
 }

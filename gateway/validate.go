@@ -26,6 +26,10 @@ type createRequest struct {
 	Machine        string            `json:"machine"`
 	TimeoutSeconds *int              `json:"timeout_seconds"`
 	Metadata       map[string]string `json:"metadata"`
+	// OutputDestinations and KeepOutputs: where outputs also go, and whether the
+	// service keeps its own copy (destinations.go).
+	OutputDestinations map[string]string `json:"output_destinations,omitempty"`
+	KeepOutputs        *bool             `json:"keep_outputs,omitempty"`
 }
 
 // decodeCreate parses a create body whatever its Content-Type says (VGF's
@@ -58,6 +62,8 @@ func jsonType(goType string) string {
 		return "an array of strings"
 	case goType == "int" || goType == "*int":
 		return "an integer"
+	case goType == "*bool":
+		return "true or false"
 	}
 	return "a string"
 }
@@ -171,6 +177,8 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 		bad("metadata", "keys and values hold %s; at most %d bytes in all", storedBytes(size), mj.MaxMetadataBytes)
 	}
 
+	dests := checkDestinations(req, bad)
+
 	if len(problems) > 0 {
 		return nil, validationError(problems)
 	}
@@ -180,6 +188,7 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 		InputFiles: req.InputFiles, OutputNames: outputs, FFmpegCommands: cmds,
 		WebhookURL: req.WebhookURL, Machine: machine, TimeoutSeconds: timeout, Metadata: req.Metadata,
 		CreatedAt: now, QueuedAt: now, UpdatedAt: now,
+		Destinations: dests, HasDestinations: dests != nil,
 	}, nil
 }
 

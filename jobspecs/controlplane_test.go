@@ -76,10 +76,11 @@ func TestControlPlaneJobspec(t *testing.T) {
 	if *gw.Count != 2 || *disp.Count != 2 {
 		t.Fatalf("counts: gateway %d, dispatcher %d; want 2 and 2", *gw.Count, *disp.Count)
 	}
-	if len(gw.Networks) != 1 || len(gw.Networks[0].DynamicPorts) != 1 || gw.Networks[0].DynamicPorts[0].Label != "http" {
-		t.Fatalf("gateway network %+v: want one dynamic port \"http\"", gw.Networks)
+	// /metrics on a port of its own, never the public one (server.metrics_listen).
+	if len(gw.Networks) != 1 || len(gw.Networks[0].DynamicPorts) != 2 || gw.Networks[0].DynamicPorts[0].Label != "http" || gw.Networks[0].DynamicPorts[1].Label != "metrics" {
+		t.Fatalf("gateway network %+v: want dynamic ports \"http\" and \"metrics\"", gw.Networks)
 	}
-	if len(gw.Services) != 1 {
+	if len(gw.Services) != 2 || gw.Services[1].PortLabel != "metrics" || len(gw.Services[1].Checks) != 0 {
 		t.Fatalf("gateway services %+v", gw.Services)
 	}
 	svc := gw.Services[0]
@@ -338,9 +339,12 @@ func runControlPlane(t *testing.T, agent *testenv.Nomad, items api.VariableItems
 		if err != nil {
 			t.Fatalf("rendered config: %v\n%s", err, rendered)
 		}
-		port := alloc.AllocatedResources.Shared.Ports
-		if len(port) != 1 || cfg.Server.Listen != fmt.Sprintf("%s:%d", port[0].HostIP, port[0].Value) {
-			t.Fatalf("gateway listens on %s, Nomad gave it %+v", cfg.Server.Listen, port)
+		addr := map[string]string{}
+		for _, p := range alloc.AllocatedResources.Shared.Ports {
+			addr[p.Label] = fmt.Sprintf("%s:%d", p.HostIP, p.Value)
+		}
+		if len(addr) != 2 || cfg.Server.Listen != addr["http"] || cfg.Server.MetricsListen != addr["metrics"] {
+			t.Fatalf("gateway listens on %s, /metrics on %s; Nomad gave it %+v", cfg.Server.Listen, cfg.Server.MetricsListen, addr)
 		}
 		if cfg.Etcd.Embedded || len(cfg.Etcd.Endpoints) != len(etcd.Client.Endpoints()) || cfg.Server.SigningSecret != secret ||
 			cfg.Storage.URL != items["storage_url"] || cfg.Dispatcher.ReconcileD != 5*time.Second || len(cfg.Pools) != 1 || cfg.Pools[0].Image != "mediajobs-worker:test" {

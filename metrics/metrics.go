@@ -124,6 +124,24 @@ var (
 		Name: "mediajobs_reconcile_corrections_total", Help: "Changes made by reconcile that the event stream had not made, by kind (allocation, placement, vanished, stray).",
 	}, []string{"kind"})
 
+	// DispatcherPanics counts panics the dispatcher recovered from while handling a
+	// job (the job failed with an internal error; the log has the stack).
+	DispatcherPanics = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "mediajobs_dispatcher_panics_total", Help: "Panics the dispatcher recovered from while handling a job; each failed its job with an internal error (the log has the stack).",
+	}, nil)
+
+	// UnreadableJobs counts job records skipped because they could not be decoded
+	// (written by a newer version, or damaged); the log names each key.
+	UnreadableJobs = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "mediajobs_store_unreadable_jobs_total", Help: "Job records skipped by a listing because they could not be decoded (a newer version's record, or a damaged one); the log names the key.",
+	}, nil)
+
+	// BlobErrors counts the dispatcher's blob store calls that failed or ran past
+	// their deadline, by operation (read, list, put, sweep).
+	BlobErrors = promauto.NewCounterVec(prometheus.CounterOpts{
+		Name: "mediajobs_dispatcher_blob_errors_total", Help: "Dispatcher blob store calls that failed or ran past their deadline, by operation (read, list, put, sweep).",
+	}, []string{"op"})
+
 	// OutboxDepth is how many webhook deliveries are pending in the etcd outbox.
 	OutboxDepth = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mediajobs_outbox_depth", Help: "Webhook deliveries pending in the etcd outbox (leading dispatcher).",
@@ -180,9 +198,11 @@ func init() {
 }
 
 // Finished records a job that just reached a terminal status: the count by pool
-// and status, and, when it started, its queue wait and run time.
+// and status, its usage when its result was applied (usage.go), and, when it
+// started, its queue wait and run time.
 func Finished(j *mj.Job) {
 	JobsFinished.WithLabelValues(j.Machine, string(j.Status)).Inc()
+	metered(j) // usage.go
 	if j.StartedAt == nil {
 		return
 	}

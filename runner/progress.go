@@ -203,11 +203,13 @@ func (r *Runner) probe(ctx context.Context, rel string) (*mj.Probe, error) {
 	defer cancel()
 	// "-protocol_whitelist file": ffprobe opens local files only, whatever the
 	// file names (the sandbox stops the rest).
-	cmd, err := r.command(ctx, r.ffprobe(), "-v", "error", "-protocol_whitelist", "file", "-show_format", "-show_streams", "-of", "json", "./"+rel)
+	cmd, err := r.readOnlyCommand(ctx, r.ffprobe(), "-v", "error", "-protocol_whitelist", "file", "-show_format", "-show_streams", "-of", "json", "./"+rel)
 	if err != nil {
 		return nil, err
 	}
+	start := time.Now()
 	out, err := cmd.Output()
+	r.meter(cmd, start)
 	if err != nil {
 		return nil, err
 	}

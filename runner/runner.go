@@ -40,9 +40,13 @@ type Runner struct {
 	// ProgressFile, when set, receives progress reports instead of the progress URL
 	// (docker pools: ffmpeg has no network; a sidecar posts the file).
 	ProgressFile string
+	usage        *mj.Usage // where meter adds, while Exec runs (usage.go)
 	// Sandbox, when set, runs ffmpeg and ffprobe inside it (raw_exec pools). Nil
 	// runs them directly: on docker pools the container is the sandbox.
 	Sandbox *sandbox.Bwrap
+	// MaxProcs caps the processes and threads of a sandboxed job; 0 is
+	// sandbox.MaxProcs.
+	MaxProcs int
 }
 
 // LoadManifest reads the dispatch payload at path; when the manifest was too big for
@@ -95,6 +99,8 @@ type State struct {
 	// Analysis: the JSON blocks analysis filters printed (readAnalysis).
 	Analysis []mj.Analysis `json:"analysis,omitempty"`
 	Done     bool          `json:"done"` // the commands ran (or the job failed before)
+	// Usage is what the commands (and the probes) consumed (usage.go).
+	Usage mj.Usage `json:"usage"`
 	// Stopped: the worker was told to stop (Nomad stopped the task: a drain, a
 	// node shutdown, a cancel) before the job ended. No result is reported, so the
 	// dispatcher treats it as a lost worker and retries it.
@@ -196,7 +202,7 @@ func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 	if err != nil {
 		return fmt.Errorf("manifest: %w", err)
 	}
-	inputs, own := r.client(guard.Transport()), r.client(nil)
+	inputs, own := r.client(guard.Transport()), r.ownClient()
 	files := serviceFiles(m.UploadURL)
 	names := make([]string, 0, len(m.InputFiles))
 	for name := range m.InputFiles {
@@ -205,14 +211,11 @@ func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 	sort.Strings(names)
 	for _, name := range names {
 		client := inputs
-		if files != "" && strings.HasPrefix(m.InputFiles[name], files) {
+		if isOwnFile(files, m.InputFiles[name]) {
 			client = own
 		}
-		budget := int64(-1) // what is left of the pool's disk; -1: no cap
-		if m.DiskBytes > 0 {
-			budget = max(m.DiskBytes-st.InputBytes, 0)
-		}
-		n, err := fetch(ctx, client, m.InputFiles[name], filepath.Join(r.WorkDir, "inputs", name), budget)
+		budget, why := inputBudget(m, st.InputBytes)
+		n, err := fetch(ctx, client, m.InputFiles[name], filepath.Join(r.WorkDir, "inputs", name), budget, why)
 		if err != nil {
 			if ctx.Err() != nil {
 				return interrupted(ctx, m, st, fmt.Sprintf("while fetching input %q", name))
@@ -258,11 +261,20 @@ func (r *Runner) commands(m *mj.Manifest) ([][]string, error) {
 func (r *Runner) Exec(ctx context.Context, m *mj.Manifest, st *State) {
 	r.defaults(m)
 	defer func() { st.Done = true }()
+	r.usage = &st.Usage
+	defer func() { r.usage = nil }()
 	if st.Failed {
 		return
 	}
 	ctx, cancel := r.deadline(ctx, st)
 	defer cancel()
+	release, err := r.capProcesses()
+	if err != nil {
+		st.fail(err)
+		fmt.Fprintf(r.Log, "job failed: %s\n", err)
+		return
+	}
+	defer release()
 	if err := r.exec(ctx, m, st); err != nil {
 		st.fail(err)
 		fmt.Fprintf(r.Log, "job failed: %s\n", err)
@@ -292,6 +304,9 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 				fmt.Fprintf(r.Log, "command %d: log: %v\n", i+1, cerr)
 			}
 			st.Analysis = mj.BoundAnalysis(append(st.Analysis, readAnalysis(r.WorkDir, i+1)...))
+		}
+		if serr := sweep(r.WorkDir); serr != nil {
+			return fmt.Errorf("command %d of %d: %w", i+1, len(argvs), serr)
 		}
 		if err != nil {
 			if errors.Is(err, errDiskFull) {
@@ -334,6 +349,10 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 	client := r.client(nil)
 	uctx, cancel := r.deadline(ctx, st)
 	defer cancel()
+	// Past the deadline, what is left (links, logs, the result) ends within
+	// ReportSeconds: the dispatcher's backstop looks for the result then.
+	ctx, rcancel := reportContext(ctx, m, st)
+	defer rcancel()
 	alloc := allocPrefix()
 	if !st.Failed && !st.Done {
 		// The exec task ended without saving its state: killed outright (most
@@ -358,7 +377,7 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 	// Asked for with ctx, not the job's deadline: the result goes up even after a
 	// timeout, to say so.
 	logs := r.presentLogs(m)
-	dest, err := r.uploadLinks(ctx, r.patient(), m, st, logs, alloc)
+	dest, dests, err := r.uploadLinks(ctx, r.patient(), m, st, logs, alloc)
 	var refused *linksRefused
 	if err != nil && !st.Failed && errors.As(err, &refused) {
 		// The outputs cannot go up (a name the gateway refuses, a limit of its):
@@ -367,7 +386,7 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 		// the dispatcher runs the attempt again.
 		fmt.Fprintf(r.Log, "upload links: %v\n", err)
 		st.fail(fmt.Errorf("could not upload the outputs: %w", err))
-		dest, err = r.uploadLinks(ctx, r.patient(), m, st, logs, alloc)
+		dest, dests, err = r.uploadLinks(ctx, r.patient(), m, st, logs, alloc)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("report result: %w", err)
@@ -386,7 +405,7 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 				}
 			}
 			if err == nil {
-				err = put(uctx, client, dest("outputs/"+o.Name), fh, o.Size)
+				err = r.deliver(uctx, m, client, fh, o, dest, dests)
 				fh.Close()
 			}
 			if err != nil {
@@ -404,7 +423,7 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 	// The logs go up whatever happened (a failed job's most of all); one that
 	// cannot is left out of the result, which still goes up.
 	var sent []mj.LogFile
-	lctx, lcancel := context.WithTimeout(ctx, 2*time.Minute) // past a timeout too: it says why
+	lctx, lcancel := logContext(ctx) // past a timeout too: it says why
 	defer lcancel()
 	for _, l := range logs {
 		if err := r.uploadLog(lctx, client, dest(logPath(l.Command)), l); err != nil {
@@ -414,9 +433,10 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 		sent = append(sent, l)
 	}
 	res := &mj.Result{JobID: m.JobID, Attempt: m.Attempt, AllocID: strings.TrimSuffix(alloc, "/"), Succeeded: !st.Failed, ErrorMessage: st.Error, InputBytes: st.InputBytes, Logs: sent,
-		Analysis: mj.BoundAnalysis(st.Analysis)}
+		Analysis: mj.BoundAnalysis(st.Analysis), Usage: resultUsage(st, nil)}
 	if !st.Failed {
 		res.Outputs = st.Outputs
+		res.Usage = resultUsage(st, st.Outputs)
 		fmt.Fprintf(r.Log, "job succeeded: %d output file(s)\n", len(res.Outputs))
 	}
 	// The result goes up even past the deadline: it says the job timed out.
@@ -424,6 +444,29 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 		return res, fmt.Errorf("report result: %w", err)
 	}
 	return res, nil
+}
+
+// reportContext bounds ctx to the job's deadline plus the manifest's
+// ReportSeconds (30 when unset); a job without a timeout is not bounded.
+func reportContext(ctx context.Context, m *mj.Manifest, st *State) (context.Context, context.CancelFunc) {
+	if st.Deadline.IsZero() {
+		return context.WithCancel(ctx)
+	}
+	window := time.Duration(m.ReportSeconds) * time.Second
+	if window <= 0 {
+		window = 30 * time.Second
+	}
+	return context.WithDeadline(ctx, st.Deadline.Add(window))
+}
+
+// logContext is the logs' share of ctx: two minutes at most, and only the first
+// half of what is left before ctx's deadline, so the result still goes up after.
+func logContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	limit := 2 * time.Minute
+	if dl, ok := ctx.Deadline(); ok {
+		limit = min(limit, time.Until(dl)/2)
+	}
+	return context.WithTimeout(ctx, limit)
 }
 
 // interrupted explains why ctx ended: the job's deadline (a final failure), or a
@@ -475,9 +518,7 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskL
 	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	// level+info: the full log keeps what ffmpeg says at info level, each line
-	// tagged, so that the error message takes only the errors.
-	args := append([]string{"-hide_banner", "-nostdin", "-y", "-loglevel", "level+info", "-nostats", "-progress", "pipe:3"}, argv...)
+	args := append(command.RunnerArgs(), argv...)
 	cmd, err := r.command(ctx, bin, args...)
 	if err != nil {
 		return err
@@ -495,6 +536,7 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskL
 	cmd.ExtraFiles = []*os.File{pw}
 	done := make(chan struct{})
 	go func() { defer close(done); rep.read(ctx, pr) }()
+	start := time.Now()
 	err = cmd.Start()
 	pw.Close() // ffmpeg holds the write end now
 	if err == nil {
@@ -502,6 +544,7 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskL
 			go watchDisk(ctx, r.WorkDir, diskLimit, cancel)
 		}
 		err = cmd.Wait()
+		r.meter(cmd, start)
 	}
 	<-done
 	pr.Close()
@@ -702,7 +745,7 @@ func openOutput(root *os.Root, name string) (*os.File, error) {
 
 // fetch downloads url to path, refusing more than budget bytes (the pool's disk
 // left to the job; -1 for no cap) or more than the worker has free.
-func fetch(ctx context.Context, client *http.Client, url, path string, budget int64) (int64, error) {
+func fetch(ctx context.Context, client *http.Client, url, path string, budget int64, budgetWhy string) (int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err
@@ -712,12 +755,15 @@ func fetch(ctx context.Context, client *http.Client, url, path string, budget in
 		return 0, scrub(unwrapURLError(err), url)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode/100 == 3 { // only the service's own files stop at one
+		return 0, fmt.Errorf("HTTP %s: a redirect from the service's own files is not followed", resp.Status)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("HTTP %s", resp.Status)
 	}
 	// Nomad reserves ephemeral disk for scheduling but does not enforce it: a
 	// large input must fail here, not fill the node's disk.
-	limit, why := budget, fmt.Sprintf("the %d bytes left of the pool's disk for this job (the pool's disk setting)", budget)
+	limit, why := budget, budgetWhy
 	if free := freeBytes(filepath.Dir(path)); free >= 0 && (limit < 0 || free-diskReserve < limit) {
 		limit, why = max(free-diskReserve, 0), fmt.Sprintf("the %d bytes free on the worker", max(free-diskReserve, 0))
 	}
@@ -783,7 +829,7 @@ func put(ctx context.Context, client *http.Client, url string, body io.Reader, s
 }
 
 // serviceFiles is the service's "<public_url>/files/" prefix, taken from the
-// upload URL, or "" if it has none.
+// upload URL (the gateway signs it), or "" if it has none.
 func serviceFiles(upload string) string {
 	i := strings.Index(upload, "/files/")
 	if i < 0 || !strings.HasPrefix(upload, "http") {
@@ -796,9 +842,9 @@ func serviceFiles(upload string) string {
 // runner asks the gateway for one link per file it found (the store's own
 // presigned PUTs with S3, so no byte passes through a gateway); otherwise the
 // manifest's signed template serves every name.
-func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Manifest, st *State, logs []mj.LogFile, alloc string) (func(string) string, error) {
+func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Manifest, st *State, logs []mj.LogFile, alloc string) (func(string) string, map[string]string, error) {
 	if m.UploadsURL == "" {
-		return func(path string) string { return uploadURL(m, alloc+path) }, nil
+		return func(path string) string { return uploadURL(m, alloc+path) }, nil, nil
 	}
 	files := []string{"result.json"}
 	if !st.Failed {
@@ -809,43 +855,45 @@ func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Man
 	for _, l := range logs {
 		files = append(files, logPath(l.Command))
 	}
-	body := mustJSON(map[string]any{"alloc": strings.TrimSuffix(alloc, "/"), "files": files})
+	body := mustJSON(map[string]any{"alloc": strings.TrimSuffix(alloc, "/"), "files": files, "destinations": true})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.UploadsURL, strings.NewReader(body))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, scrub(unwrapURLError(err), m.UploadsURL)
+		return nil, nil, scrub(unwrapURLError(err), m.UploadsURL)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if resp.StatusCode == http.StatusNotFound && m.UploadURL != "" && strings.Contains(string(b), "no such route") {
 		// A gateway older than the dispatcher has no /upload-urls/: the template.
-		return func(path string) string { return uploadURL(m, alloc+path) }, nil
+		return func(path string) string { return uploadURL(m, alloc+path) }, nil, nil
 	}
 	if resp.StatusCode != http.StatusOK {
 		err := fmt.Errorf("upload links: HTTP %s: %s", resp.Status, lastLines(string(b), 3))
 		if resp.StatusCode >= 400 && resp.StatusCode < 500 {
-			return nil, &linksRefused{err}
+			return nil, nil, &linksRefused{err}
 		}
-		return nil, err
+		return nil, nil, err
 	}
 	var out struct {
 		Data struct {
 			URLs map[string]string `json:"urls"`
+			// Destinations: "outputs/<name>" → the user's URL (destinations.go).
+			Destinations map[string]string `json:"destinations"`
 		} `json:"data"`
 	}
 	if err := json.Unmarshal(b, &out); err != nil {
-		return nil, fmt.Errorf("upload links: %w", err)
+		return nil, nil, fmt.Errorf("upload links: %w", err)
 	}
 	for _, f := range files {
-		if out.Data.URLs[f] == "" {
-			return nil, &linksRefused{fmt.Errorf("upload links: none for %s", f)}
+		if out.Data.URLs[f] == "" && out.Data.Destinations[f] == "" {
+			return nil, nil, &linksRefused{fmt.Errorf("upload links: none for %s", f)}
 		}
 	}
-	return func(path string) string { return out.Data.URLs[path] }, nil
+	return func(path string) string { return out.Data.URLs[path] }, out.Data.Destinations, nil
 }
 
 // allocPrefix is where this allocation's files go within the attempt's upload

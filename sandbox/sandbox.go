@@ -36,6 +36,9 @@ type Bwrap struct {
 	// GPU binds the NVIDIA device nodes and a private /proc (the CUDA driver
 	// reads /proc/driver/nvidia): GPU pools only.
 	GPU bool
+	// Pids, when set, is the cgroup every command starts in: it caps the
+	// processes and threads of the job (NewPids).
+	Pids *Pids
 }
 
 // Layout is what of the host a sandbox shows, read-only.
@@ -110,6 +113,15 @@ func covered(p string, dirs []string) bool {
 // Args is bwrap's command line (without bwrap itself) that runs argv in a
 // sandbox showing l, with the host directory dir as Dir. Pure, for tests.
 func Args(l Layout, dir string, gpu bool, argv []string) []string {
+	return args(l, dir, gpu, false, argv)
+}
+
+// ReadOnlyArgs is Args with Dir bound read-only: for ffprobe, which writes nothing.
+func ReadOnlyArgs(l Layout, dir string, gpu bool, argv []string) []string {
+	return args(l, dir, gpu, true, argv)
+}
+
+func args(l Layout, dir string, gpu, readOnly bool, argv []string) []string {
 	a := []string{
 		// Every namespace; the user namespace maps the caller to 65534, with no
 		// capabilities and no way to make another user namespace.
@@ -117,6 +129,10 @@ func Args(l Layout, dir string, gpu bool, argv []string) []string {
 		"--disable-userns", "--cap-drop", "ALL",
 		// No TIOCSTI on a terminal; killed with the runner.
 		"--new-session", "--die-with-parent",
+		// The command is the namespace's PID 1, with no reaper of bwrap's between:
+		// bwrap waits for it, so its CPU time is in the rusage of bwrap the runner
+		// reads (docs/usage.md). bwrap's reaper would let it go unreaped.
+		"--as-pid-1",
 		"--hostname", "mediajobs",
 	}
 	for _, b := range l.Binds {
@@ -142,7 +158,11 @@ func Args(l Layout, dir string, gpu bool, argv []string) []string {
 		a = append(a, "--proc", "/proc")
 	}
 	// The sandbox's own root (a tmpfs the disk cap does not see) stays read-only.
-	a = append(a, "--bind", dir, Dir, "--remount-ro", "/", "--chdir", Dir, "--")
+	bind := "--bind"
+	if readOnly {
+		bind = "--ro-bind"
+	}
+	a = append(a, bind, dir, Dir, "--remount-ro", "/", "--chdir", Dir, "--")
 	return append(a, argv...)
 }
 
@@ -155,6 +175,15 @@ func Env(extra ...string) []string {
 // Command returns the command that runs bin with args in the sandbox, in the
 // job's directory dir (a host path), with env as its whole environment.
 func (b *Bwrap) Command(ctx context.Context, dir, bin string, args, env []string) (*exec.Cmd, error) {
+	return b.command(ctx, dir, bin, args, env, Args)
+}
+
+// ReadOnlyCommand is Command with the job's directory read-only (ffprobe).
+func (b *Bwrap) ReadOnlyCommand(ctx context.Context, dir, bin string, args, env []string) (*exec.Cmd, error) {
+	return b.command(ctx, dir, bin, args, env, ReadOnlyArgs)
+}
+
+func (b *Bwrap) command(ctx context.Context, dir, bin string, args, env []string, mkArgs func(Layout, string, bool, []string) []string) (*exec.Cmd, error) {
 	bwrap := b.Path
 	if bwrap == "" {
 		bwrap = "bwrap"
@@ -179,7 +208,10 @@ func (b *Bwrap) Command(ctx context.Context, dir, bin string, args, env []string
 		return nil, err
 	}
 	argv := append([]string{abs}, args...)
-	cmd := exec.CommandContext(ctx, bwrap, Args(HostLayout(b.GPU, abs), hostDir, b.GPU, argv)...)
+	cmd := exec.CommandContext(ctx, bwrap, mkArgs(HostLayout(b.GPU, abs), hostDir, b.GPU, argv)...)
+	if b.Pids != nil {
+		b.Pids.wrap(cmd)
+	}
 	cmd.Env = env // bwrap hands its own environment to the command
 	cmd.Dir = hostDir
 	return cmd, nil

@@ -18,7 +18,7 @@ import (
 func TestArgs(t *testing.T) {
 	l := Layout{Binds: []string{"/usr", "/etc/ld.so.cache"}, Symlinks: map[string]string{"/lib": "usr/lib", "/bin": "usr/bin"}, Devices: []string{"/dev/null"}}
 	got := strings.Join(Args(l, "/alloc/x/work", false, []string{"/usr/bin/ffmpeg", "-i", "a"}), " ")
-	want := "--unshare-all --unshare-user --uid 65534 --gid 65534 --disable-userns --cap-drop ALL --new-session --die-with-parent --hostname mediajobs " +
+	want := "--unshare-all --unshare-user --uid 65534 --gid 65534 --disable-userns --cap-drop ALL --new-session --die-with-parent --as-pid-1 --hostname mediajobs " +
 		"--ro-bind /usr /usr --ro-bind /etc/ld.so.cache /etc/ld.so.cache --symlink usr/bin /bin --symlink usr/lib /lib --dev-bind /dev/null /dev/null --remount-ro /dev/null " +
 		"--bind /alloc/x/work /job --remount-ro / --chdir /job -- /usr/bin/ffmpeg -i a"
 	if got != want {
@@ -26,6 +26,9 @@ func TestArgs(t *testing.T) {
 	}
 	if g := strings.Join(Args(l, "/w", true, []string{"x"}), " "); !strings.Contains(g, "--proc /proc --bind /w /job --remount-ro /") {
 		t.Fatalf("a GPU sandbox has a private /proc for the CUDA driver: %s", g)
+	}
+	if g := strings.Join(ReadOnlyArgs(l, "/w", false, []string{"ffprobe"}), " "); !strings.Contains(g, " --ro-bind /w /job --remount-ro / ") {
+		t.Fatalf("ffprobe's sandbox binds the job read-only: %s", g)
 	}
 }
 

@@ -261,7 +261,8 @@ func (s *Store) revokeAPIKey(ctx context.Context, accountID, keyID string, last 
 		if hash == "" {
 			return mj.Errorf(mj.ENotFound, "API key %s not found", keyID)
 		}
-		if snap.Responses[1].GetResponseRange().Count == 1 && !last {
+		lastKey := snap.Responses[1].GetResponseRange().Count == 1
+		if lastKey && !last {
 			return mj.Errorf(mj.EConflict, "this is the account's last API key; create another before revoking it")
 		}
 		resp, err := s.cli.Txn(ctx).
@@ -276,6 +277,9 @@ func (s *Store) revokeAPIKey(ctx context.Context, accountID, keyID string, last 
 			// they are refused all the same (a session's key must still exist) and
 			// expire by their lease.
 			s.DeleteKeySessions(ctx, hash)
+			if lastKey { // and so do the sign-in links': the account is shut out
+				s.DeleteKeySessions(ctx, linkSessions(accountID))
+			}
 			return nil
 		}
 	}

@@ -36,6 +36,9 @@ type Limits struct {
 	MaxQueuedJobs     int64 `json:"max_queued_jobs"`
 	MaxJobBytes       int64 `json:"max_job_bytes"`
 	MaxTimeoutSeconds int64 `json:"max_timeout_seconds"`
+	MaxStorageBytes   int64 `json:"max_storage_bytes"`
+	MaxEventStreams   int64 `json:"max_event_streams"`
+	MaxInputBytes     int64 `json:"max_input_bytes"`
 }
 
 // LimitOverrides are an account's own limits; nil fields keep the defaults.
@@ -43,10 +46,13 @@ type LimitOverrides struct {
 	MaxQueuedJobs     *int64 `json:"max_queued_jobs,omitempty"`
 	MaxJobBytes       *int64 `json:"max_job_bytes,omitempty"`
 	MaxTimeoutSeconds *int64 `json:"max_timeout_seconds,omitempty"`
+	MaxStorageBytes   *int64 `json:"max_storage_bytes,omitempty"`
+	MaxEventStreams   *int64 `json:"max_event_streams,omitempty"`
+	MaxInputBytes     *int64 `json:"max_input_bytes,omitempty"`
 }
 
 func (o LimitOverrides) fields() []*int64 {
-	return []*int64{o.MaxQueuedJobs, o.MaxJobBytes, o.MaxTimeoutSeconds}
+	return []*int64{o.MaxQueuedJobs, o.MaxJobBytes, o.MaxTimeoutSeconds, o.MaxStorageBytes, o.MaxEventStreams, o.MaxInputBytes}
 }
 
 func (o LimitOverrides) check() error {
@@ -68,13 +74,18 @@ func (o LimitOverrides) Apply(d Limits) Limits {
 	set(&d.MaxQueuedJobs, o.MaxQueuedJobs)
 	set(&d.MaxJobBytes, o.MaxJobBytes)
 	set(&d.MaxTimeoutSeconds, o.MaxTimeoutSeconds)
+	set(&d.MaxStorageBytes, o.MaxStorageBytes)
+	set(&d.MaxEventStreams, o.MaxEventStreams)
+	set(&d.MaxInputBytes, o.MaxInputBytes)
 	return d
 }
 
 // Usage is what an account holds now.
 type Usage struct {
-	QueuedJobs int64 `json:"queued_jobs"`
-	JobBytes   int64 `json:"job_bytes"`
+	QueuedJobs   int64 `json:"queued_jobs"`
+	JobBytes     int64 `json:"job_bytes"`
+	StorageBytes int64 `json:"storage_bytes"`
+	EventStreams int64 `json:"event_streams"`
 }
 
 // QuotaError is the quotaExceeded error for limit: its value and the use.
@@ -124,6 +135,8 @@ type usageRead struct {
 	freed     int64
 	sched     Schedule // the account's sched/<account> record (zero: none)
 	overrides LimitOverrides
+	storage   storageRead // storage bytes held (storagequota.go)
+	streams   int64       // event streams open (streamquota.go)
 }
 
 func (s *Store) readUsage(ctx context.Context, account string) (usageRead, error) {
@@ -132,6 +145,9 @@ func (s *Store) readUsage(ctx context.Context, account string) (usageRead, error
 		clientv3.OpGet(s.jobBytesPrefix(account), clientv3.WithPrefix()),
 		clientv3.OpGet(s.freedBytesKey(account)),
 		clientv3.OpGet(s.schedKey(account)),
+		clientv3.OpGet(s.storagePrefix(account), clientv3.WithPrefix()),
+		clientv3.OpGet(s.storageFreedKey(account)),
+		clientv3.OpGet(s.streamPrefix(account), clientv3.WithPrefix(), clientv3.WithCountOnly()),
 	).Commit()
 	if err != nil {
 		return usageRead{}, fmt.Errorf("read account usage: %w", err)
@@ -155,6 +171,8 @@ func (s *Store) readUsage(ctx context.Context, account string) (usageRead, error
 			u.sched, u.overrides = sc, sc.LimitOverrides
 		}
 	}
+	u.storage = readStorage(rr(4), rr(5))
+	u.streams = rr(6).Count
 	return u, nil
 }
 
@@ -162,7 +180,7 @@ func (s *Store) readUsage(ctx context.Context, account string) (usageRead, error
 type shardRead struct{ value, modRev int64 }
 
 func (u usageRead) usage() Usage {
-	return Usage{QueuedJobs: u.queued, JobBytes: max(u.created-u.freed, 0)}
+	return Usage{QueuedJobs: u.queued, JobBytes: max(u.created-u.freed, 0), StorageBytes: u.storage.held(), EventStreams: u.streams}
 }
 
 // AccountLimits returns an account's limits (defaults with its overrides), what
@@ -187,9 +205,26 @@ func checkCreate(l Limits, u usageRead, j *mj.Job) error {
 	if held := u.usage().JobBytes; l.MaxJobBytes > 0 && held+j.RecordBytes > l.MaxJobBytes {
 		return QuotaError("max_job_bytes", l.MaxJobBytes, held)
 	}
+	// Storage is counted after the fact (outputs, first use of a temporary
+	// file): an account that reached its limit creates nothing until it frees.
+	if held := u.storage.held(); l.MaxStorageBytes > 0 && held >= l.MaxStorageBytes {
+		return QuotaError("max_storage_bytes", l.MaxStorageBytes, held)
+	}
 	return nil
 }
 
 // quotaAttempts bounds how often a create is tried again because another create
 // of the same account moved its counters in between.
 const quotaAttempts = 32
+
+// encodeRecord marshals j with its RecordBytes: the record counts as its size
+// with the count written in.
+func encodeRecord(j *mj.Job) ([]byte, error) {
+	j.RecordBytes = 0
+	b, err := json.Marshal(j)
+	if err != nil {
+		return nil, err
+	}
+	j.RecordBytes = int64(len(b)) + int64(len(`,"record_bytes":`)+len(strconv.Itoa(len(b))))
+	return json.Marshal(j)
+}

@@ -124,6 +124,9 @@ func (s *Store) deleteJobs(ctx context.Context, ids []string, done []*mvccpb.Key
 			clientv3.OpDelete(s.outboxKey(j.ID)),
 			clientv3.OpDelete(doneKey),
 		}
+		if j.HasDestinations {
+			ops = append(ops, clientv3.OpDelete(s.destinationsKey(j.ID)))
+		}
 		if j.IdemHash != "" {
 			// The record is the one that created this job only if it was created
 			// with it (one transaction): a later job may have reused the key.

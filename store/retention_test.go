@@ -47,8 +47,12 @@ func TestDeleteFinishedJobsTakesEveryDerivedKey(t *testing.T) {
 		}
 	}
 	old := newJob("acct", base)
+	old.HasDestinations, old.Destinations = true, &mj.Destinations{URLs: map[string]string{"out.mp4": "https://b.example/out.mp4?sig=x"}}
 	if _, err := s.CreateJobOnce(ctx, old, &store.Idempotency{Key: "k1", Fingerprint: "f"}); err != nil {
 		t.Fatal(err)
+	}
+	if d, err := s.Destinations(ctx, old.ID); err != nil || d == nil || d.URLs["out.mp4"] == "" {
+		t.Fatalf("destinations: %v %v", d, err)
 	}
 	finish(old, base, "delivered")
 	pending := newJob("acct", base.Add(time.Second))

@@ -22,11 +22,26 @@ import (
 //
 //	sessions/<sha256(id)>                     the session (JSON), leased
 //	session_index/<key hash>/<sha256(id)>     the lease id (hex): the sessions a key opened, leased
+//	session_index/login-link.<account>/<sha256(id)>   the same for the account's sign-in links
 //	login_tokens/<sha256(token)>              the link's account (JSON), leased
 
 // LoginLinkKey is the key hash recorded for a session opened by a sign-in link
 // (no API key signed it in).
 const LoginLinkKey = "login-link"
+
+// linkSessions is the session index entry of an account's sign-in-link
+// sessions: they end when its last key is revoked (revokeAPIKey), an operator
+// shutting the account out.
+func linkSessions(accountID string) string { return LoginLinkKey + "." + accountID }
+
+// index is the session index entry the session is listed under: its key's, or
+// its account's links'.
+func (sess *Session) index() string {
+	if sess.KeyHash == LoginLinkKey {
+		return linkSessions(sess.AccountID)
+	}
+	return sess.KeyHash
+}
 
 // Session is a signed-in dashboard browser.
 type Session struct {
@@ -87,9 +102,7 @@ func (s *Store) CreateSession(ctx context.Context, accountID, keyHash string, tt
 		CreatedAt: now, ExpiresAt: now.Add(ttl), Lease: int64(lease.ID)}
 	b, _ := json.Marshal(sess)
 	ops := []clientv3.Op{clientv3.OpPut(s.sessionKey(sess.ID), string(b), clientv3.WithLease(lease.ID))}
-	if keyHash != LoginLinkKey {
-		ops = append(ops, clientv3.OpPut(s.sessionIndexPrefix(keyHash)+hashID(sess.ID), strconv.FormatInt(int64(lease.ID), 16), clientv3.WithLease(lease.ID)))
-	}
+	ops = append(ops, clientv3.OpPut(s.sessionIndexPrefix(sess.index())+hashID(sess.ID), strconv.FormatInt(int64(lease.ID), 16), clientv3.WithLease(lease.ID)))
 	if _, err := s.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
 		s.revokeLease(int64(lease.ID))
 		return nil, fmt.Errorf("store session: %w", err)
@@ -132,7 +145,7 @@ func (s *Store) DeleteSession(ctx context.Context, id string) error {
 	if _, err := s.cli.Revoke(ctx, clientv3.LeaseID(sess.Lease)); err != nil && ctx.Err() == nil {
 		// The lease may be gone already (expired); delete the keys themselves.
 		_, err = s.cli.Txn(ctx).Then(clientv3.OpDelete(s.sessionKey(id)),
-			clientv3.OpDelete(s.sessionIndexPrefix(sess.KeyHash)+hashID(id))).Commit()
+			clientv3.OpDelete(s.sessionIndexPrefix(sess.index())+hashID(id))).Commit()
 		return err
 	}
 	return ctx.Err()

@@ -64,7 +64,14 @@ func TestSessions(t *testing.T) {
 	if err := s.DeleteSession(ctx, kept.ID); err != nil {
 		t.Fatalf("deleting it again: %v", err)
 	}
-	// Nothing of the revoked key's sessions is left.
+	// A link's session outlives any one key, not the account's last.
+	if err := s.RevokeAnyAPIKey(ctx, a.ID, keys[1].ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Session(ctx, link.ID); err != mj.ErrNotFound {
+		t.Fatalf("a link's session after the account's last key was revoked: %v", err)
+	}
+	// Nothing of the revoked keys' sessions is left.
 	resp, _ := e.Client.Get(ctx, "/test/session_index/", clientv3WithPrefix())
 	if len(resp.Kvs) != 0 {
 		t.Fatalf("%d index entries left", len(resp.Kvs))

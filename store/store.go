@@ -9,7 +9,9 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/metrics"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -27,6 +30,7 @@ type Store struct {
 	cli      *clientv3.Client
 	p        string // key prefix, ends in "/"
 	progress progressLease
+	streams  streamLease // event streams' keys (streamquota.go)
 }
 
 // New returns a store keeping its keys under prefix.
@@ -221,13 +225,8 @@ func (s *Store) CreateJobWithin(ctx context.Context, j *mj.Job, idem *Idempotenc
 		sum := sha256.Sum256([]byte(idem.Key))
 		j.IdemHash = hex.EncodeToString(sum[:])
 	}
-	b, err := json.Marshal(j)
+	b, err := encodeRecord(j)
 	if err != nil {
-		return nil, err
-	}
-	// The record counts as its size with the count written in.
-	j.RecordBytes = int64(len(b)) + int64(len(`,"record_bytes":`)+len(strconv.Itoa(len(b))))
-	if b, err = json.Marshal(j); err != nil {
 		return nil, err
 	}
 	for attempt := 0; ; attempt++ {
@@ -236,6 +235,12 @@ func (s *Store) CreateJobWithin(ctx context.Context, j *mj.Job, idem *Idempotenc
 			return nil, err
 		}
 		limits := u.overrides.Apply(defaults)
+		if j.MaxInputBytes != limits.MaxInputBytes { // the runner's bound (docs/limits.md)
+			j.MaxInputBytes = limits.MaxInputBytes
+			if b, err = encodeRecord(j); err != nil {
+				return nil, err
+			}
+		}
 		if err := checkCreate(limits, u, j); err != nil {
 			if idem != nil {
 				// A retry of a create already stored is answered with its job.
@@ -282,6 +287,11 @@ func (s *Store) createOnce(ctx context.Context, j *mj.Job, b []byte, idem *Idemp
 		clientv3.OpPut(s.indexKey(j), j.ID),
 		clientv3.OpPut(shardKey, strconv.FormatInt(shard.value+j.RecordBytes, 10)),
 	}, s.derivedOps(nil, j)...)
+	dops, err := s.destinationsOps(j) // beside the record, never in it
+	if err != nil {
+		return nil, false, err
+	}
+	ops = append(ops, dops...)
 	conds := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.jobKey(j.ID)), "=", 0)}
 	var ik string
 	if idem != nil {
@@ -352,24 +362,50 @@ func (s *Store) createOnce(ctx context.Context, j *mj.Job, b []byte, idem *Idemp
 	return nil, false, mj.Errorf(mj.EConflict, "job %s already exists", j.ID)
 }
 
-// SweepIdempotency deletes idempotency records created before cutoff.
+// idemPage is how many idempotency records SweepIdempotency reads at a time (each
+// is about 150 bytes); idemTxn how many it deletes in one etcd transaction.
+const (
+	idemPage = 500
+	idemTxn  = 64
+)
+
+// SweepIdempotency deletes idempotency records created before cutoff, a page at a
+// time, several per transaction as the job retention does. Each delete carries
+// its own compare: a record rewritten since it was read is kept.
 func (s *Store) SweepIdempotency(ctx context.Context, cutoff time.Time) (int, error) {
-	resp, err := s.cli.Get(ctx, s.IdemPrefix(), clientv3.WithPrefix())
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, kv := range resp.Kvs {
-		var rec idemRecord
-		if json.Unmarshal(kv.Value, &rec) == nil && rec.CreatedAt.Before(cutoff) {
-			if _, err := s.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)},
-				[]clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil); err != nil {
+	prefix, n := s.IdemPrefix(), 0
+	end := clientv3.GetPrefixRangeEnd(prefix)
+	for from := prefix; ; {
+		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(idemPage))
+		if err != nil {
+			return n, err
+		}
+		var dels []clientv3.Op
+		for _, kv := range resp.Kvs {
+			var rec idemRecord
+			if json.Unmarshal(kv.Value, &rec) == nil && rec.CreatedAt.Before(cutoff) {
+				cmp := clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)
+				dels = append(dels, clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil))
+			}
+		}
+		for len(dels) > 0 {
+			k := min(len(dels), idemTxn)
+			r, err := s.batch(ctx, dels[:k])
+			if err != nil {
 				return n, err
 			}
-			n++
+			for _, op := range r.Responses {
+				if op.GetResponseTxn().Succeeded {
+					n++
+				}
+			}
+			dels = dels[k:]
 		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return n, nil
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	return n, nil
 }
 
 // Job returns the job with id, with its current progress, or mj.ErrNotFound.
@@ -422,7 +458,11 @@ func (s *Store) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error
 		if err != nil {
 			return nil, err
 		}
-		resp, err := s.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.jobKey(id)), "=", rev)}, ops, nil)
+		cmps := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.jobKey(id)), "=", rev)}
+		if ops, cmps, err = s.withMeter(ctx, old, j, ops, cmps); err != nil { // usage.go
+			return nil, err
+		}
+		resp, err := s.commit(ctx, cmps, ops, nil)
 		if err != nil {
 			return nil, fmt.Errorf("update job: %w", err)
 		}
@@ -508,7 +548,7 @@ func (s *Store) readJobs(ctx context.Context, ids []string, jobs []*mj.Job, errs
 		}
 		var j mj.Job
 		if err := json.Unmarshal(kvs[0].Value, &j); err != nil {
-			errs[i] = fmt.Errorf("decode job %s: %w", ids[i], err)
+			errs[i] = fmt.Errorf("decode job %s: %w: %w", ids[i], errUndecodable, err)
 			continue
 		}
 		j.Revision = kvs[0].ModRevision
@@ -516,10 +556,17 @@ func (s *Store) readJobs(ctx context.Context, ids []string, jobs []*mj.Job, errs
 	}
 }
 
+// errUndecodable marks a job record that is stored but cannot be decoded: one
+// written by a newer version (a field whose type changed) or damaged.
+var errUndecodable = errors.New("undecodable job record")
+
 // JobsUnder reads the jobs listed under one of the derived prefixes (e.g. the
 // active set): one ranged read of the keys, then the jobs in multi-gets (see Jobs),
-// a few round trips for thousands of jobs. A job deleted in between is left out;
-// any other failure fails the read. Progress is not read (no caller needs it).
+// a few round trips for thousands of jobs. A job deleted in between is left out,
+// and so is a record that cannot be decoded (logged with its key and counted in
+// mediajobs_store_unreadable_jobs_total): one bad record must not stop the
+// dispatcher's repairs of every other job. Any other failure fails the read.
+// Progress is not read (no caller needs it).
 func (s *Store) JobsUnder(ctx context.Context, prefix string) ([]*mj.Job, error) {
 	ids, _, err := s.JobIDs(ctx, prefix, 0)
 	if err != nil {
@@ -531,6 +578,9 @@ func (s *Store) JobsUnder(ctx context.Context, prefix string) ([]*mj.Job, error)
 		switch {
 		case errs[i] == nil:
 			jobs = append(jobs, j)
+		case errors.Is(errs[i], errUndecodable):
+			metrics.UnreadableJobs.WithLabelValues().Inc()
+			slog.Error("job record cannot be decoded; skipped (written by a newer version, or damaged)", "key", s.jobKey(ids[i]), "listed_under", prefix, "err", errs[i])
 		case mj.ErrorCode(errs[i]) != mj.ENotFound:
 			return nil, errs[i]
 		}
@@ -574,6 +624,7 @@ func (s *Store) UpdateJobs(ctx context.Context, us []JobUpdate) ([]*mj.Job, []er
 	const maxTxns, maxBytes = 64, 1 << 20
 	var txns []clientv3.Op
 	var txnIdx []int
+	var meters []meteredUpdate
 	size := 0
 	commit := func() {
 		if len(txns) == 0 {
@@ -602,6 +653,10 @@ func (s *Store) UpdateJobs(ctx context.Context, us []JobUpdate) ([]*mj.Job, []er
 			continue
 		}
 		jobs[i] = j
+		if metered(olds[i], j) { // with its usage counter, after the others (usage.go)
+			meters = append(meters, meteredUpdate{i, ops})
+			continue
+		}
 		n := 0
 		for _, op := range ops {
 			n += len(op.KeyBytes()) + len(op.ValueBytes())
@@ -614,6 +669,7 @@ func (s *Store) UpdateJobs(ctx context.Context, us []JobUpdate) ([]*mj.Job, []er
 		size += n
 	}
 	commit()
+	s.commitMetered(ctx, us, meters, olds, jobs, errs) // usage.go
 	return jobs, errs
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -135,9 +136,22 @@ func TestAdminLoginLink(t *testing.T) {
 		t.Fatalf("login-link: exit %d\n%s", code, out)
 	}
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	// The link shows a confirmation page; its form posts the token.
 	open := func() (*http.Response, *http.Cookie) {
 		t.Helper()
-		resp, err := noFollow.Get(link)
+		page, err := noFollow.Get(link)
+		if err != nil {
+			t.Fatal(err)
+		}
+		page.Body.Close()
+		if page.StatusCode != 200 {
+			t.Fatalf("the link's page: %d %v", page.StatusCode, page.Header)
+		}
+		u, _ := url.Parse(link)
+		req, _ := http.NewRequest("POST", stack.URL+"/dashboard/login", strings.NewReader(url.Values{"token": {u.Query().Get("token")}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+		resp, err := noFollow.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}

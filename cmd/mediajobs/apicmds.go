@@ -32,12 +32,16 @@ func (f *apiFlags) add(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&f.key, "api-key", "", "API key (default $MEDIAJOBS_API_KEY, else the dev key in .data/dev_api_key)")
 }
 
-func (f *apiFlags) client() (*client.Client, error) {
-	base := firstOf(f.url, os.Getenv("MEDIAJOBS_URL"))
-	if base == "" {
-		addr := firstOf(os.Getenv("MEDIAJOBS_HTTP_ADDR"), "127.0.0.1:8080")
-		base = "http://" + addr
+// baseURL is the service's: -url, MEDIAJOBS_URL, else make run's address.
+func (f *apiFlags) baseURL() string {
+	if base := firstOf(f.url, os.Getenv("MEDIAJOBS_URL")); base != "" {
+		return base
 	}
+	return "http://" + firstOf(os.Getenv("MEDIAJOBS_HTTP_ADDR"), "127.0.0.1:8080")
+}
+
+func (f *apiFlags) client() (*client.Client, error) {
+	base := f.baseURL()
 	key := firstOf(f.key, os.Getenv("MEDIAJOBS_API_KEY"))
 	if key == "" {
 		if b, err := os.ReadFile(filepath.Join(firstOf(os.Getenv("MEDIAJOBS_DATA"), ".data"), "dev_api_key")); err == nil {
@@ -73,7 +77,7 @@ func runCmd(api *apiFlags) *cobra.Command {
 	var inputs, outputs []string
 	var machine, outDir string
 	var timeout time.Duration
-	var asJSON bool
+	var asJSON, dryRun bool
 	cmd := &cobra.Command{
 		Use:   "run -i NAME=FILE|URL ... -o OUTPUT ... [flags] -- FFMPEG ARGS",
 		Short: "run one ffmpeg command on the service: upload local inputs, wait with progress, download the outputs",
@@ -85,7 +89,11 @@ inputs/NAME and outputs outputs/NAME (or {{NAME}}).
 Exits 0 when the job succeeded, 1 with ffmpeg's error when it failed, 130 when
 interrupted. Ctrl-C asks whether to cancel the job (without a terminal, it is
 cancelled). Progress bars on a terminal, plain lines otherwise; -json prints the
-final job on stdout.`,
+final job on stdout.
+
+--dry-run uploads nothing and runs nothing: the service checks the job as a
+create would and prints the command as the worker would run it and where; it
+exits 0 when the job would be accepted, 1 with the service's error when not.`,
 		Example: `  mediajobs run -i video=./in.mp4 -o out.mp4 -- -i inputs/video -vf scale=1280:-2 outputs/out.mp4
   mediajobs run -i v=https://example.com/a.mp4 -o thumb.jpg -d thumbs -- -i {{v}} -frames:v 1 {{thumb.jpg}}`,
 		Args: cobra.ArbitraryArgs,
@@ -119,6 +127,9 @@ final job on stdout.`,
 					local[name] = src
 				}
 			}
+			if dryRun {
+				return dryRunJob(cmd.Context(), c, req, local, asJSON, cmd.OutOrStdout())
+			}
 			return runJob(cmd.Context(), c, req, local, outDir, asJSON, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 	}
@@ -129,7 +140,35 @@ final job on stdout.`,
 	f.DurationVar(&timeout, "timeout", 0, "the job's timeout (default: the pool's)")
 	f.StringVarP(&outDir, "dir", "d", ".", "where the outputs are saved")
 	f.BoolVar(&asJSON, "json", false, "print the final job as JSON on stdout (progress goes to stderr)")
+	f.BoolVar(&dryRun, "dry-run", false, "check the job without running it: nothing is uploaded or stored")
 	return cmd
+}
+
+// dryRunJob asks the service to check req (local files stand in by name: they are
+// not uploaded) and prints the commands as the worker would run them.
+func dryRunJob(ctx context.Context, c *client.Client, req client.CreateRequest, local map[string]string, asJSON bool, stdout io.Writer) error {
+	for name, path := range local {
+		if _, err := os.Stat(path); err != nil {
+			return err
+		}
+		req.InputFiles[name] = c.LocalFileURL(name)
+	}
+	d, err := c.DryRun(ctx, req)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		e := json.NewEncoder(stdout)
+		e.SetIndent("", "  ")
+		return e.Encode(d)
+	}
+	p := d.Placement
+	fmt.Fprintf(stdout, "the job would be accepted: machine %s (Nomad job %s, %s driver, %d MHz, %d MB memory, %d MB disk, %d GPUs), timeout %d s\n",
+		p.Machine, p.NomadJob, p.Driver, p.CPUMHz, p.MemoryMB, p.DiskMB, p.GPUs, d.Job.TimeoutSeconds)
+	for i, cmd := range d.Commands {
+		fmt.Fprintf(stdout, "command %d: %s\n", i+1, shellJoin(cmd.Argv))
+	}
+	return nil
 }
 
 type usageError string

@@ -62,7 +62,8 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 // TestDashboardInABrowser drives the dashboard in headless Chromium against the
 // real stack: sign in with a key; create a key and see it listed; revoke it and see
 // the API refuse it; upload a local file through the job form, watch the job
-// succeed without a reload, and see the video preview load; sign out.
+// succeed without a reload, and see the video preview load; see its usage in the
+// Usage area; sign out.
 func TestDashboardInABrowser(t *testing.T) {
 	needStack(t)
 	ctx := browser(t)
@@ -171,6 +172,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		t.Fatalf("job %s: %v", id, j["status"])
 	}
 	screenshot(t, ctx, "job")
+	dashboardUsage(t, ctx, id)
 	if err := chromedp.Run(ctx,
 		chromedp.Navigate(stack.URL+"/dashboard/#/jobs"),
 		chromedp.WaitVisible(`#jobs tr[data-id="`+id+`"]`, chromedp.ByQuery),

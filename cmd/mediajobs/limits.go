@@ -13,7 +13,7 @@ import (
 	"github.com/mediajobs/mediajobs/store"
 )
 
-const limitsUsage = "usage: mediajobs accounts limits NAME [-weight N] [-max-running-per-account N] [-max-queued-jobs N] [-max-job-bytes N] [-max-timeout-seconds N] [-reset]   [-config FILE]\n" +
+const limitsUsage = "usage: mediajobs accounts limits NAME [-weight N] [-max-running-per-account N] [-max-queued-jobs N] [-max-job-bytes N] [-max-timeout-seconds N] [-max-storage-bytes N] [-max-event-streams N] [-max-input-bytes N] [-reset]   [-config FILE]\n" +
 	"  without a setting: print the account's limits and use; a setting of -1: back to the configured default (docs/limits.md)"
 
 // configLimits are the configured defaults of the limits of amounts held.
@@ -24,7 +24,8 @@ func configLimits(l *config.Limits) store.Limits {
 		}
 		return *p
 	}
-	return store.Limits{MaxQueuedJobs: val(l.MaxQueuedJobs), MaxJobBytes: val(l.MaxJobBytes), MaxTimeoutSeconds: val(l.MaxTimeoutSeconds)}
+	return store.Limits{MaxQueuedJobs: val(l.MaxQueuedJobs), MaxJobBytes: val(l.MaxJobBytes), MaxTimeoutSeconds: val(l.MaxTimeoutSeconds),
+		MaxStorageBytes: val(l.MaxStorageBytes), MaxEventStreams: val(l.MaxEventStreams), MaxInputBytes: val(l.MaxInputBytes)}
 }
 
 // runAccountLimits: `mediajobs accounts limits NAME [-SETTING N ...]` sets an
@@ -42,6 +43,9 @@ func runAccountLimits(ctx context.Context, fs *flag.FlagSet, args []string, stdo
 	queued := fs.Int64("max-queued-jobs", 0, "jobs of the account queued at once (0: no limit)")
 	jobBytes := fs.Int64("max-job-bytes", 0, "bytes of job records the account holds in etcd (0: no limit)")
 	timeout := fs.Int64("max-timeout-seconds", 0, "the largest timeout_seconds of a job (0: the pool's max_timeout)")
+	storage := fs.Int64("max-storage-bytes", 0, "bytes of temporary files and outputs the account holds in storage (0: no limit)")
+	streams := fs.Int64("max-event-streams", 0, "event streams the account has open at once (0: no limit)")
+	inputBytes := fs.Int64("max-input-bytes", 0, "bytes of inputs one job of the account may fetch (0: the pool's disk only)")
 	reset := fs.Bool("reset", false, "drop every setting of the account: the configured defaults apply")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -94,6 +98,7 @@ func runAccountLimits(ctx context.Context, fs *flag.FlagSet, args []string, stdo
 		return nil
 	}
 	var w, r *int64
+	changed := false
 	if sc.Weight > 0 {
 		w = ptr(int64(sc.Weight))
 	}
@@ -110,10 +115,14 @@ func runAccountLimits(ctx context.Context, fs *flag.FlagSet, args []string, stdo
 		{"max-queued-jobs", *queued, &sc.MaxQueuedJobs},
 		{"max-job-bytes", *jobBytes, &sc.MaxJobBytes},
 		{"max-timeout-seconds", *timeout, &sc.MaxTimeoutSeconds},
+		{"max-storage-bytes", *storage, &sc.MaxStorageBytes},
+		{"max-event-streams", *streams, &sc.MaxEventStreams},
+		{"max-input-bytes", *inputBytes, &sc.MaxInputBytes},
 	} {
 		if err := override(o.name, o.v, o.dst); err != nil {
 			return err
 		}
+		changed = changed || set[o.name]
 	}
 	if set["weight"] && w != nil && *w == 0 {
 		return errors.New("-weight 0: a weight is 1 or more (-1: the default, 1)")
@@ -125,7 +134,7 @@ func runAccountLimits(ctx context.Context, fs *flag.FlagSet, args []string, stdo
 	if r != nil {
 		sc.MaxRunningPerPool = ptr(int(*r))
 	}
-	if *reset || set["weight"] || set["max-running-per-account"] || set["max-queued-jobs"] || set["max-job-bytes"] || set["max-timeout-seconds"] {
+	if *reset || changed {
 		if err := s.SetAccountSchedule(ctx, a.ID, sc); err != nil {
 			return err
 		}
@@ -156,6 +165,9 @@ func runAccountLimits(ctx context.Context, fs *flag.FlagSet, args []string, stdo
 	fmt.Fprintf(tw, "max_queued_jobs\t%d\t%s\t%d\n", l.MaxQueuedJobs, from(sc.MaxQueuedJobs != nil), u.QueuedJobs)
 	fmt.Fprintf(tw, "max_job_bytes\t%d\t%s\t%d\n", l.MaxJobBytes, from(sc.MaxJobBytes != nil), u.JobBytes)
 	fmt.Fprintf(tw, "max_timeout_seconds\t%d\t%s\t\n", l.MaxTimeoutSeconds, from(sc.MaxTimeoutSeconds != nil))
+	fmt.Fprintf(tw, "max_storage_bytes\t%d\t%s\t%d\n", l.MaxStorageBytes, from(sc.MaxStorageBytes != nil), u.StorageBytes)
+	fmt.Fprintf(tw, "max_event_streams\t%d\t%s\t%d\n", l.MaxEventStreams, from(sc.MaxEventStreams != nil), u.EventStreams)
+	fmt.Fprintf(tw, "max_input_bytes\t%d\t%s\t\n", l.MaxInputBytes, from(sc.MaxInputBytes != nil))
 	return tw.Flush()
 }
 

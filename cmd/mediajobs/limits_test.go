@@ -56,6 +56,17 @@ limits {
 	if sc := scheds[a.ID]; err != nil || sc.Weight != 3 || sc.MaxRunningPerPool == nil || *sc.MaxRunningPerPool != 2 || sc.MaxQueuedJobs == nil || *sc.MaxQueuedJobs != 7 {
 		t.Fatalf("stored settings %+v, %v", scheds[a.ID], err)
 	}
+	// The limits of storage, event streams and input bytes.
+	if !row(got, "max_storage_bytes", "10737418240", "default") || !row(got, "max_event_streams", "16", "default") || !row(got, "max_input_bytes", "0", "default") {
+		t.Fatalf("defaults of the new limits:\n%s", got)
+	}
+	code, got = limits("acme", "-max-storage-bytes", "1000", "-max-event-streams", "2", "-max-input-bytes", "5000")
+	if code != 0 || !row(got, "max_storage_bytes", "1000", "account") || !row(got, "max_event_streams", "2", "account") || !row(got, "max_input_bytes", "5000", "account") {
+		t.Fatalf("limits set: exit %d\n%s", code, got)
+	}
+	if l, _, _, err := s.AccountLimits(context.Background(), a.ID, store.Limits{}); err != nil || l.MaxStorageBytes != 1000 || l.MaxEventStreams != 2 || l.MaxInputBytes != 5000 {
+		t.Fatalf("stored limits %+v, %v", l, err)
+	}
 	code, got = limits("-account", "acme", "-max-queued-jobs", "-1")
 	if code != 0 || !row(got, "max_queued_jobs", "50", "default") || !row(got, "weight", "3", "account") {
 		t.Fatalf("back to the default: exit %d\n%s", code, got)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -56,9 +57,9 @@ dispatcher {
   reconcile_every = "2s"
 }
 pool "cpu" {
+  # The shared agent's mediajobs-cpu job: the main stack's resources, or the
+  # tests after this one would run with this one's.
   runner_command = %q
-  cpu            = 100
-  memory         = 128
 }
 `, api, metricsAddr, e.Endpoint(), prefix, agent.Addr, filepath.Join(dir, "blobs"), dispAddr, runnerBin))
 	ctx := context.Background()
@@ -130,6 +131,19 @@ pool "cpu" {
 	grew("mediajobs_nomad_dispatches_total", d0, d1, `pool="cpu"`, `result="ok"`)
 	grew("mediajobs_webhook_deliveries_total", d0, d1, `outcome="delivered"`)
 	grew("mediajobs_webhook_delivery_seconds_count", d0, d1, `outcome="delivered"`)
+	// Usage per pool (docs/usage.md): the job's figures, counted once; no series
+	// with an account label unless usage.per_account_metrics is on.
+	use := call(t, "GET", apiURL+"/api/jobs/"+id, key, nil).data(t)["usage"].(map[string]any)
+	for name, want := range map[string]float64{"jobs": 1, "cpu_seconds": use["cpu_seconds"].(float64), "wall_seconds": use["wall_seconds"].(float64),
+		"input_bytes": use["input_bytes"].(float64), "output_bytes": use["output_bytes"].(float64), "gpu_seconds": 0} {
+		metric := "mediajobs_usage_" + name + "_total"
+		if got := d1.sum(metric, `pool="cpu"`) - d0.sum(metric, `pool="cpu"`); math.Abs(got-want) > 1e-6 {
+			t.Errorf("%s{pool=\"cpu\"} grew by %v; the job's usage says %v", metric, got, want)
+		}
+	}
+	if strings.Contains(d1.text, "mediajobs_account_usage_") {
+		t.Error("per-account usage series without usage.per_account_metrics")
+	}
 	for _, c := range []struct {
 		name   string
 		labels []string

@@ -93,6 +93,9 @@ locals {
     {{- with env "NOMAD_ADDR_http" }}
       listen = {{ toJSON . }}
     {{- end }}
+    {{- with env "NOMAD_ADDR_metrics" }}
+      metrics_listen = {{ toJSON . }}
+    {{- end }}
     {{- with $v.public_url.Value }}
       public_url     = {{ toJSON . }}
     {{- else }}
@@ -174,8 +177,10 @@ job "mediajobs" {
   group "gateway" {
     count = var.gateway_count
 
+    # /metrics is served on its own port only, never on the public one.
     network {
       port "http" {}
+      port "metrics" {}
     }
 
     # Deregister the service first so whatever routes by it stops sending new
@@ -200,6 +205,13 @@ job "mediajobs" {
         interval = "10s"
         timeout  = "3s"
       }
+    }
+
+    # Prometheus finds the gateways' /metrics by this service (nomad_sd_configs).
+    service {
+      name     = "mediajobs-gateway-metrics"
+      provider = "nomad"
+      port     = "metrics"
     }
 
     task "gateway" {

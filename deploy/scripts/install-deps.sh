@@ -54,6 +54,9 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 if [ "$MODE" = test ]; then
 	# Headless Chromium drives the dashboard's and the Nomad UI's browser tests.
 	command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+	# The MCP inspector's CLI (npm) lists `mediajobs mcp`'s tools in a test.
+	command -v node >/dev/null 2>&1 || missing+=(nodejs)
+	command -v npm >/dev/null 2>&1 || missing+=(npm)
 fi
 if [ ${#missing[@]} -gt 0 ]; then
 	# shellcheck disable=SC2207
@@ -78,6 +81,9 @@ minio_cached() { "$HERE/install-minio.sh" --cached >/dev/null 2>&1; }
 # make run builds Nomad in the background instead (nomad-background.sh).
 if ! nomad_cached && [ -z "${MEDIAJOBS_NOMAD_BACKGROUND:-}" ]; then
 	step "build Nomad v1.11.3 with its web UI into ~/.cache/mediajobs" "about 10 minutes on 2 cores" "$HERE/install-nomad.sh" >/dev/null
+fi
+if [ "$MODE" = test ] && ! "$HERE/install-mcp-inspector.sh" --cached >/dev/null 2>&1; then
+	step "npm install @modelcontextprotocol/inspector-cli into ~/.cache/mediajobs" "about 20 s" "$HERE/install-mcp-inspector.sh" >/dev/null
 fi
 if { [ "$MODE" = test ] || [ "${MEDIAJOBS_STORAGE:-}" = s3 ]; } && ! minio_cached; then
 	step "build MinIO into ~/.cache/mediajobs" "about 8 minutes on 2 cores" "$HERE/install-minio.sh" >/dev/null

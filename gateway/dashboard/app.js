@@ -166,6 +166,7 @@ async function route() {
     if (parts[0] === "jobs" && parts[1]) await showJob(decodeURIComponent(parts[1]));
     else if (parts[0] === "new") showNewJob();
     else if (parts[0] === "keys") await showKeys();
+    else if (parts[0] === "usage") await showUsage(params);
     else await showJobs(params);
   } catch (e) {
     if (e.status === 401) return showSignIn("Your session ended; sign in again.");
@@ -307,53 +308,93 @@ function showNewJob() {
   const timeout = h("input", { id: "timeout-field", type: "number", min: 1, placeholder: "default" });
   const webhook = h("input", { id: "webhook-field", type: "url", placeholder: "https://…" });
   const formError = h("p", { class: "error", role: "alert", id: "form-error" });
+  const check = h("p", { class: "dry-run", id: "dry-run", "aria-live": "polite" });
   const submit = h("button", { type: "submit", class: "primary", id: "submit-job" }, "Create job");
-  const form = h("form", { id: "new-job", novalidate: true, onsubmit: async (ev) => {
-    ev.preventDefault();
+  // body is the create request; upload(file) gives a local file's URL.
+  const body = async (upload) => {
+    const inputFiles = {};
+    for (const row of inputsBox.querySelectorAll(".input-row")) {
+      const name = $(".in-name", row).value.trim();
+      const url = $(".in-url", row).value.trim();
+      const file = $(".in-file", row).files[0];
+      if (!url && !file) continue; // an empty row
+      inputFiles[name] = file ? await upload(file, name) : url;
+    }
+    const b = {
+      input_files: inputFiles,
+      output_files: outputs.value.split(/[\s,]+/).filter(Boolean),
+      ffmpeg_commands: commands.value.split("\n").map((s) => s.trim()).filter(Boolean),
+    };
+    if (machine.value.trim()) b.machine = machine.value.trim();
+    if (timeout.value) b.timeout_seconds = parseInt(timeout.value, 10);
+    if (webhook.value.trim()) b.webhook_url = webhook.value.trim();
+    return b;
+  };
+  const clearErrors = () => {
     for (const e of Object.values(errs)) e.textContent = "";
     for (const e of form.querySelectorAll(".in-error")) e.textContent = "";
     formError.textContent = "";
+  };
+  // The API names the field at fault: shown next to it.
+  const showErrors = (e) => {
+    formError.textContent = e.message;
+    for (const [field, msg] of Object.entries(e.details || {})) {
+      const key = field.replace(/\[\d+\]$/, "");
+      if (key.startsWith("input_files.")) {
+        const name = key.slice("input_files.".length);
+        const row = [...inputsBox.querySelectorAll(".input-row")].find((r) => $(".in-name", r).value.trim() === name);
+        if (row) { $(".in-error", row).textContent = msg; continue; }
+      }
+      const target = errs[key] || errs[field];
+      if (target) target.textContent = (target.textContent ? target.textContent + " " : "") + (field !== key ? field + ": " : "") + msg;
+    }
+  };
+  // Checked as the user types: a dry run (nothing stored, local files not
+  // uploaded), a moment after the last keystroke; only the latest answer shows.
+  let checkTimer = 0, checkSeq = 0;
+  const checkSoon = () => {
+    clearTimeout(checkTimer);
+    checkTimer = setTimeout(async () => {
+      const seq = ++checkSeq;
+      try {
+        const b = await body(async (file, name) => `${location.origin}/files/dry-run/${encodeURIComponent(name)}`);
+        const r = await api("POST", "/api/ffmpeg?dry_run=true", b);
+        if (seq !== checkSeq) return;
+        clearErrors();
+        const p = r.data.placement;
+        check.className = "dry-run ok";
+        check.textContent = `Looks good: runs on ${p.machine} (${p.driver}) as ` + r.data.commands.map((c) => c.argv.join(" ")).join("; then ");
+      } catch (e) {
+        if (seq !== checkSeq) return;
+        clearErrors();
+        if (e.status === 401 || e.status === 429) { check.textContent = ""; return; } // not the job's fault
+        showErrors(e);
+        check.className = "dry-run bad";
+        check.textContent = "Not yet: " + e.message;
+      }
+    }, 400);
+  };
+  const form = h("form", { id: "new-job", novalidate: true, oninput: checkSoon, onchange: checkSoon, onsubmit: async (ev) => {
+    ev.preventDefault();
+    clearTimeout(checkTimer);
+    checkSeq++; // a check still in flight is stale now
+    clearErrors();
+    check.textContent = "";
     submit.disabled = true;
     try {
-      const inputFiles = {};
-      for (const row of inputsBox.querySelectorAll(".input-row")) {
-        const name = $(".in-name", row).value.trim();
-        const url = $(".in-url", row).value.trim();
-        const file = $(".in-file", row).files[0];
-        if (!url && !file) continue; // an empty row
-        if (file) {
-          say(`uploading ${file.name}`);
-          submit.textContent = `Uploading ${file.name}…`;
-          const t = (await api("POST", "/api/tmp-file")).data;
-          const put = await fetch(t.upload_url, { method: "PUT", body: file });
-          if (!put.ok) throw new Error(`upload of ${file.name} failed: HTTP ${put.status}`);
-          inputFiles[name] = t.download_url;
-        } else inputFiles[name] = url;
-      }
+      const b = await body(async (file) => {
+        say(`uploading ${file.name}`);
+        submit.textContent = `Uploading ${file.name}…`;
+        const t = (await api("POST", "/api/tmp-file")).data;
+        const put = await fetch(t.upload_url, { method: "PUT", body: file });
+        if (!put.ok) throw new Error(`upload of ${file.name} failed: HTTP ${put.status}`);
+        return t.download_url;
+      });
       submit.textContent = "Creating…";
-      const body = {
-        input_files: inputFiles,
-        output_files: outputs.value.split(/[\s,]+/).filter(Boolean),
-        ffmpeg_commands: commands.value.split("\n").map((s) => s.trim()).filter(Boolean),
-      };
-      if (machine.value.trim()) body.machine = machine.value.trim();
-      if (timeout.value) body.timeout_seconds = parseInt(timeout.value, 10);
-      if (webhook.value.trim()) body.webhook_url = webhook.value.trim();
-      const r = await api("POST", "/api/ffmpeg", body);
+      const r = await api("POST", "/api/ffmpeg", b);
       location.hash = "#/jobs/" + encodeURIComponent(r.data.id);
     } catch (e) {
-      formError.textContent = e.message;
-      // The API names the field at fault: shown next to it.
-      for (const [field, msg] of Object.entries(e.details || {})) {
-        const key = field.replace(/\[\d+\]$/, "");
-        if (key.startsWith("input_files.")) {
-          const name = key.slice("input_files.".length);
-          const row = [...inputsBox.querySelectorAll(".input-row")].find((r) => $(".in-name", r).value.trim() === name);
-          if (row) { $(".in-error", row).textContent = msg; continue; }
-        }
-        const target = errs[key] || errs[field];
-        if (target) target.textContent = (target.textContent ? target.textContent + " " : "") + (field !== key ? field + ": " : "") + msg;
-      }
+      showErrors(e);
       say("the job was not created: " + e.message);
     } finally {
       submit.disabled = false;
@@ -367,8 +408,9 @@ function showNewJob() {
       h("div", {}, h("label", { for: "machine-field" }, "Machine"), machine, fieldError("machine")),
       h("div", {}, h("label", { for: "timeout-field" }, "Timeout (seconds)"), timeout, fieldError("timeout_seconds"))),
     h("label", { for: "webhook-field" }, "Webhook URL (optional)"), webhook, fieldError("webhook_url"),
-    h("p", {}, submit), formError);
+    check, h("p", {}, submit), formError);
   main().replaceChildren(h("h1", {}, "New job"), form);
+  checkSoon();
 }
 
 // ---- keys ----
@@ -423,6 +465,69 @@ async function showKeys() {
     state.flash = null;
     $("#copy-secret").focus();
   }
+}
+
+// ---- usage ----
+
+// svg builds an SVG element, as h builds HTML ones (text stays text).
+function svg(tag, attrs = {}, ...kids) {
+  const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+  for (const kid of kids.flat()) if (kid !== undefined && kid !== null) el.append(kid instanceof Node ? kid : document.createTextNode(String(kid)));
+  return el;
+}
+
+function fmtSeconds(s) { return s >= 3600 ? (s / 3600).toFixed(2) + " h" : s.toFixed(s < 10 ? 3 : 1) + " s"; }
+
+// usageChart draws CPU and GPU seconds per day of the range, pools summed: one
+// bar per day, drawn here (no chart library, nothing fetched).
+function usageChart(r) {
+  const days = [];
+  for (let d = new Date(r.from + "T00:00:00Z"); d <= new Date(r.to + "T00:00:00Z"); d.setUTCDate(d.getUTCDate() + 1)) days.push(d.toISOString().slice(0, 10));
+  const per = {};
+  for (const u of r.days) {
+    const p = per[u.date] || (per[u.date] = { cpu: 0, gpu: 0, jobs: 0 });
+    p.cpu += u.cpu_seconds; p.gpu += u.gpu_seconds; p.jobs += u.jobs;
+  }
+  const top = Math.max(0.001, ...days.map((d) => per[d] ? per[d].cpu + per[d].gpu : 0));
+  const W = 720, H = 180, pad = 24, bw = Math.min(48, (W - 2 * pad) / days.length);
+  const bars = days.flatMap((d, i) => {
+    const p = per[d] || { cpu: 0, gpu: 0, jobs: 0 };
+    const x = pad + i * bw, hc = (p.cpu / top) * (H - 2 * pad), hg = (p.gpu / top) * (H - 2 * pad);
+    return [
+      svg("rect", { class: "bar cpu", x: x.toFixed(1), y: (H - pad - hc).toFixed(1), width: Math.max(1, bw - 2).toFixed(1), height: hc.toFixed(1), "data-date": d, "data-cpu": p.cpu },
+        svg("title", {}, `${d}: ${fmtSeconds(p.cpu)} CPU, ${fmtSeconds(p.gpu)} GPU, ${p.jobs} jobs`)),
+      p.gpu ? svg("rect", { class: "bar gpu", x: x.toFixed(1), y: (H - pad - hc - hg).toFixed(1), width: Math.max(1, bw - 2).toFixed(1), height: hg.toFixed(1), "data-date": d, "data-gpu": p.gpu }) : null,
+    ];
+  });
+  return svg("svg", { id: "usage-chart", class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `CPU and GPU seconds per day, ${r.from} to ${r.to}; the table below has the figures` },
+    svg("line", { class: "axis", x1: pad, y1: H - pad, x2: W - pad, y2: H - pad }),
+    svg("text", { class: "label", x: pad, y: 14 }, fmtSeconds(top)),
+    svg("text", { class: "label", x: pad, y: H - 6 }, r.from),
+    svg("text", { class: "label", x: W - pad, y: H - 6, "text-anchor": "end" }, r.to),
+    bars);
+}
+
+async function showUsage(params) {
+  const q = new URLSearchParams();
+  for (const k of ["from", "to"]) if (params.get(k)) q.set(k, params.get(k));
+  const r = (await api("GET", "/api/usage" + (q.toString() ? "?" + q : ""))).data;
+  const from = h("input", { id: "usage-from", type: "date", value: r.from, required: true });
+  const to = h("input", { id: "usage-to", type: "date", value: r.to, required: true });
+  const form = h("form", { id: "usage-range", onsubmit: (ev) => { ev.preventDefault(); location.hash = "#/usage?" + new URLSearchParams({ from: from.value, to: to.value }); } },
+    h("div", { class: "row" }, h("div", {}, h("label", { for: "usage-from" }, "From"), from), h("div", {}, h("label", { for: "usage-to" }, "To (UTC days)"), to),
+      h("div", {}, h("button", { type: "submit" }, "Show"))));
+  const cells = (u) => [h("td", {}, String(u.jobs)), h("td", {}, fmtSeconds(u.cpu_seconds)), h("td", { class: "hide-narrow" }, fmtSeconds(u.wall_seconds)),
+    h("td", {}, fmtSeconds(u.gpu_seconds)), h("td", { class: "hide-narrow" }, fmtBytes(u.input_bytes)), h("td", { class: "hide-narrow" }, fmtBytes(u.output_bytes))];
+  const data = (u) => ({ jobs: u.jobs, cpu: u.cpu_seconds, wall: u.wall_seconds, gpu: u.gpu_seconds, input: u.input_bytes, output: u.output_bytes });
+  const rows = r.days.slice().reverse().map((u) => h("tr", { dataset: { date: u.date, pool: u.pool, ...data(u) } }, h("td", {}, u.date), h("td", {}, u.pool), cells(u)));
+  const total = h("tr", { id: "usage-total", dataset: data(r.total) }, h("th", { scope: "row", colspan: 2 }, "Total"), cells(r.total));
+  main().replaceChildren(
+    h("h1", {}, "Usage"),
+    h("p", { class: "muted" }, "What your jobs consumed, per UTC day (the day each job finished) and pool: the CPU and wall time of their ffmpeg processes, GPU time on GPU pools, and bytes. A job counts once, with the attempt whose result ended it."),
+    form, usageChart(r),
+    h("table", { id: "usage" }, h("thead", {}, h("tr", {}, ["Date", "Pool", "Jobs", "CPU", "Wall", "GPU", "Input", "Output"].map((c, i) => h("th", { class: [4, 6, 7].includes(i) ? "hide-narrow" : null }, c)))),
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No jobs in this range."))), h("tfoot", {}, total)));
 }
 
 window.addEventListener("hashchange", route);

@@ -1,0 +1,54 @@
+package client
+
+import (
+	"context"
+	"net/http"
+)
+
+// DryRun is what a create would store and run (POST /api/ffmpeg?dry_run=true).
+type DryRun struct {
+	// Job is the job as it would be stored; its ID is empty.
+	Job Job `json:"job"`
+	// Commands are ffmpeg's full argv for each command, as the worker runs it.
+	Commands []struct {
+		Argv []string `json:"argv"`
+	} `json:"commands"`
+	Placement Placement `json:"placement"`
+}
+
+// Placement is where a job's pool runs it: what its Nomad job asks of a node.
+type Placement struct {
+	Machine        string   `json:"machine"`
+	NomadJob       string   `json:"nomad_job"`
+	Driver         string   `json:"driver"`
+	Datacenters    []string `json:"datacenters,omitempty"`
+	NodePool       string   `json:"node_pool,omitempty"`
+	CPUMHz         int      `json:"cpu_mhz"`
+	MemoryMB       int      `json:"memory_mb"`
+	DiskMB         int      `json:"disk_mb"`
+	GPUs           int      `json:"gpus"`
+	GPUModel       string   `json:"gpu_model,omitempty"`
+	GPUMinMemoryMB int      `json:"gpu_min_memory_mb,omitempty"`
+	Constraints    []struct {
+		Attribute string `json:"attribute"`
+		Operator  string `json:"operator,omitempty"`
+		Value     string `json:"value,omitempty"`
+	} `json:"constraints"`
+}
+
+// DryRun runs every check a Create runs and returns what it would store and
+// run, or the same *Error; nothing is stored and no quota is used.
+func (c *Client) DryRun(ctx context.Context, r CreateRequest) (*DryRun, error) {
+	if r.OutputFiles == nil {
+		r.OutputFiles = []string{}
+	}
+	var d DryRun
+	if err := c.do(ctx, http.MethodPost, "/api/ffmpeg?dry_run=true", r, nil, &d); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+// LocalFileURL is how a dry run names a local file that a real run would upload
+// first: a path under the service's /files/, which a dry run takes as its own.
+func (c *Client) LocalFileURL(name string) string { return c.base + "/files/dry-run/" + name }

@@ -1,0 +1,110 @@
+package mediajobs
+
+import (
+	"net/url"
+	"strings"
+)
+
+// Destinations are where a job's outputs also go (output_destinations): per
+// output, a presigned PUT URL the user controls (docs/api.md#output-destinations).
+// A URL is a credential: they are stored under a key of their own
+// (store.Destinations), never in the job record, the dispatch payload or a log;
+// the runner asks the gateway for them at upload time.
+type Destinations struct {
+	URLs map[string]string `json:"urls"` // output name → URL
+	// KeepOutputs: the service keeps its own copy too (keep_outputs, default true).
+	KeepOutputs bool `json:"keep_outputs"`
+}
+
+const (
+	// MaxDestinations bounds a job's output_destinations, MaxDestinationsBytes
+	// their names and URLs together, as stored (each URL is within MaxURLBytes).
+	MaxDestinations      = 20
+	MaxDestinationsBytes = 32 << 10
+	// MaxShownURLBytes bounds a destination's URL as the job record keeps it
+	// (Delivery.URL: scheme, host and path).
+	MaxShownURLBytes = 256
+)
+
+// Delivery is what became of an output sent to its destination; a destination
+// that refused the upload failed the job instead.
+type Delivery struct {
+	URL        string `json:"url"`    // scheme, host and path: never the query, which holds the signature
+	Status     string `json:"status"` // "uploaded"
+	HTTPStatus int    `json:"http_status"`
+	SHA256     string `json:"sha256"` // hex, of the bytes sent
+	// Kept: the service kept its own copy too, linked in output_files.
+	Kept bool `json:"kept"`
+}
+
+// Stored reports whether the service holds a copy of o (output_files links it):
+// all outputs but those sent to a destination of a job with keep_outputs false.
+func (o Output) Stored() bool { return o.Destination == nil || o.Destination.Kept }
+
+// SingleFile reports whether the output name stands for one file: no counter
+// (frame_%04d.png) and no %v. Only such an output may have a destination.
+func SingleFile(name string) bool {
+	return !counterRe.MatchString(name) && !variantRe.MatchString(name)
+}
+
+// ShownURL is raw with only its scheme, host and path: no user, query or
+// fragment, which may hold a signature or a token; clipped to MaxShownURLBytes.
+func ShownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" {
+		return "(not a URL)"
+	}
+	return Clip(u.Scheme+"://"+u.Host+u.EscapedPath(), MaxShownURLBytes)
+}
+
+// RedactURL removes raw's query values and its user info from s wherever they
+// appear (an error message, a response body quoting the request), and raw
+// itself in favour of ShownURL(raw).
+func RedactURL(s, raw string) string {
+	if raw == "" {
+		return s
+	}
+	s = strings.ReplaceAll(s, raw, ShownURL(raw))
+	u, err := url.Parse(raw)
+	if err != nil {
+		return s
+	}
+	if u.RawQuery != "" {
+		s = strings.ReplaceAll(s, u.RawQuery, "…")
+	}
+	var secrets []string
+	for _, vs := range u.Query() {
+		secrets = append(secrets, vs...)
+	}
+	if p, ok := u.User.Password(); ok {
+		secrets = append(secrets, p)
+	}
+	for _, v := range secrets {
+		if len(v) >= 8 { // short values (a date, "3600") are no secret and common words
+			s = strings.ReplaceAll(s, v, "[redacted]")
+			if e := url.QueryEscape(v); e != v {
+				s = strings.ReplaceAll(s, e, "[redacted]")
+			}
+		}
+	}
+	return s
+}
+
+// boundDeliveries keeps the deliveries of at most MaxDestinations outputs, their
+// texts clipped, for the job record (BoundResult).
+func boundDeliveries(outs []Output) {
+	n := 0
+	for i := range outs {
+		d := outs[i].Destination
+		if d == nil {
+			continue
+		}
+		if n++; n > MaxDestinations {
+			outs[i].Destination = nil
+			continue
+		}
+		c := *d
+		c.URL, c.Status, c.SHA256 = cut(c.URL, MaxShownURLBytes), cut(c.Status, 16), cut(c.SHA256, 64)
+		outs[i].Destination = &c
+	}
+}

@@ -1,0 +1,175 @@
+package dispatcher
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/metrics"
+)
+
+// BlobTimeout is Dispatcher.BlobTimeout's default: how long one blob store call
+// (a result.json read, a listing, a manifest upload) may take. A stalled S3
+// request must not hold an event worker: its queue would fill and stop the event
+// stream (docs/operations.md, "Deadlines").
+const BlobTimeout = 30 * time.Second
+
+// sweepCalls is how many BlobTimeouts a janitor sweep, a listing and many deletes
+// in one call, may take; what it did not reach waits for the next sweep.
+const sweepCalls = 20
+
+// storage is Blobs with a deadline on every call: every blob store call the
+// dispatcher makes goes through it.
+func (d *Dispatcher) storage() Blobs {
+	return timedBlobs{b: d.Blobs, timeout: cmp.Or(d.BlobTimeout, BlobTimeout), answered: &d.blobAnswered}
+}
+
+// timedBlobs gives every call of b a deadline. A call that does not return by
+// then (a store that ignores its context, a hung local disk) is left behind: the
+// caller gets the deadline's error and goes on.
+type timedBlobs struct {
+	b       Blobs
+	timeout time.Duration
+	// answered is when the store last answered a call (unix nanoseconds): an
+	// error of one object is told from an outage by it (resultUnreadable).
+	answered *atomic.Int64
+}
+
+func (t timedBlobs) ReadAll(ctx context.Context, key string) ([]byte, error) {
+	return bounded(ctx, t.timeout, t.answered, "read", func(ctx context.Context) ([]byte, error) { return t.b.ReadAll(ctx, key) })
+}
+
+func (t timedBlobs) Put(ctx context.Context, key string, r io.Reader, max int64) (int64, error) {
+	return bounded(ctx, t.timeout, t.answered, "put", func(ctx context.Context) (int64, error) { return t.b.Put(ctx, key, r, max) })
+}
+
+func (t timedBlobs) List(ctx context.Context, prefix string) ([]string, error) {
+	return bounded(ctx, t.timeout, t.answered, "list", func(ctx context.Context) ([]string, error) { return t.b.List(ctx, prefix) })
+}
+
+func (t timedBlobs) Sweep(ctx context.Context, prefix string, cutoff time.Time) (int, error) {
+	return bounded(ctx, sweepCalls*t.timeout, t.answered, "sweep", func(ctx context.Context) (int, error) { return t.b.Sweep(ctx, prefix, cutoff) })
+}
+
+// bounded runs call with a deadline of timeout, returning by then whether or not
+// call did. Its errors, but "not found", count in mediajobs_dispatcher_blob_errors_total;
+// an answer (a value or "not found") is noted in answered.
+func bounded[T any](ctx context.Context, timeout time.Duration, answered *atomic.Int64, op string, call func(context.Context) (T, error)) (T, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	type answer struct {
+		v   T
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		var a answer
+		defer func() {
+			if v := recover(); v != nil {
+				a.err = fmt.Errorf("blob store %s: internal error: %v", op, v)
+			}
+			done <- a
+		}()
+		a.v, a.err = call(ctx)
+	}()
+	var a answer
+	select {
+	case a = <-done:
+	case <-ctx.Done():
+		a.err = fmt.Errorf("blob store %s: no answer within %s: %w", op, timeout, ctx.Err())
+	}
+	if a.err != nil && !errors.Is(a.err, blob.ErrNotFound) {
+		metrics.BlobErrors.WithLabelValues(op).Inc()
+	} else if answered != nil {
+		answered.Store(time.Now().UnixNano())
+	}
+	return a.v, a.err
+}
+
+// resultErrorLimit and resultErrorTries bound how long a result.json the blob
+// store keeps refusing (an S3 403, a damaged object) leaves its job unsettled:
+// once reads have failed for that long, that many times in a row, the job fails.
+const (
+	resultErrorLimit = 10 * time.Minute
+	resultErrorTries = 3
+	// resultErrorGap: failures further apart are not one persistent error.
+	resultErrorGap = 5 * time.Minute
+)
+
+// readFailures remembers, per job attempt, since when its result has been
+// unreadable. It is the leader's memory only: a new leader starts counting afresh.
+type readFailures struct {
+	mu sync.Mutex
+	m  map[string]*readFailure
+	// limit overrides resultErrorLimit (tests).
+	limit time.Duration
+}
+
+type readFailure struct {
+	first, last time.Time
+	tries       int
+}
+
+// note records a failed read now and reports whether reads have failed
+// persistently: for limit, at least resultErrorTries times, no gap over
+// resultErrorGap, while the store answered other calls (answered, its last answer,
+// is after the first failure: an outage of the whole store fails no job). A
+// persistent failure is forgotten once reported.
+func (r *readFailures) note(id string, attempt int, now, answered time.Time) (persistent bool, since time.Time, tries int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.m == nil {
+		r.m = map[string]*readFailure{}
+	}
+	for k, f := range r.m { // a job settled otherwise leaves its entry behind
+		if now.Sub(f.last) > resultErrorGap {
+			delete(r.m, k)
+		}
+	}
+	key := fmt.Sprintf("%s/%d", id, attempt)
+	f := r.m[key]
+	if f == nil {
+		f = &readFailure{first: now}
+		r.m[key] = f
+	}
+	f.last, f.tries = now, f.tries+1
+	limit := resultErrorLimit
+	if r.limit > 0 {
+		limit = r.limit
+	}
+	if now.Sub(f.first) < limit || f.tries < resultErrorTries || !answered.After(f.first) {
+		return false, f.first, f.tries
+	}
+	delete(r.m, key)
+	return true, f.first, f.tries
+}
+
+// resultUnreadable handles a result of child (attempt of job id) the blob store
+// could not read: the job is left for the next read, unless reads have failed
+// persistently (see readFailures): then it fails with the store's error.
+func (d *Dispatcher) resultUnreadable(ctx context.Context, id string, attempt int, child string, err error) {
+	persistent, since, tries := d.resultErrs.note(id, attempt, time.Now(), time.Unix(0, d.blobAnswered.Load()))
+	if !persistent {
+		d.Log.Warn("read runner result failed; will retry (a job fails once its result stays unreadable while the store answers other calls)",
+			"job", id, "nomad_job", child, "tries", tries, "err", err)
+		return
+	}
+	msg := mj.Clip(fmt.Sprintf("the worker's result could not be read from the blob store (%d tries over %s): %v",
+		tries, time.Since(since).Round(time.Second), err), mj.MaxDetailBytes)
+	j, uerr := d.update(ctx, id, func(j *mj.Job) error {
+		if j.Status.Terminal() || j.Attempt != attempt || j.NomadJobID != child {
+			return errSkip
+		}
+		now := time.Now().UTC()
+		j.Status, j.FinishedAt, j.StatusDetail, j.ErrorMessage = mj.StatusFailed, &now, "", msg
+		return nil
+	})
+	d.applied(ctx, id, child, j, uerr)
+}

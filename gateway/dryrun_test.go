@@ -1,0 +1,113 @@
+package gateway
+
+import (
+	"context"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/mediajobs/mediajobs/testenv"
+)
+
+// revision is etcd's current revision: every write moves it.
+func (h *harness) revision() int64 {
+	h.t.Helper()
+	r, err := h.store.Client().Get(context.Background(), "mediajobs-dry-run-probe")
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return r.Header.Revision
+}
+
+// A dry run answers what a create would store and run, or the create's own error,
+// and writes nothing to etcd: no job, no idempotency record, no use counted.
+func TestDryRun(t *testing.T) {
+	h := newHarness(t)
+	// A key's first use records when it was used, in the background: done before
+	// the revision is read.
+	for _, acct := range []string{"alice", "bob"} {
+		h.do("GET", "/api/jobs", acct, nil)
+		testenv.Eventually(t, 10*time.Second, acct+"'s key to be marked used", func() bool {
+			keys, err := h.store.ListAPIKeys(context.Background(), acct)
+			return err == nil && len(keys) == 1 && keys[0].LastUsed != nil
+		})
+	}
+	before := h.revision()
+
+	status, body, _ := h.do("POST", "/api/ffmpeg?dry_run=true", "alice", valid(), "Idempotency-Key", "dry-1")
+	data, _ := body["data"].(map[string]any)
+	job, _ := data["job"].(map[string]any)
+	if status != 200 || data["dry_run"] != true || job["id"] != "" || job["status"] != "queued" {
+		t.Fatalf("dry run: %d %v", status, body)
+	}
+	cmds, _ := data["commands"].([]any)
+	if len(cmds) != 1 {
+		t.Fatalf("dry run commands: %v", data["commands"])
+	}
+	argv := cmds[0].(map[string]any)["argv"].([]any)
+	want := []any{"ffmpeg", "-hide_banner", "-nostdin", "-y", "-loglevel", "level+info", "-nostats", "-progress", "pipe:3",
+		"-i", "inputs/video", "outputs/out.mp4"}
+	if !reflect.DeepEqual(argv, want) {
+		t.Fatalf("argv:\n got %v\nwant %v", argv, want)
+	}
+	pl, _ := data["placement"].(map[string]any)
+	if pl["machine"] != "cpu" || pl["nomad_job"] != "mediajobs-cpu" || pl["driver"] != "raw_exec" || pl["gpus"] != 0.0 || pl["memory_mb"].(float64) <= 0 {
+		t.Fatalf("placement: %v", pl)
+	}
+	status, body, _ = h.do("POST", "/api/jobs?dry_run=1", "alice", with("machine", "nvidia"))
+	pl, _ = body["data"].(map[string]any)["placement"].(map[string]any)
+	if status != 200 || pl["machine"] != "nvidia" || pl["gpus"] != 1.0 {
+		t.Fatalf("dry run on /api/jobs, machine nvidia: %d %v", status, body)
+	}
+
+	// Refused exactly as a create is: the same status and body.
+	for name, req := range map[string]map[string]any{
+		"an absolute path":         with("ffmpeg_commands", []string{"-i /etc/passwd {{out.mp4}}"}),
+		"an unknown machine":       with("machine", "tpu"),
+		"a private input URL":      with("input_files", map[string]string{"video": "http://10.1.2.3/a.mp4"}),
+		"no commands":              with("ffmpeg_commands", nil),
+		"an undeclared output":     with("ffmpeg_commands", []string{"-i {{video}} outputs/other.mp4"}),
+		"a timeout over the limit": with("timeout_seconds", 1<<30),
+	} {
+		ds, db, _ := h.do("POST", "/api/ffmpeg?dry_run=true", "alice", req)
+		cs, cb, _ := h.do("POST", "/api/ffmpeg", "alice", req)
+		if ds != 400 || ds != cs || !reflect.DeepEqual(db, cb) {
+			t.Errorf("%s: dry run %d %v; create %d %v", name, ds, db, cs, cb)
+		}
+	}
+	// A local file the client would upload first stands in as a /files/dry-run/
+	// path, on any host: nothing is fetched. A create refuses the same URL.
+	local := with("input_files", map[string]string{"video": "http://10.1.2.3/files/dry-run/video"})
+	if status, body, _ := h.do("POST", "/api/ffmpeg?dry_run=true", "alice", local); status != 200 {
+		t.Fatalf("dry run with a local file: %d %v", status, body)
+	}
+	if status, _, _ := h.do("POST", "/api/ffmpeg", "alice", local); status != 400 {
+		t.Fatalf("create with a dry-run local file URL on a private host: %d, want 400", status)
+	}
+	if status, body, _ := h.do("POST", "/api/ffmpeg?dry_run=maybe", "alice", valid()); status != 400 || body["errorCode"] != "validationError" {
+		t.Fatalf("dry_run=maybe: %d %v", status, body)
+	}
+	if after := h.revision(); after != before || h.total("alice") != 0 {
+		t.Fatalf("dry runs wrote to etcd: revision %d -> %d, %d jobs", before, after, h.total("alice"))
+	}
+
+	// The account's limits: a dry run over one gets the create's 429.
+	one := int64(1)
+	h.gw.Config.Limits.MaxQueuedJobs = &one
+	if status, body, _ := h.do("POST", "/api/ffmpeg", "alice", valid()); status != 200 {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	before = h.revision()
+	status, body, hdr := h.do("POST", "/api/ffmpeg?dry_run=true", "alice", valid())
+	details, _ := body["details"].(map[string]any)
+	if status != 429 || body["errorCode"] != "quotaExceeded" || details["limit"] != "max_queued_jobs" || hdr.Get("Retry-After") != "" {
+		t.Fatalf("dry run over max_queued_jobs: %d %v %v", status, body, hdr)
+	}
+	// Another account's dry run is within its own limits.
+	if status, body, _ := h.do("POST", "/api/ffmpeg?dry_run=true", "bob", valid()); status != 200 {
+		t.Fatalf("bob's dry run: %d %v", status, body)
+	}
+	if after := h.revision(); after != before {
+		t.Fatalf("dry runs wrote to etcd: revision %d -> %d", before, after)
+	}
+}

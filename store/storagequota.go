@@ -1,0 +1,277 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	mj "github.com/mediajobs/mediajobs"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Storage bytes held per account (docs/limits.md), counted like the bytes of job
+// records (limits.go):
+//
+//   - usage/<account>/storage/<shard>: bytes counted, added to by gateways (a
+//     temporary file's declared size when its link is asked for, or its size at
+//     its first use) and by the dispatcher (a job's outputs when its result is
+//     applied), in the transaction that writes the object's held record, with a
+//     compare on the shard's revision;
+//   - usage/<account>/storage_freed: bytes given back, by the janitor only;
+//   - held/<account>/<object>: what one object counted and until when it is held
+//     ({"bytes","expires","blob"}). It makes counting idempotent (an object is
+//     counted once) and tells the janitor exactly what to give back, and which
+//     blob to delete, when it expires.
+
+// Held is what one object (a temporary file, a job's outputs) counts against its
+// account's storage, until Expires.
+type Held struct {
+	Bytes   int64     `json:"bytes"`
+	Expires time.Time `json:"expires"`
+	// Blob is the file deleted when the record expires ("" for a job's
+	// outputs: the output retention's sweep deletes them).
+	Blob string `json:"blob,omitempty"`
+}
+
+// TmpObject and OutputsObject name a temporary file and a job's outputs as
+// counted objects.
+func TmpObject(id string) string        { return "tmp/" + id }
+func OutputsObject(jobID string) string { return "job/" + jobID }
+
+// storageShards spreads an account's counted-storage counter over this many keys.
+const storageShards = 16
+
+func (s *Store) storagePrefix(account string) string { return s.p + "usage/" + account + "/storage/" }
+func (s *Store) storageFreedKey(account string) string {
+	return s.p + "usage/" + account + "/storage_freed"
+}
+func (s *Store) storageKey(account, obj string) string {
+	h := fnv.New32a()
+	h.Write([]byte(obj))
+	return s.storagePrefix(account) + strconv.Itoa(int(h.Sum32()%storageShards))
+}
+
+// HeldPrefix holds one record per counted object (held/<account>/<object>).
+func (s *Store) HeldPrefix() string                 { return s.p + "held/" }
+func (s *Store) heldKey(account, obj string) string { return s.HeldPrefix() + account + "/" + obj }
+
+// storageRead is one reading of an account's storage counters.
+type storageRead struct {
+	shards         map[string]shardRead
+	counted, freed int64
+}
+
+func readStorage(shards, freed *clientv3.GetResponse) storageRead {
+	r := storageRead{shards: map[string]shardRead{}}
+	for _, kv := range shards.Kvs {
+		v, _ := strconv.ParseInt(string(kv.Value), 10, 64)
+		r.shards[string(kv.Key)] = shardRead{value: v, modRev: kv.ModRevision}
+		r.counted += v
+	}
+	r.freed, _ = counter(freed)
+	return r
+}
+
+func (r storageRead) held() int64 { return max(r.counted-r.freed, 0) }
+
+// CheckStorage refuses, with quotaExceeded, when more bytes would take the
+// account past its max_storage_bytes, or it has reached it already.
+func (s *Store) CheckStorage(ctx context.Context, account string, more int64, defaults Limits) error {
+	u, err := s.readUsage(ctx, account)
+	if err != nil {
+		return err
+	}
+	return storageWithin(u.overrides.Apply(defaults), u, more)
+}
+
+func storageWithin(l Limits, u usageRead, more int64) error {
+	held := u.storage.held()
+	if l.MaxStorageBytes > 0 && (held >= l.MaxStorageBytes || held+more > l.MaxStorageBytes) {
+		return QuotaError("max_storage_bytes", l.MaxStorageBytes, held)
+	}
+	return nil
+}
+
+// HeldObject returns what obj of account counted; ok is false when it counted
+// nothing yet.
+func (s *Store) HeldObject(ctx context.Context, account, obj string) (h Held, ok bool, err error) {
+	resp, err := s.cli.Get(ctx, s.heldKey(account, obj))
+	if err != nil {
+		return Held{}, false, fmt.Errorf("read held storage: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Held{}, false, nil
+	}
+	err = json.Unmarshal(resp.Kvs[0].Value, &h)
+	return h, err == nil, err
+}
+
+// CountStorage counts h against account's storage, once per obj: when obj is
+// counted already it returns that record and counted false. within refuses, with
+// quotaExceeded and nothing written, what would take the account past its
+// max_storage_bytes; without it the bytes count whatever the use (a finished
+// job's outputs: a job is never failed for its account's quota).
+func (s *Store) CountStorage(ctx context.Context, account, obj string, h Held, defaults Limits, within bool) (_ Held, counted bool, _ error) {
+	hk, sk := s.heldKey(account, obj), s.storageKey(account, obj)
+	rec, err := json.Marshal(h)
+	if err != nil {
+		return Held{}, false, err
+	}
+	for attempt := 0; attempt <= quotaAttempts; attempt++ {
+		if prior, ok, err := s.HeldObject(ctx, account, obj); err != nil || ok {
+			return prior, false, err
+		}
+		u, err := s.readUsage(ctx, account)
+		if err != nil {
+			return Held{}, false, err
+		}
+		if within {
+			if err := storageWithin(u.overrides.Apply(defaults), u, h.Bytes); err != nil {
+				return Held{}, false, err
+			}
+		}
+		shard := u.storage.shards[sk]
+		resp, err := s.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.CreateRevision(hk), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(sk), "=", shard.modRev),
+		).Then(
+			clientv3.OpPut(sk, strconv.FormatInt(shard.value+h.Bytes, 10)),
+			clientv3.OpPut(hk, string(rec)),
+		).Commit()
+		if err != nil {
+			return Held{}, false, fmt.Errorf("count storage: %w", err)
+		}
+		if resp.Succeeded {
+			return h, true, nil
+		}
+	}
+	return Held{}, false, fmt.Errorf("count storage: too many concurrent updates of account %s", account)
+}
+
+// heldPage is how many held records one read of ReleaseExpired takes.
+const heldPage = 500
+
+// ReleaseExpired gives back the storage of the objects whose records expired
+// before now: it deletes each one's blob with del (which must treat a blob
+// already gone as deleted), then its record, adding its bytes to the account's
+// freed counter in the same transaction. A record whose blob could not be
+// deleted stays for the next sweep. The janitor is the only caller. It returns
+// how many records it released and the first error.
+func (s *Store) ReleaseExpired(ctx context.Context, now time.Time, del func(blob string) error) (int, error) {
+	from, end := s.HeldPrefix(), clientv3.GetPrefixRangeEnd(s.HeldPrefix())
+	n := 0
+	var first error
+	for {
+		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(heldPage))
+		if err != nil {
+			return n, fmt.Errorf("list held storage: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			var h Held
+			if json.Unmarshal(kv.Value, &h) == nil && h.Expires.After(now) {
+				continue
+			}
+			if h.Blob != "" {
+				if err := del(h.Blob); err != nil {
+					first = cmp(first, err)
+					continue
+				}
+			}
+			account, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.HeldPrefix()), "/")
+			if err := s.release(ctx, account, string(kv.Key), kv.ModRevision, h.Bytes); err != nil {
+				first = cmp(first, err)
+				continue
+			}
+			n++
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			return n, first
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+}
+
+// cmp keeps the first error.
+func cmp(first, err error) error {
+	if first != nil {
+		return first
+	}
+	return err
+}
+
+// release deletes a held record as read (modRev) and adds its bytes to the
+// account's freed counter.
+func (s *Store) release(ctx context.Context, account, key string, modRev, bytes int64) error {
+	fk := s.storageFreedKey(account)
+	for attempt := 0; attempt <= quotaAttempts; attempt++ {
+		fr, err := s.cli.Get(ctx, fk)
+		if err != nil {
+			return fmt.Errorf("release storage: %w", err)
+		}
+		freed, rev := counter(fr)
+		resp, err := s.cli.Txn(ctx).If(
+			clientv3.Compare(clientv3.ModRevision(key), "=", modRev),
+			clientv3.Compare(clientv3.ModRevision(fk), "=", rev),
+		).Then(
+			clientv3.OpDelete(key),
+			clientv3.OpPut(fk, strconv.FormatInt(freed+bytes, 10)),
+		).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+		if err != nil {
+			return fmt.Errorf("release storage: %w", err)
+		}
+		if resp.Succeeded {
+			return nil
+		}
+		if resp.Responses[0].GetResponseRange().Count == 0 {
+			return nil // released meanwhile
+		}
+	}
+	return fmt.Errorf("release storage: too many concurrent updates of account %s", account)
+}
+
+// ClaimTmpFile counts a temporary file whose size was not declared, at its first
+// use as an input or at the janitor's sweep (docs/limits.md), once: size is what
+// the store holds now, expires when its record (and the file) goes. An error
+// tells the caller to delete the file and refuse it: payloadTooLarge when it is
+// over maxUpload or larger than what it counted before (uploaded again since),
+// quotaExceeded when it would take the account past max_storage_bytes.
+func (s *Store) ClaimTmpFile(ctx context.Context, account, id, key string, size int64, expires time.Time, maxUpload int64, defaults Limits) error {
+	h, ok, err := s.HeldObject(ctx, account, TmpObject(id))
+	switch {
+	case err != nil:
+		return err
+	case ok && size > h.Bytes:
+		return mj.Errorf(mj.EPayloadTooLarge, "the temporary file is %d bytes, more than the %d it was counted for (uploaded again since)", size, h.Bytes)
+	case ok:
+		return nil
+	case maxUpload > 0 && size > maxUpload:
+		return &mj.Error{Code: mj.EPayloadTooLarge, Message: fmt.Sprintf("the temporary file is %d bytes, over max_upload_bytes (%d)", size, maxUpload),
+			Details: map[string]string{"limit": "max_upload_bytes", "value": strconv.FormatInt(maxUpload, 10), "use": strconv.FormatInt(size, 10)}}
+	}
+	_, _, err = s.CountStorage(ctx, account, TmpObject(id), Held{Bytes: size, Expires: expires, Blob: key}, defaults, true)
+	return err
+}
+
+// Deletable tells whether err from ClaimTmpFile refuses the file (delete it),
+// rather than saying the store could not answer.
+func Deletable(err error) bool {
+	c := mj.ErrorCode(err)
+	return c == mj.EPayloadTooLarge || c == mj.EQuotaExceeded
+}
+
+// TmpFileKey splits a temporary file's blob key, tmp/<account>/<id>.
+func TmpFileKey(key string) (account, id string, ok bool) {
+	parts := strings.Split(key, "/")
+	if len(parts) != 3 || parts[0] != "tmp" || parts[1] == "" {
+		return "", "", false
+	}
+	if _, err := uuid.Parse(parts[2]); err != nil {
+		return "", "", false
+	}
+	return parts[1], parts[2], true
+}
