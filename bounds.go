@@ -38,9 +38,9 @@ import (
 //	deliveries        MaxDestinations 20 × ≈ 450: MaxShownURLBytes 256 (as
 //	                  stored), sha256 64, status 16, the rest                    ≈   9,000
 //	the rest          ids, times, counters, progress                             ≈   1,500
-//	total                                                                     ≈ 1,022,000
+//	total                                                                     ≈ 1,021,500
 //
-// that is about 97.5% of JobRecordBudget (1,048,576) and 65% of etcd's limit.
+// that is 97.4% of JobRecordBudget (1,048,576) and 65% of etcd's limit.
 // The destinations' URLs themselves are not in the record: they are under a
 // key of their own (store.Destinations), within MaxDestinationsBytes. The output key
 // assumes an allocation directory of 36 bytes (a Nomad allocation ID). An output

@@ -41,6 +41,18 @@ type Delivery struct {
 // all outputs but those sent to a destination of a job with keep_outputs false.
 func (o Output) Stored() bool { return o.Destination == nil || o.Destination.Kept }
 
+// SentOnlyBytes is the size of the outputs the service does not hold (sent to
+// a destination only, keep_outputs false): they count against no storage.
+func SentOnlyBytes(outs []Output) int64 {
+	var n int64
+	for _, o := range outs {
+		if !o.Stored() {
+			n += max(o.Size, 0)
+		}
+	}
+	return n
+}
+
 // SingleFile reports whether the output name stands for one file: no counter
 // (frame_%04d.png) and no %v. Only such an output may have a destination.
 func SingleFile(name string) bool {

@@ -50,6 +50,9 @@ func TestViewOfDeliveredOutputs(t *testing.T) {
 	if d := v.Outputs["sent.mp4"].Destination; d == nil || d.URL != "https://b.example/b/sent.mp4" || d.SHA256 != "bb" || v.Outputs["sent.mp4"].SizeBytes != 4 {
 		t.Fatalf("outputs %+v", v.Outputs)
 	}
+	if n := mj.SentOnlyBytes(j.Outputs); n != 4 {
+		t.Fatalf("SentOnlyBytes = %d, want sent.mp4's 4", n)
+	}
 	if v.Outputs["plain.mp4"].Destination != nil {
 		t.Fatal("an output without a destination shows one")
 	}

@@ -52,3 +52,13 @@ func (c *Client) DryRun(ctx context.Context, r CreateRequest) (*DryRun, error) {
 // LocalFileURL is how a dry run names a local file that a real run would upload
 // first: a path under the service's /files/, which a dry run takes as its own.
 func (c *Client) LocalFileURL(name string) string { return c.base + "/files/dry-run/" + name }
+
+// Account is the caller's account, its limits and what it holds now
+// (GET /api/account); a way to check a key, too.
+func (c *Client) Account(ctx context.Context) (map[string]any, error) {
+	var a map[string]any
+	if err := c.do(ctx, http.MethodGet, "/api/account", nil, nil, &a); err != nil {
+		return nil, err
+	}
+	return a, nil
+}

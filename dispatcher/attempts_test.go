@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -363,5 +364,71 @@ func TestSecondChildOfAnAttemptIsStopped(t *testing.T) {
 		if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusRunning || j.NomadJobID != kept {
 			t.Errorf("%s: the job moved: %s %q", name, j.Status, j.NomadJobID)
 		}
+	}
+}
+
+// A 500 that is Nomad refusing one dispatch (its RPC error has no code, so
+// Nomad's HTTP layer answers 500) is that job's trouble, not an outage: the
+// other queued jobs are still dispatched.
+func TestNomadRefusingOneDispatchStopsNoPool(t *testing.T) {
+	var dispatched sync.Map
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasSuffix(r.URL.Path, "/dispatch") {
+			http.Error(w, "not here", http.StatusNotFound)
+			return
+		}
+		var body struct{ Meta map[string]string }
+		json.NewDecoder(r.Body).Decode(&body)
+		id := body.Meta["mediajobs_job_id"]
+		if id == uuidN(2350) {
+			http.Error(w, "1 error occurred:\n\t* Dispatch payload exceeds maximum size; 20000 > 16384", http.StatusInternalServerError)
+			return
+		}
+		dispatched.Store(id, true)
+		fmt.Fprintf(w, `{"DispatchedJobID":"mediajobs-cpu/dispatch-%s","EvalID":"e","EvalCreateIndex":1,"JobCreateIndex":1,"Index":1}`, id)
+	}))
+	defer srv.Close()
+	client, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ctx := fixDispatcher(t, 1, client.Jobs(), &fakeBlobs{})
+	pool := d.Config.Pools[0]
+	pool.DispatchLookahead, pool.MaxInFlight = 100, 100
+	for i := range 3 {
+		fixJob(t, d, &mj.Job{ID: uuidN(2350 + i), Status: mj.StatusQueued, Attempt: 1, QueuedAt: time.Now().Add(time.Duration(i) * time.Millisecond)})
+	}
+	d.dispatchPool(ctx, pool)
+	for i := 1; i < 3; i++ {
+		if _, ok := dispatched.Load(uuidN(2350 + i)); !ok {
+			t.Fatalf("job %d behind a refused one was not dispatched", i)
+		}
+	}
+	if j, _ := d.Store.Job(ctx, uuidN(2350)); j.Status != mj.StatusQueued || !strings.Contains(j.StatusDetail, "payload") || strings.Contains(j.StatusDetail, "waiting for Nomad") {
+		t.Fatalf("the refused job: %s %q", j.Status, j.StatusDetail)
+	}
+}
+
+// The first sightings of an allocation's timed states are forgotten once it runs
+// or ends, and reported ones soon after resultGrace: the map follows what is
+// current, not everything seen for a day.
+func TestSightingsAreForgotten(t *testing.T) {
+	d := &Dispatcher{}
+	now := time.Now()
+	for i := range 100 {
+		a := allocState{ID: fmt.Sprint("a", i), ClientStatus: api.AllocClientStatusPending}
+		d.ownClock(a, now)
+		a.ClientStatus = api.AllocClientStatusUnknown
+		d.ownClock(a, now)
+		a.ClientStatus = api.AllocClientStatusComplete
+		a.Reported = true
+		d.ownClock(a, now)
+	}
+	if n := len(d.seen.at); n != 100 {
+		t.Fatalf("%d sightings after 100 allocations ended, want their 100 reported ones", n)
+	}
+	d.seen.first("x", now.Add(reportedKept+pruneEvery+time.Second)) // a later sighting prunes
+	if n := len(d.seen.at); n != 1 {
+		t.Fatalf("%d sightings past reportedKept, want 1", n)
 	}
 }

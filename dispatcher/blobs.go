@@ -13,6 +13,7 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/metrics"
+	"gocloud.dev/gcerrors"
 )
 
 // BlobTimeout is Dispatcher.BlobTimeout's default: how long one blob store call
@@ -155,6 +156,12 @@ func (r *readFailures) note(id string, attempt int, now, answered time.Time) (pe
 // could not read: the job is left for the next read, unless reads have failed
 // persistently (see readFailures): then it fails with the store's error.
 func (d *Dispatcher) resultUnreadable(ctx context.Context, id string, attempt int, child string, err error) {
+	if transientBlobError(err) {
+		// A slow or overloaded store says nothing about the object: never a reason
+		// to fail a job whose result may well be there.
+		d.Log.Warn("read runner result failed; will retry", "job", id, "nomad_job", child, "err", err)
+		return
+	}
 	persistent, since, tries := d.resultErrs.note(id, attempt, time.Now(), time.Unix(0, d.blobAnswered.Load()))
 	if !persistent {
 		d.Log.Warn("read runner result failed; will retry (a job fails once its result stays unreadable while the store answers other calls)",
@@ -172,4 +179,17 @@ func (d *Dispatcher) resultUnreadable(ctx context.Context, id string, attempt in
 		return nil
 	})
 	d.applied(ctx, id, child, j, uerr)
+}
+
+// transientBlobError tells a store error that is about the store, not the object:
+// no answer in time, an overloaded or failing server.
+func transientBlobError(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return true
+	}
+	switch gcerrors.Code(err) {
+	case gcerrors.DeadlineExceeded, gcerrors.Canceled, gcerrors.ResourceExhausted, gcerrors.Internal:
+		return true
+	}
+	return false
 }

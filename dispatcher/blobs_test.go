@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -167,6 +168,28 @@ func TestBlobOutageFailsNoJob(t *testing.T) {
 		d.apply(ctx, allocState{ID: "a1", NomadJobID: ch, ClientStatus: api.AllocClientStatusComplete})
 		if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusRunning {
 			t.Fatalf("after %d failed reads in an outage: %s %q", try, j.Status, j.ErrorMessage)
+		}
+	}
+}
+
+// A result read that times out (a slow store) never fails its job, however often,
+// while the store answers other calls: the result may well be there.
+func TestSlowResultReadsFailNoJob(t *testing.T) {
+	id := "00000000-0000-4000-8000-000000000805"
+	ch := child(id, 1)
+	blobs := &refusedKeys{fakeBlobs: fakeBlobs{data: map[string][]byte{}}, refused: id,
+		err: fmt.Errorf("blob store read: no answer within 30s: %w", context.DeadlineExceeded)}
+	d, ctx := fixDispatcher(t, 3, &fakeJobs{children: map[string][]*api.AllocationListStub{ch: {{ID: "a1", JobID: ch, ClientStatus: "complete"}}}}, blobs)
+	d.resultErrs.limit = time.Nanosecond
+	started := time.Now().UTC().Add(-time.Minute)
+	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: ch, Attempt: 1, StartedAt: &started, TimeoutSeconds: 600})
+	for try := 1; try <= 3*resultErrorTries; try++ {
+		if _, err := d.storage().List(ctx, "jobs/another/"); err != nil {
+			t.Fatal(err)
+		}
+		d.apply(ctx, allocState{ID: "a1", NomadJobID: ch, ClientStatus: api.AllocClientStatusComplete})
+		if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusRunning {
+			t.Fatalf("after %d slow reads: %s %q", try, j.Status, j.ErrorMessage)
 		}
 	}
 }

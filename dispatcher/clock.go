@@ -1,6 +1,7 @@
 package dispatcher
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -17,8 +18,15 @@ import (
 // nothing yet, waits a full grace from its first sight (docs/state_machine.md).
 
 // sightingsKept bounds how long a first sighting is remembered: longer than any
-// grace, so only entries of long-settled allocations are dropped.
-const sightingsKept = 24 * time.Hour
+// grace, so only entries of long-settled allocations are dropped. Most go
+// sooner: pending and unknown ones when the allocation runs or ends, reported
+// ones after reportedKept (only resultGrace reads them). The prune runs every
+// pruneEvery, so the map holds about what the last hour saw, not a day.
+const (
+	sightingsKept = 24 * time.Hour
+	reportedKept  = 10 * resultGrace
+	pruneEvery    = 10 * time.Minute
+)
 
 // sightings remembers when this dispatcher first saw each timed state.
 type sightings struct {
@@ -34,9 +42,9 @@ func (s *sightings) first(key string, now time.Time) time.Time {
 	if s.at == nil {
 		s.at = map[string]time.Time{}
 	}
-	if now.Sub(s.pruned) > time.Hour {
+	if now.Sub(s.pruned) > pruneEvery {
 		for k, t := range s.at {
-			if now.Sub(t) > sightingsKept {
+			if age := now.Sub(t); age > sightingsKept || age > reportedKept && strings.HasPrefix(k, "reported/") {
 				delete(s.at, k)
 			}
 		}
@@ -66,8 +74,11 @@ func (d *Dispatcher) ownClock(a allocState, now time.Time) allocState {
 		return t
 	}
 	switch a.ClientStatus {
-	case api.AllocClientStatusRunning:
-		d.seen.forget("unknown/" + a.ID) // back: a later disconnect is timed afresh
+	case api.AllocClientStatusRunning, api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
+		// Running again (a later disconnect is timed afresh), or over: neither
+		// state comes back.
+		d.seen.forget("unknown/" + a.ID)
+		d.seen.forget("pending/" + a.ID)
 	case api.AllocClientStatusUnknown:
 		a.Modified = later(a.Modified, "unknown")
 	case api.AllocClientStatusPending:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"github.com/google/uuid"
 	"net/url"
 	"sort"
@@ -366,11 +367,24 @@ func unreachable(err error) bool {
 }
 
 // nomadTrouble tells an error that says Nomad cannot answer now: unreachable, or
-// a 5xx answer (no cluster leader, overloaded, a server timing out). A reconcile
-// pass stops on it; a 4xx is an answer about the request itself.
+// a 5xx answer of the server's own trouble (no cluster leader, overloaded, a
+// server timing out). A reconcile pass stops on it. Nomad answers 500 for any
+// RPC error without a code, a request it refused (a dispatch it finds invalid)
+// too: a 500 counts only when its text is the server's trouble, or one job could
+// stop its pool for good; a 4xx is an answer about the request itself.
 func nomadTrouble(err error) bool {
-	return unreachable(err) || statusCode(err) >= 500
+	switch code := statusCode(err); {
+	case unreachable(err), code > 500:
+		return true
+	case code == 500:
+		return serverTrouble.MatchString(err.Error())
+	}
+	return false
 }
+
+// serverTrouble is what Nomad's 500s say when the server, not the request, is
+// at fault.
+var serverTrouble = regexp.MustCompile(`(?i)no (cluster )?leader|rpc error|raft|timeout|timed out|deadline|\bEOF\b|connection|unavailable|too many|rate limit|not ready|shutting down`)
 
 // statusCode is the HTTP status of Nomad's answer in err, 0 when err is none.
 func statusCode(err error) int {

@@ -46,10 +46,11 @@ func limitDefaults(l *config.Limits) store.Limits {
 // nothing).
 func (d *Dispatcher) countOutputs(ctx context.Context, j *mj.Job) {
 	sc, ok := d.Store.(storageCounter)
-	if !ok || j.Status != mj.StatusSucceeded || j.TotalOutputBytes <= 0 || j.FinishedAt == nil {
+	held := j.TotalOutputBytes - mj.SentOnlyBytes(j.Outputs) // not those only sent to a destination
+	if !ok || j.Status != mj.StatusSucceeded || held <= 0 || j.FinishedAt == nil {
 		return
 	}
-	h := store.Held{Bytes: j.TotalOutputBytes, Expires: j.FinishedAt.Add(d.Config.Storage.Retention)}
+	h := store.Held{Bytes: held, Expires: j.FinishedAt.Add(d.Config.Storage.Retention)}
 	if _, _, err := sc.CountStorage(ctx, j.AccountID, store.OutputsObject(j.ID), h, store.Limits{}, false); err != nil {
 		d.Log.Warn("count outputs against the account's storage", "job", j.ID, "err", err)
 	}

@@ -2,7 +2,9 @@ package gateway
 
 import (
 	"context"
+	"net/url"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,5 +111,35 @@ func TestDryRun(t *testing.T) {
 	}
 	if after := h.revision(); after != before {
 		t.Fatalf("dry runs wrote to etcd: revision %d -> %d", before, after)
+	}
+}
+
+// A create retried with its Idempotency-Key gets the job it stored, even once a
+// temporary file it named has expired.
+func TestIdempotentRetryAfterTheTmpFileExpired(t *testing.T) {
+	h := newHarness(t)
+	_, body, _ := h.do("POST", "/api/tmp-file", "alice", nil)
+	data := body["data"].(map[string]any)
+	up, _ := url.Parse(data["upload_url"].(string))
+	if status, _, _ := h.do("PUT", up.RequestURI(), "", "bytes"); status != 200 {
+		t.Fatalf("upload: %d", status)
+	}
+	req := with("input_files", map[string]string{"video": data["download_url"].(string)})
+	status, first, _ := h.do("POST", "/api/ffmpeg", "alice", req, "Idempotency-Key", "retry-1")
+	if status != 200 {
+		t.Fatalf("create: %d %v", status, first)
+	}
+	key := strings.TrimPrefix(up.Path, "/files/")
+	if err := h.gw.Blobs.(interface {
+		Delete(context.Context, string) error
+	}).Delete(context.Background(), key); err != nil {
+		t.Fatal(err)
+	}
+	status, again, _ := h.do("POST", "/api/ffmpeg", "alice", req, "Idempotency-Key", "retry-1")
+	if status != 200 || again["data"].(map[string]any)["id"] != first["data"].(map[string]any)["id"] {
+		t.Fatalf("the retry: %d %v, want the first job", status, again)
+	}
+	if n := h.total("alice"); n != 1 {
+		t.Fatalf("alice holds %d jobs, want 1", n)
 	}
 }

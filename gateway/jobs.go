@@ -56,12 +56,22 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		sum := sha256.Sum256(canon)
 		idem = &store.Idempotency{Key: key, Fingerprint: hex.EncodeToString(sum[:])}
 	}
-	if err := g.claimInputs(c.UserContext(), j); err != nil { // temporary files' first use
+	// A retry of a create that was stored gets its job, whatever happened since
+	// to the temporary files it named (they may have expired).
+	prior, err := g.idempotentJob(c, idem)
+	if err != nil {
 		return err
 	}
 	id := j.ID
-	if j, err = g.createWithin(c, j, idem); err != nil {
-		return err
+	if prior != nil {
+		j = prior
+	} else {
+		if err := g.claimInputs(c.UserContext(), j); err != nil { // temporary files' first use
+			return err
+		}
+		if j, err = g.createWithin(c, j, idem); err != nil {
+			return err
+		}
 	}
 	g.jobs.put(j, false)
 	if j.ID == id {
@@ -77,6 +87,21 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		}
 	}
 	return c.JSON(fiber.Map{"data": g.view(j)})
+}
+
+// idempotentJobs finds the job an earlier create with the same Idempotency-Key
+// stored; *store.Store has it.
+type idempotentJobs interface {
+	IdempotentJob(ctx context.Context, account string, idem *store.Idempotency) (*mj.Job, error)
+}
+
+// idempotentJob is the job a create with idem stored before, nil if none.
+func (g *Gateway) idempotentJob(c *fiber.Ctx, idem *store.Idempotency) (*mj.Job, error) {
+	ij, ok := g.Store.(idempotentJobs)
+	if idem == nil || !ok {
+		return nil, nil
+	}
+	return ij.IdempotentJob(c.UserContext(), account(c), idem)
 }
 
 // checkHosts refuses input and webhook URLs whose hosts are, or resolve to, private,

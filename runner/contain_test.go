@@ -193,3 +193,22 @@ func TestOwnFilesArePinned(t *testing.T) {
 		t.Fatalf("%d request(s) reached a path or port outside the service's /files/", n)
 	}
 }
+
+// A worker that cannot run jobs (here: it could not cap their processes) reports
+// no result, so the dispatcher retries the job, elsewhere if Nomad can; the job
+// is not failed for the node's fault.
+func TestWorkerFaultReportsNothing(t *testing.T) {
+	srv, up := newServer(t, nil)
+	m := mj.Manifest{JobID: "job-1", Attempt: 1, UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok", TimeoutSeconds: 60,
+		OutputNames: []string{"o.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=1 {{o.wav}}"}}
+	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard, FFmpeg: testenv.Binary(t, "ffmpeg")}
+	st := r.Fetch(context.Background(), &m)
+	st.WorkerFault = "the worker could not cap the job's processes"
+	res, err := r.Upload(context.Background(), &m, st)
+	if err == nil || res != nil || !strings.Contains(err.Error(), "retried") {
+		t.Fatalf("upload after a worker fault: %v, %v; want an error and no result", res, err)
+	}
+	if _, ok := up.files["result.json"]; ok {
+		t.Fatal("a faulty worker uploaded a result")
+	}
+}

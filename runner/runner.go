@@ -105,6 +105,9 @@ type State struct {
 	// node shutdown, a cancel) before the job ended. No result is reported, so the
 	// dispatcher treats it as a lost worker and retries it.
 	Stopped bool `json:"stopped,omitempty"`
+	// WorkerFault: this worker cannot run jobs (it could not cap their processes):
+	// reported like Stopped, so the job is retried, elsewhere if Nomad can.
+	WorkerFault string `json:"worker_fault,omitempty"`
 	// Job is the manifest without its signed links (ExecManifest): all the exec
 	// phase of a docker pool gets, so that nothing ffmpeg can read holds a secret.
 	Job *mj.Manifest `json:"job,omitempty"`
@@ -269,9 +272,9 @@ func (r *Runner) Exec(ctx context.Context, m *mj.Manifest, st *State) {
 	ctx, cancel := r.deadline(ctx, st)
 	defer cancel()
 	release, err := r.capProcesses()
-	if err != nil {
-		st.fail(err)
-		fmt.Fprintf(r.Log, "job failed: %s\n", err)
+	if err != nil { // the node's fault, not the job's
+		st.WorkerFault = err.Error()
+		fmt.Fprintf(r.Log, "worker fault, the job is not run here: %s\n", err)
 		return
 	}
 	defer release()
@@ -343,6 +346,9 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 // Upload sends the outputs and the result. It needs the network (to the gateway).
 func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Result, error) {
 	r.defaults(m)
+	if st.WorkerFault != "" {
+		return nil, fmt.Errorf("%s; no result is reported, so the job is retried", st.WorkerFault)
+	}
 	if st.Stopped {
 		return nil, ErrStopped
 	}
@@ -756,7 +762,7 @@ func fetch(ctx context.Context, client *http.Client, url, path string, budget in
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 == 3 { // only the service's own files stop at one
-		return 0, fmt.Errorf("HTTP %s: a redirect from the service's own files is not followed", resp.Status)
+		return 0, fmt.Errorf("HTTP %s: a redirect that is not followed (the service's own files are fetched without redirects; other URLs' redirects need a Location)", resp.Status)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("HTTP %s", resp.Status)

@@ -260,6 +260,12 @@ func (s *Store) CreateJobWithin(ctx context.Context, j *mj.Job, idem *Idempotenc
 	}
 }
 
+// IdempotentJob is idemJob: the job an earlier create of account with idem
+// stored, nil if none (gateway: a retried create).
+func (s *Store) IdempotentJob(ctx context.Context, account string, idem *Idempotency) (*mj.Job, error) {
+	return s.idemJob(ctx, account, idem)
+}
+
 // idemJob returns the job an earlier create with idem stored, nil if none; a
 // reuse of the key with another request is a conflict.
 func (s *Store) idemJob(ctx context.Context, account string, idem *Idempotency) (*mj.Job, error) {

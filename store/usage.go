@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"sort"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -234,13 +236,15 @@ type meteredUpdate struct {
 
 // Bounds of commitMetered's transactions: jobs that add to one counter go
 // together in one nested transaction (etcd refuses two writes of a key in one
-// transaction, and allows 128 operations in each), within the byte bound
-// UpdateJobs keeps.
+// transaction), within the byte bound UpdateJobs keeps. etcd allows 128
+// operations in a transaction, and a nested one only 128 less the outer one's
+// operations: meterGroupOps, with the outer one's meterTxnGroups.
 const (
 	meterGroupJobs  = 16
 	meterGroupBytes = 512 << 10
 	meterTxnBytes   = 1 << 20
-	meterTxnGroups  = 64
+	meterTxnGroups  = 32
+	meterGroupOps   = 128 - meterTxnGroups - 1
 )
 
 // meterGroup is the metered updates of one transaction that add to one counter.
@@ -297,7 +301,7 @@ func (s *Store) commitMetered(ctx context.Context, us []JobUpdate, meters []mete
 			if g == nil {
 				full = full || len(groups) == meterTxnGroups
 			} else {
-				full = full || len(g.idx) == meterGroupJobs || g.size+n > meterGroupBytes
+				full = full || len(g.idx) == meterGroupJobs || g.size+n > meterGroupBytes || len(g.ops)+len(m.ops)+1 > meterGroupOps
 			}
 			if full {
 				rest, restKeys = append(rest, m), append(restKeys, key)
@@ -327,6 +331,10 @@ func (s *Store) commitMetered(ctx context.Context, us []JobUpdate, meters []mete
 		}
 		for k, g := range groups {
 			switch {
+			case errors.Is(err, rpctypes.ErrTooManyOps):
+				for _, i := range g.idx { // the bounds above are wrong: never stuck on them
+					alone(i)
+				}
 			case err != nil:
 				for _, i := range g.idx {
 					jobs[i], errs[i] = nil, fmt.Errorf("update job: %w", err)

@@ -121,3 +121,40 @@ func TestUsageCountedOnceInTheTerminalWrite(t *testing.T) {
 		t.Fatalf("after the sweep: %+v", r)
 	}
 }
+
+// Many jobs with webhooks that end in one batch on one counter: each ending is
+// several operations (the job, its indexes, the webhook's outbox), and a nested
+// transaction may hold only what the outer one leaves of etcd's 128. All end,
+// each counted once.
+func TestManyWebhookJobsEndInOneBatch(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	ctx := context.Background()
+	acct, err := s.CreateAccount(ctx, "burst")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	var batch []store.JobUpdate
+	for i := range 64 {
+		j := newJob(acct.ID, now.Add(time.Duration(i)*time.Millisecond))
+		j.WebhookURL = "https://hooks.example/done"
+		if err := s.CreateJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		batch = append(batch, store.JobUpdate{ID: j.ID, Fn: func(j *mj.Job) error {
+			u := mj.Usage{WallSeconds: 1}
+			j.Status, j.FinishedAt, j.Usage = mj.StatusSucceeded, &now, &u
+			return nil
+		}})
+	}
+	_, errs := s.UpdateJobs(ctx, batch)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("job %d of the batch: %v", i, err)
+		}
+	}
+	r, err := s.AccountUsage(ctx, acct.ID, now.Format(store.DayLayout), now.Format(store.DayLayout))
+	if err != nil || r.Total.Jobs != 64 || r.Total.WallSeconds != 64 {
+		t.Fatalf("usage %+v, %v; want 64 jobs", r.Total, err)
+	}
+}

@@ -112,6 +112,21 @@ func TestOutputDestinations(t *testing.T) {
 				}
 			}
 
+			// The account's storage holds what the service kept, not what went
+			// only to a destination.
+			var held float64
+			for _, id := range []string{kept, sent} {
+				job := c.job(id)
+				for name := range job["output_files"].(map[string]any) {
+					held += job["outputs"].(map[string]any)[name].(map[string]any)["size_bytes"].(float64)
+				}
+			}
+			var use any
+			testenv.Eventually(t, 30*time.Second, "the kept outputs to count against the account's storage", func() bool {
+				use = call(t, "GET", c.apiURL+"/api/account", c.key, nil).data(t)["usage"].(map[string]any)["storage_bytes"]
+				return use == held
+			})
+
 			j = c.waitStatus(refused, 120*time.Second, "succeeded", "failed")
 			msg, _ := j["error_message"].(string)
 			if j["status"] != "failed" || !strings.Contains(msg, "HTTP 403") || !strings.Contains(msg, "SignatureDoesNotMatch") ||

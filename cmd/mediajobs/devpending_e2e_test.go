@@ -1,15 +1,15 @@
 package main
 
 import (
-	"context"
-	"io"
-	"log/slog"
-	"net"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
-	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/testenv"
 )
 
@@ -17,6 +17,7 @@ import (
 // while Nomad is still being built (MEDIAJOBS_NOMAD_PENDING, deploy/scripts/run-dev.sh):
 // the API answers at once and takes a job, which waits in the queue and runs once
 // the agent is up. Without the pending mode dev refuses to start without Nomad.
+// A process of its own: its dispatcher's gauges are not the shared stack's.
 func TestDevComesUpBeforeNomad(t *testing.T) {
 	needStack(t)
 	agent, err := testenv.StartNomad(nomadBinary())
@@ -26,51 +27,72 @@ func TestDevComesUpBeforeNomad(t *testing.T) {
 	t.Cleanup(agent.Close)
 	agent.Stop() // its ports are known; nothing answers on them until Start
 
-	tmp := t.TempDir()
-	cfg := config.Default()
-	cfg.Server.AllowLoopback = true
-	cfg.Server.RateLimit = 0
-	cfg.Etcd.DataDir = filepath.Join(tmp, "etcd")
-	cfg.Etcd.ListenClient = "127.0.0.1:0"
-	cfg.Etcd.ListenPeer = freeAddr()
-	cfg.Storage.Path = filepath.Join(tmp, "blobs")
-	cfg.Nomad.Address = agent.Addr
-	cfg.Pools = []*config.Pool{{Name: "cpu"}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	dir := t.TempDir()
+	api := freeAddr()
+	cfg := filepath.Join(dir, "dev.hcl")
+	writeFile(t, cfg, fmt.Sprintf(`
+server {
+  listen         = %q
+  allow_loopback = true
+  rate_limit     = 0
+}
+etcd {
+  embedded      = true
+  listen_client = %q
+  listen_peer   = %q
+  data_dir      = %q
+}
+nomad {
+  address = %q
+}
+storage {
+  path = %q
+}
+pool "cpu" {
+  runner_command = %q
+}
+`, api, freeAddr(), freeAddr(), filepath.Join(dir, "etcd"), agent.Addr, filepath.Join(dir, "blobs"), runnerBin))
+	key := "mj_pending_test_key_0123456789"
+	cmd := exec.Command(runnerBin, "dev", "-config", cfg, "-data", dir)
+	out := &testenv.LogBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.Env = append(os.Environ(), "MEDIAJOBS_DEV_API_KEY="+key, "MEDIAJOBS_DISPATCHER_ADDR=",
+		"MEDIAJOBS_HTTP_ADDR=", "MEDIAJOBS_NOMAD_PENDING="+filepath.Join(dir, "nomad-build.log"))
+	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	cfg.Server.Listen = ln.Addr().String()
-	cfg.Server.PublicURL = "http://" + ln.Addr().String()
-	if err := cfg.Finish(); err != nil {
-		t.Fatal(err)
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan *devStack, 1), make(chan error, 1)
-	go func() {
-		opts := devOptions{DataDir: tmp, APIKey: "mj_pending_test_key_0123456789", RunnerCommand: runnerBin,
-			Listener: ln, NomadPending: filepath.Join(tmp, "nomad-build.log")}
-		done <- startDev(ctx, cfg, opts, slog.New(slog.NewTextHandler(io.Discard, nil)), func(s *devStack) { ready <- s })
-	}()
-	t.Cleanup(func() { cancel(); <-done })
-	var s *devStack
-	select {
-	case s = <-ready:
-	case err := <-done:
-		t.Fatalf("mediajobs dev did not come up without Nomad: %v", err)
-	case <-time.After(60 * time.Second):
-		t.Fatal("mediajobs dev did not come up within 60 s")
-	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("--- mediajobs dev ---\n%s", tail(out.String(), 6000))
+		}
+	})
+	base := "http://" + api
+	testenv.Eventually(t, 60*time.Second, "mediajobs dev to answer without Nomad", func() bool {
+		select {
+		case <-exited:
+			t.Fatalf("mediajobs dev exited without Nomad:\n%s", out.String())
+		default:
+		}
+		return status(base+"/readyz") == 200 && strings.Contains(out.String(), "still being built")
+	})
 
 	body := map[string]any{"output_files": []string{"out.mp4"},
 		"ffmpeg_commands": []string{"-f lavfi -i testsrc=duration=1:size=64x64 -c:v libx264 {{out.mp4}}"}}
-	r := call(t, "POST", s.URL+"/api/ffmpeg", s.APIKey, body)
+	r := call(t, "POST", base+"/api/ffmpeg", key, body)
 	if r.Status/100 != 2 {
 		t.Fatalf("create while Nomad is down: HTTP %d %s", r.Status, r.Body)
 	}
 	id, _ := r.data(t)["id"].(string)
-	if st := call(t, "GET", s.URL+"/api/jobs/"+id, s.APIKey, nil).data(t)["status"]; st != "queued" {
+	if st := call(t, "GET", base+"/api/jobs/"+id, key, nil).data(t)["status"]; st != "queued" {
 		t.Fatalf("a job created before Nomad is up is %v, want queued", st)
 	}
 
@@ -79,7 +101,7 @@ func TestDevComesUpBeforeNomad(t *testing.T) {
 	}
 	var job map[string]any
 	testenv.Eventually(t, 120*time.Second, "the queued job to run once Nomad is up", func() bool {
-		job = call(t, "GET", s.URL+"/api/jobs/"+id, s.APIKey, nil).data(t)
+		job = call(t, "GET", base+"/api/jobs/"+id, key, nil).data(t)
 		st := job["status"]
 		return st == "succeeded" || st == "failed" || st == "cancelled"
 	})

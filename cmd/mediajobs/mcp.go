@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -14,10 +16,12 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/client"
+	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
 )
@@ -70,16 +74,12 @@ func serveMCPHTTP(ctx context.Context, addr string, api *apiFlags, stderr io.Wri
 			return nil
 		}
 		return newMCPServer(c, false)
-	}, nil)
+	}, &mcp.StreamableHTTPOptions{SessionTimeout: 30 * time.Minute})
+	// Every request's key is checked with the service, and a session is bound to
+	// the key that opened it (TokenInfo.UserID): a session id is no credential.
+	keys := &keyVerifier{base: base, ok: map[string]time.Time{}}
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if bearer(r) == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="mediajobs"`)
-			http.Error(w, "send the mediajobs API key as Authorization: Bearer mj_...", http.StatusUnauthorized)
-			return
-		}
-		h.ServeHTTP(w, r)
-	}))
+	mux.Handle("/mcp", auth.RequireBearerToken(keys.verify, nil)(h))
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -91,6 +91,43 @@ func serveMCPHTTP(ctx context.Context, addr string, api *apiFlags, stderr io.Wri
 		return err
 	}
 	return nil
+}
+
+// keyVerifier checks API keys with the service (GET /api/account), remembering
+// a good one for a minute; a revoked key stops working within that minute.
+type keyVerifier struct {
+	base string
+	mu   sync.Mutex
+	ok   map[string]time.Time // sha256 of a key → when it was checked
+}
+
+func (v *keyVerifier) verify(ctx context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
+	sum := sha256.Sum256([]byte(key))
+	id := hex.EncodeToString(sum[:])
+	info := &auth.TokenInfo{UserID: id, Expiration: time.Now().Add(time.Hour)}
+	v.mu.Lock()
+	at, known := v.ok[id]
+	v.mu.Unlock()
+	if known && time.Since(at) < time.Minute {
+		return info, nil
+	}
+	c, err := client.New(v.base, key, client.WithUserAgent("mediajobs-mcp/"+mj.Version))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Account(ctx); err != nil {
+		if client.IsCode(err, mj.EBadAPIKey) {
+			return nil, fmt.Errorf("%w: the mediajobs API key was refused", auth.ErrInvalidToken)
+		}
+		return nil, err
+	}
+	v.mu.Lock()
+	if len(v.ok) >= 4096 { // bounded: forget them all, they are checked again
+		clear(v.ok)
+	}
+	v.ok[id] = time.Now()
+	v.mu.Unlock()
+	return info, nil
 }
 
 func bearer(r *http.Request) string {

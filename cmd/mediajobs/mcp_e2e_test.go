@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/testenv"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -146,6 +147,44 @@ func TestMCPOverHTTP(t *testing.T) {
 		}
 		return err == nil && resp.StatusCode == http.StatusUnauthorized
 	})
+
+	// A session is bound to the key that opened it: another account's valid key
+	// cannot use its id; an invalid key is refused outright.
+	acct, err := stack.b.store.EnsureAccount(context.Background(), "mcp-other", "mcp-other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := mj.NewAPIKeySecret()
+	if _, err := stack.b.store.AddAPIKey(context.Background(), acct.ID, "k", other); err != nil {
+		t.Fatal(err)
+	}
+	rpc := func(key, session, body string) (int, string) {
+		req, _ := http.NewRequest("POST", endpoint, strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+key)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if session != "" {
+			req.Header.Set("Mcp-Session-Id", session)
+			req.Header.Set("Mcp-Protocol-Version", "2025-06-18")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode, resp.Header.Get("Mcp-Session-Id")
+	}
+	initBody := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"1"}}}`
+	if code, _ := rpc("mj_not_a_key_at_all_0000000000", "", initBody); code != http.StatusUnauthorized {
+		t.Fatalf("initialize with an invalid key: HTTP %d, want 401", code)
+	}
+	code, session := rpc(stack.APIKey, "", initBody)
+	if code != 200 || session == "" {
+		t.Fatalf("initialize: HTTP %d, session %q", code, session)
+	}
+	if code, _ := rpc(other, session, `{"jsonrpc":"2.0","id":2,"method":"tools/list"}`); code == 200 || code == 202 {
+		t.Fatalf("another account's key used the session: HTTP %d", code)
+	}
 
 	hc := &http.Client{Transport: bearerTransport{stack.APIKey}}
 	s, err := mcp.NewClient(&mcp.Implementation{Name: "mediajobs-test", Version: "1"}, nil).

@@ -14,7 +14,10 @@ DATA="${MEDIAJOBS_DATA:-.data}"
 PIDFILE="$DATA/nomad-build.pid"
 LOG="$DATA/nomad-build.log"
 
-building() { [ -s "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }
+# building: the pid file names a live install-nomad.sh (not a pid reused since a reboot).
+building() {
+	[ -s "$PIDFILE" ] && tr '\0' ' ' <"/proc/$(cat "$PIDFILE")/cmdline" 2>/dev/null | grep -q install-nomad.sh
+}
 
 case "${1:-}" in
 start)
