@@ -60,5 +60,21 @@ func dashboardUsage(t *testing.T, ctx context.Context, id string) {
 		f(page.Row.Output) < u["output_bytes"].(float64) || u["cpu_seconds"].(float64) <= 0 || f(page.Total.CPU) < f(page.Row.CPU) {
 		t.Fatalf("Usage area %+v does not count job %s's usage %v", page, id, u)
 	}
+	// Beside it, the account's limits and what it holds, as GET /api/account says.
+	acct := call(t, "GET", "/api/account", stack.APIKey, nil).data(t)
+	var queued [2]string
+	if err := chromedp.Run(ctx,
+		chromedp.WaitVisible(`#limits tr[data-limit="max_queued_jobs"]`, chromedp.ByQuery),
+		chromedp.Evaluate(`(() => { const c = document.querySelectorAll('#limits tr[data-limit="max_queued_jobs"] td'); return [c[1].textContent, c[2].textContent]; })()`, &queued),
+	); err != nil {
+		t.Fatalf("limits table: %v", err)
+	}
+	want := fmt.Sprint(acct["limits"].(map[string]any)["max_queued_jobs"])
+	if want == "0" {
+		want = "no limit"
+	}
+	if queued[0] != want {
+		t.Fatalf("the Limits table shows max_queued_jobs %q; /api/account says %v", queued[0], acct["limits"])
+	}
 	screenshot(t, ctx, "usage")
 }

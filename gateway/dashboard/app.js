@@ -508,10 +508,31 @@ function usageChart(r) {
     bars);
 }
 
+// limitsTable shows the account's limits beside what it holds now (GET /api/account).
+function limitsTable(a) {
+  const rows = [
+    ["max_running_per_account", "Jobs running at once, per pool", null, (v) => String(v)],
+    ["max_queued_jobs", "Jobs queued", "queued_jobs", (v) => String(v)],
+    ["max_job_bytes", "Job records held", "job_bytes", fmtBytes],
+    ["max_storage_bytes", "Files held (temporary files and outputs)", "storage_bytes", fmtBytes],
+    ["max_event_streams", "Event streams open", "event_streams", (v) => String(v)],
+    ["max_timeout_seconds", "Longest timeout_seconds", null, fmtSeconds],
+    ["max_input_bytes", "Input bytes per job", null, fmtBytes],
+  ];
+  return h("table", { id: "limits" },
+    h("thead", {}, h("tr", {}, h("th", {}, "Limit"), h("th", {}, "Yours"), h("th", {}, "In use"))),
+    h("tbody", {}, rows.map(([key, label, use, fmt]) => {
+      const v = a.limits[key];
+      return h("tr", { dataset: { limit: key } }, h("td", {}, label, " ", h("code", { class: "hide-narrow" }, key)),
+        h("td", {}, v ? fmt(v) : "no limit"), h("td", {}, use ? fmt(a.usage[use] || 0) : ""));
+    })));
+}
+
 async function showUsage(params) {
   const q = new URLSearchParams();
   for (const k of ["from", "to"]) if (params.get(k)) q.set(k, params.get(k));
-  const r = (await api("GET", "/api/usage" + (q.toString() ? "?" + q : ""))).data;
+  const [r, account] = await Promise.all([api("GET", "/api/usage" + (q.toString() ? "?" + q : "")).then((x) => x.data),
+    api("GET", "/api/account").then((x) => x.data)]);
   const from = h("input", { id: "usage-from", type: "date", value: r.from, required: true });
   const to = h("input", { id: "usage-to", type: "date", value: r.to, required: true });
   const form = h("form", { id: "usage-range", onsubmit: (ev) => { ev.preventDefault(); location.hash = "#/usage?" + new URLSearchParams({ from: from.value, to: to.value }); } },
@@ -527,7 +548,10 @@ async function showUsage(params) {
     h("p", { class: "muted" }, "What your jobs consumed, per UTC day (the day each job finished) and pool: the CPU and wall time of their ffmpeg processes, GPU time on GPU pools, and bytes. A job counts once, with the attempt whose result ended it."),
     form, usageChart(r),
     h("table", { id: "usage" }, h("thead", {}, h("tr", {}, ["Date", "Pool", "Jobs", "CPU", "Wall", "GPU", "Input", "Output"].map((c, i) => h("th", { class: [4, 6, 7].includes(i) ? "hide-narrow" : null }, c)))),
-      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No jobs in this range."))), h("tfoot", {}, total)));
+      h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No jobs in this range."))), h("tfoot", {}, total)),
+    h("h2", {}, "Limits"),
+    h("p", { class: "muted" }, `What your account may hold at once (set by the operator). A create that would cross one is refused with 429 quotaExceeded; jobs over the running limit wait in the queue. Fair-share weight: ${account.weight}.`),
+    limitsTable(account));
 }
 
 window.addEventListener("hashchange", route);
