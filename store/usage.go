@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"sort"
 	"strconv"
 	"strings"
@@ -129,7 +130,10 @@ func (s *Store) readMeters(ctx context.Context, keys []string) (map[string]count
 			var c counterRead
 			if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) > 0 {
 				if err := json.Unmarshal(kvs[0].Value, &c.rec); err != nil {
-					return nil, fmt.Errorf("decode usage counter %s: %w", k, err)
+					// A damaged counter must not stop its jobs from ending: it
+					// starts again from zero (its old figures are lost; said here).
+					slog.Default().Error("usage counter unreadable; counting it from zero", "key", k, "err", err)
+					c.rec = meterRecord{}
 				}
 				c.modRev = kvs[0].ModRevision
 			}

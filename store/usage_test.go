@@ -158,3 +158,37 @@ func TestManyWebhookJobsEndInOneBatch(t *testing.T) {
 		t.Fatalf("usage %+v, %v; want 64 jobs", r.Total, err)
 	}
 }
+
+// A damaged usage counter does not stop jobs from ending: it counts again from
+// zero.
+func TestDamagedUsageCounterStopsNoJob(t *testing.T) {
+	s, e := testenv.Etcd(t)
+	ctx := context.Background()
+	acct, err := s.CreateAccount(ctx, "damaged")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().UTC()
+	j := newJob(acct.ID, now)
+	if err := s.CreateJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	// Every shard of today's counter for this account and pool, damaged.
+	for shard := range 16 {
+		key := fmt.Sprintf("/test/meter/%s/%s/cpu/%d", acct.ID, now.Format(store.DayLayout), shard)
+		if _, err := e.Client.Put(ctx, key, "{not json"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	u := mj.Usage{WallSeconds: 2}
+	if _, err := s.UpdateJob(ctx, j.ID, func(j *mj.Job) error {
+		j.Status, j.FinishedAt, j.Usage = mj.StatusSucceeded, &now, &u
+		return nil
+	}); err != nil {
+		t.Fatalf("a job could not end beside a damaged counter: %v", err)
+	}
+	r, err := s.AccountUsage(ctx, acct.ID, now.Format(store.DayLayout), now.Format(store.DayLayout))
+	if err != nil || r.Total.Jobs < 1 {
+		t.Fatalf("usage %+v, %v", r.Total, err)
+	}
+}
