@@ -276,6 +276,11 @@ func TestStoppedParentJobIsRegisteredAgain(t *testing.T) {
 	r := newNomadRig(t, &config.Pool{Name: "cpu", MaxAttempts: 1})
 	r.start("d")
 	parent := "mediajobs-cpu"
+	// The new leader registers its pools after it leads: stopped only after that.
+	testenv.Eventually(t, 30*time.Second, "the leader to register the parent", func() bool {
+		j, _, err := r.agent.Client.Jobs().Info(parent, nil)
+		return err == nil && (j.Stop == nil || !*j.Stop)
+	})
 	if _, _, err := r.agent.Client.Jobs().Deregister(parent, false, nil); err != nil {
 		t.Fatal(err)
 	}
