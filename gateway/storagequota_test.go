@@ -233,6 +233,11 @@ func TestEventStreamsLimited(t *testing.T) {
 		t.Fatalf("first stream: HTTP %d", resp.StatusCode)
 	}
 	next(t, ch, "ready")
+	// The key's first use is recorded in the background: done before the count.
+	testenv.Eventually(t, 10*time.Second, "alice's key to be marked used", func() bool {
+		keys, err := h.store.ListAPIKeys(context.Background(), "alice")
+		return err == nil && len(keys) == 1 && keys[0].LastUsed != nil
+	})
 	keys, rev := h.etcdState()
 	second, _ := h.stream(base, "/api/events", "alice") // a real connection: a stream would not end
 	var body map[string]any
