@@ -6,35 +6,18 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/mediajobs/mediajobs/testenv"
 )
 
-// revision is etcd's current revision: every write moves it.
-func (h *harness) revision() int64 {
-	h.t.Helper()
-	r, err := h.store.Client().Get(context.Background(), "mediajobs-dry-run-probe")
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	return r.Header.Revision
-}
+// etcdRevision is etcd's current revision: every write moves it.
+func (h *harness) etcdRevision() int64 { _, rev := h.etcdState(); return rev }
 
 // A dry run answers what a create would store and run, or the create's own error,
 // and writes nothing to etcd: no job, no idempotency record, no use counted.
 func TestDryRun(t *testing.T) {
 	h := newHarness(t)
-	// A key's first use records when it was used, in the background: done before
-	// the revision is read.
-	for _, acct := range []string{"alice", "bob"} {
-		h.do("GET", "/api/jobs", acct, nil)
-		testenv.Eventually(t, 10*time.Second, acct+"'s key to be marked used", func() bool {
-			keys, err := h.store.ListAPIKeys(context.Background(), acct)
-			return err == nil && len(keys) == 1 && keys[0].LastUsed != nil
-		})
-	}
-	before := h.revision()
+	h.used("alice") // a key's first use is recorded in the background: before the count
+	h.used("bob")
+	before := h.etcdRevision()
 
 	status, body, _ := h.do("POST", "/api/ffmpeg?dry_run=true", "alice", valid(), "Idempotency-Key", "dry-1")
 	data, _ := body["data"].(map[string]any)
@@ -89,7 +72,7 @@ func TestDryRun(t *testing.T) {
 	if status, body, _ := h.do("POST", "/api/ffmpeg?dry_run=maybe", "alice", valid()); status != 400 || body["errorCode"] != "validationError" {
 		t.Fatalf("dry_run=maybe: %d %v", status, body)
 	}
-	if after := h.revision(); after != before || h.total("alice") != 0 {
+	if after := h.etcdRevision(); after != before || h.total("alice") != 0 {
 		t.Fatalf("dry runs wrote to etcd: revision %d -> %d, %d jobs", before, after, h.total("alice"))
 	}
 
@@ -99,7 +82,7 @@ func TestDryRun(t *testing.T) {
 	if status, body, _ := h.do("POST", "/api/ffmpeg", "alice", valid()); status != 200 {
 		t.Fatalf("create: %d %v", status, body)
 	}
-	before = h.revision()
+	before = h.etcdRevision()
 	status, body, hdr := h.do("POST", "/api/ffmpeg?dry_run=true", "alice", valid())
 	details, _ := body["details"].(map[string]any)
 	if status != 429 || body["errorCode"] != "quotaExceeded" || details["limit"] != "max_queued_jobs" || hdr.Get("Retry-After") != "" {
@@ -109,7 +92,7 @@ func TestDryRun(t *testing.T) {
 	if status, body, _ := h.do("POST", "/api/ffmpeg?dry_run=true", "bob", valid()); status != 200 {
 		t.Fatalf("bob's dry run: %d %v", status, body)
 	}
-	if after := h.revision(); after != before {
+	if after := h.etcdRevision(); after != before {
 		t.Fatalf("dry runs wrote to etcd: revision %d -> %d", before, after)
 	}
 }
