@@ -97,6 +97,8 @@ type Job struct {
 	// a job waits for one to free up; only a job no node can take fails at the
 	// pool's queue limit.
 	WaitingForCapacity bool `json:"waiting_for_capacity,omitempty"`
+	// Worker is where the current attempt runs (or the last one ran).
+	Worker *Worker `json:"worker,omitempty"`
 	// AttemptStartedAt is when the current attempt's task started (StartedAt is the
 	// first attempt's); the timeout backstop measures from it.
 	AttemptStartedAt *time.Time `json:"attempt_started_at,omitempty"`
@@ -112,6 +114,21 @@ type Job struct {
 	StartedAt  *time.Time `json:"started_at,omitempty"`
 	FinishedAt *time.Time `json:"finished_at,omitempty"`
 }
+
+// Worker says which path runs a job's attempt and where: a warm runner of the
+// pool's warm service job, or a child dispatched to Nomad for the job alone
+// (docs/warm.md). It is part of the job view.
+type Worker struct {
+	Path         string `json:"path"`                    // WorkerWarm or WorkerDispatch
+	NomadJobID   string `json:"nomad_job_id,omitempty"`  // the warm service job, or the dispatched child
+	AllocationID string `json:"allocation_id,omitempty"` // the Nomad allocation, once known
+}
+
+// The paths of Worker.
+const (
+	WorkerWarm     = "warm"
+	WorkerDispatch = "dispatch"
+)
 
 // Output is one file a job produced.
 type Output struct {

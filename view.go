@@ -41,6 +41,9 @@ type JobView struct {
 	// Usage is what the job consumed (docs/usage.md), once its result is in;
 	// null before, and for jobs ended without one (cancelled, lost workers).
 	Usage *Usage `json:"usage"`
+	// Worker is where the job's current (or last) attempt runs: a warm runner or a
+	// child dispatched to Nomad, and its allocation; null while queued.
+	Worker *Worker `json:"worker"`
 }
 
 // OutputView describes one produced file: its size and what ffprobe says of it.
@@ -64,7 +67,7 @@ func View(j *Job, sign func(key string) string) JobView {
 		Machine: j.Machine, FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
 		InputFiles: nonNil(j.InputFiles), Metadata: nonNil(j.Metadata),
 		OutputFiles: map[string]string{}, Outputs: map[string]OutputView{}, Logs: map[string]string{},
-		Analysis: []Analysis{}, StatusDetail: j.StatusDetail, Webhook: j.Webhook, Usage: j.Usage,
+		Analysis: []Analysis{}, StatusDetail: j.StatusDetail, Webhook: j.Webhook, Usage: j.Usage, Worker: j.Worker,
 	}
 	if v.FFmpegCommands == nil {
 		v.FFmpegCommands = []string{}

@@ -375,6 +375,9 @@ type Pool struct {
 	// bubblewrap, no network, only the job's files) or "none" (unsandboxed, for
 	// trusted commands only). Docker pools are contained by the container.
 	Sandbox string `hcl:"sandbox,optional"`
+	// Warm, when set, keeps long-lived runners for the pool's short jobs (a Nomad
+	// service job beside the parameterized one); nil: every job is dispatched.
+	Warm *Warm `hcl:"warm,block"`
 
 	DefRange       hcl.Range `hcl:",def_range"`
 	DriverRange    hcl.Range `hcl:"driver,attr_range"`
@@ -430,6 +433,40 @@ type GPU struct {
 	NVENC      bool
 	NoNVENCWhy string
 }
+
+// Warm keeps long-lived runners that take short jobs without a Nomad dispatch each (docs/configuration.md).
+type Warm struct {
+	Count         int    `hcl:"count,optional"`           // runners registered at first; default 2. Nomad's scaling (nomad job scale) changes it after; re-registering keeps the scaled count.
+	Min           int    `hcl:"min,optional"`             // scaling block min, default 0
+	Max           int    `hcl:"max,optional"`             // scaling block max, default max(Count, 10)
+	MaxJobSeconds int    `hcl:"max_job_seconds,optional"` // a job goes warm only if its timeout_seconds <= this; default 120
+	CPU           int    `hcl:"cpu,optional"`             // MHz per runner; default the pool's cpu
+	Memory        int    `hcl:"memory,optional"`          // MiB per runner; default the pool's memory
+	Disk          int    `hcl:"disk,optional"`            // MB ephemeral disk per runner; default the pool's disk
+	LeaseTTL      string `hcl:"lease_ttl,optional"`       // how long a runner that stops renewing keeps its job before it is retried; default "10s", min 3s, max 5m
+
+	DefRange      hcl.Range `hcl:",def_range"`
+	CountRange    hcl.Range `hcl:"count,attr_range"`
+	MinRange      hcl.Range `hcl:"min,attr_range"`
+	MaxRange      hcl.Range `hcl:"max,attr_range"`
+	MaxJobRange   hcl.Range `hcl:"max_job_seconds,attr_range"`
+	CPURange      hcl.Range `hcl:"cpu,attr_range"`
+	MemoryRange   hcl.Range `hcl:"memory,attr_range"`
+	DiskRange     hcl.Range `hcl:"disk,attr_range"`
+	LeaseTTLRange hcl.Range `hcl:"lease_ttl,attr_range"`
+
+	LeaseTTLD time.Duration
+}
+
+// Defaults and bounds of a pool's warm block.
+const (
+	DefaultWarmCount         = 2
+	DefaultWarmMax           = 10
+	DefaultWarmMaxJobSeconds = 120
+	DefaultWarmLeaseTTL      = "10s"
+	MinWarmLeaseTTL          = 3 * time.Second
+	MaxWarmLeaseTTL          = 5 * time.Minute
+)
 
 // GPUs is how many GPUs one job of the pool gets (0 for a CPU pool).
 func (p *Pool) GPUs() int {
@@ -982,8 +1019,66 @@ func (c *Config) finish() hcl.Diagnostics {
 		if p.DefaultTimeoutD > p.MaxTimeoutD && p.MaxTimeoutD > 0 {
 			bad(p.DefaultTORange, "Invalid default_timeout", fmt.Sprintf("pool %q: default_timeout %s is above max_timeout %s.", p.Name, p.DefaultTimeout, p.MaxTimeout))
 		}
+		if p.Warm != nil {
+			p.Warm.check(p, bad, dur)
+		}
+	}
+	// A warm pool's service job is mediajobs-<pool>-warm: the parameterized job of
+	// a pool named "<pool>-warm" would have the same Nomad ID.
+	for _, p := range c.Pools {
+		if p.Warm != nil {
+			if q := c.Pool(p.Name + "-warm"); q != nil {
+				bad(q.DefRange, "Conflicting pool name", fmt.Sprintf("pool %q: its Nomad job would be mediajobs-%s, the ID of pool %q's warm runners; rename the pool.", q.Name, q.Name, p.Name))
+			}
+		}
 	}
 	return diags
+}
+
+// check reports what is wrong with pool p's warm block, its defaults applied,
+// and sets LeaseTTLD.
+func (w *Warm) check(p *Pool, bad func(hcl.Range, string, string), dur func(string, hcl.Range, string) time.Duration) {
+	at := func(rng hcl.Range) hcl.Range { // the block itself for a value not written
+		if rng.Filename == "" {
+			return w.DefRange
+		}
+		return rng
+	}
+	switch {
+	case p.Driver == "docker":
+		bad(w.DefRange, "Invalid warm block", fmt.Sprintf("pool %q: warm pools run on raw_exec with bubblewrap: a docker pool's runner cannot lease work while ffmpeg has no network in the same container; remove the warm block or use driver = \"raw_exec\".", p.Name))
+	case p.Driver == "raw_exec" && p.Sandbox == "none":
+		bad(w.DefRange, "Invalid warm block", fmt.Sprintf("pool %q: a warm runner takes the jobs of every account one after another; with sandbox = \"none\" they would share it unsandboxed. Remove the warm block or use sandbox = \"bwrap\".", p.Name))
+	}
+	if w.Count < 0 {
+		bad(at(w.CountRange), "Invalid warm count", fmt.Sprintf("pool %q: warm count = %d; use how many runners to start with, 0 or more (default %d).", p.Name, w.Count, DefaultWarmCount))
+	}
+	if w.Min < 0 {
+		bad(at(w.MinRange), "Invalid warm min", fmt.Sprintf("pool %q: warm min = %d; use the fewest runners Nomad's scaling may leave, 0 or more (default 0).", p.Name, w.Min))
+	}
+	if w.Max < w.Min {
+		bad(at(w.MaxRange), "Invalid warm max", fmt.Sprintf("pool %q: warm max = %d is below min = %d.", p.Name, w.Max, w.Min))
+	} else if w.Count >= 0 && (w.Count < w.Min || w.Count > w.Max) {
+		bad(at(w.CountRange), "Invalid warm count", fmt.Sprintf("pool %q: warm count = %d is outside min = %d and max = %d (Nomad refuses a count outside its scaling block).", p.Name, w.Count, w.Min, w.Max))
+	}
+	if w.MaxJobSeconds <= 0 {
+		bad(at(w.MaxJobRange), "Invalid max_job_seconds", fmt.Sprintf("pool %q: warm max_job_seconds = %d; use the longest timeout_seconds a job may have to run on a warm runner, above 0 (default %d).", p.Name, w.MaxJobSeconds, DefaultWarmMaxJobSeconds))
+	} else if p.MaxTimeoutD > 0 && time.Duration(w.MaxJobSeconds)*time.Second > p.MaxTimeoutD {
+		bad(at(w.MaxJobRange), "Invalid max_job_seconds", fmt.Sprintf("pool %q: warm max_job_seconds = %d is above the pool's max_timeout %s: no job could ask for that long.", p.Name, w.MaxJobSeconds, p.MaxTimeout))
+	}
+	if w.CPU < 100 {
+		bad(at(w.CPURange), "Invalid warm cpu", fmt.Sprintf("pool %q: warm cpu = %d MHz is below Nomad's minimum of 100.", p.Name, w.CPU))
+	}
+	if w.Memory < 64 {
+		bad(at(w.MemoryRange), "Invalid warm memory", fmt.Sprintf("pool %q: warm memory = %d MiB is too small for ffmpeg; use at least 64.", p.Name, w.Memory))
+	}
+	if w.Disk < 50 {
+		bad(at(w.DiskRange), "Invalid warm disk", fmt.Sprintf("pool %q: warm disk = %d MB is too small; each job's inputs and outputs are kept there (at least 50).", p.Name, w.Disk))
+	}
+	w.LeaseTTLD = dur(w.LeaseTTL, at(w.LeaseTTLRange), "lease_ttl")
+	if w.LeaseTTLD > 0 && (w.LeaseTTLD < MinWarmLeaseTTL || w.LeaseTTLD > MaxWarmLeaseTTL) {
+		bad(at(w.LeaseTTLRange), "Invalid lease_ttl", fmt.Sprintf("pool %q: warm lease_ttl = %q must be between \"3s\" (shorter, a brief pause of a runner or the network would hand its job to another) and \"5m\" (a job whose runner died waits this long to run again); default %q.", p.Name, w.LeaseTTL, DefaultWarmLeaseTTL))
+	}
 }
 
 // DefaultShutdownTimeout is server.shutdown_timeout's floor when unset (see
@@ -1074,6 +1169,31 @@ func (p *Pool) applyDefaults() {
 	}
 	if p.MaxAttempts <= 0 {
 		p.MaxAttempts = 3
+	}
+	if w := p.Warm; w != nil {
+		// A 0 written in the file is kept (and checked); unset, or in a Config built
+		// in code, it is the default.
+		if w.Count == 0 && w.CountRange.Filename == "" {
+			w.Count = DefaultWarmCount
+		}
+		if w.Max == 0 && w.MaxRange.Filename == "" {
+			w.Max = max(w.Count, DefaultWarmMax)
+		}
+		if w.MaxJobSeconds == 0 && w.MaxJobRange.Filename == "" {
+			w.MaxJobSeconds = DefaultWarmMaxJobSeconds
+		}
+		if w.CPU == 0 && w.CPURange.Filename == "" {
+			w.CPU = p.CPU
+		}
+		if w.Memory == 0 && w.MemoryRange.Filename == "" {
+			w.Memory = p.Memory
+		}
+		if w.Disk == 0 && w.DiskRange.Filename == "" {
+			w.Disk = p.Disk
+		}
+		if w.LeaseTTL == "" && w.LeaseTTLRange.Filename == "" {
+			w.LeaseTTL = DefaultWarmLeaseTTL
+		}
 	}
 }
 

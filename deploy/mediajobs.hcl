@@ -259,6 +259,22 @@ pool "cpu" {
   # Attempts of a job whose worker was lost or crashed (a failing command is never
   # retried).
   max_attempts = 3
+
+  # Warm runners (docs/configuration.md, "Warm runners"): long-lived runners that take
+  # the pool's short jobs without a Nomad dispatch each, as the service job
+  # mediajobs-<pool>-warm. raw_exec pools with sandbox = "bwrap" only: a docker pool
+  # such as this one refuses the block. Scale it in Nomad within min and max; the
+  # dispatcher keeps the scaled count.
+  # warm {
+  #   count           = 2     # runners at first
+  #   min             = 0
+  #   max             = 10
+  #   max_job_seconds = 120   # jobs with timeout_seconds up to this may run warm
+  #   cpu             = 1000  # per runner; default the pool's cpu, memory, disk
+  #   memory          = 1024
+  #   disk            = 2048
+  #   lease_ttl       = "10s" # a job whose runner stops renewing is retried after this
+  # }
 }
 
 # A GPU pool in production: docker with the NVIDIA runtime on nodes in the "gpu" node

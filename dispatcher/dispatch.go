@@ -69,11 +69,17 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context) {
 // allows, in fair-share order (fairPass), and reports whether any read or
 // dispatch failed.
 func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
-	ids, failed := d.fairPass(ctx, pool)
+	idle := d.warmIdle(ctx, pool)
+	ids, nomad, failed := d.fairPass(ctx, pool, len(idle))
 	if failed {
 		return true
 	}
-	return d.dispatchIDs(ctx, pool, ids)
+	if len(idle) > 0 {
+		// The same fair-share choice serves both paths: the jobs that fit go to
+		// the waiting warm runners first, the rest to Nomad within its window.
+		ids = d.handWarm(ctx, pool, ids, idle)
+	}
+	return d.dispatchIDs(ctx, pool, ids[:min(len(ids), nomad)])
 }
 
 // dispatchIDs dispatches ids in order (dispatchConcurrency at a time) and reports
@@ -245,6 +251,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 			return errSkip // cancelled (or handled) meanwhile
 		}
 		j.NomadJobID, j.Attempt, j.DispatchedAt, j.PlacementReason, j.WaitingForCapacity = child, attempt, &now, "", false
+		j.Worker = &mj.Worker{Path: mj.WorkerDispatch, NomadJobID: child}
 		j.StatusDetail = "dispatched to Nomad as " + child + "; waiting for a node"
 		if attempt > 1 {
 			j.StatusDetail = fmt.Sprintf("attempt %d: %s", attempt, j.StatusDetail)
@@ -334,7 +341,12 @@ func (d *Dispatcher) cancelLoop(ctx context.Context) {
 }
 
 // stopChild deregisters a Nomad child (not purged: the operator can still read it).
+// A warm run has no child of its own: its runner learns from its lease that the
+// job went on without it, and stops it (gateway/warm.go).
 func (d *Dispatcher) stopChild(ctx context.Context, child, why, id string) {
+	if _, warm := store.WarmRunOfChild(child); warm {
+		return
+	}
 	wo, cancel := d.write(ctx)
 	defer cancel()
 	if _, _, err := d.Jobs.Deregister(child, false, wo); err != nil && !isNotFound(err) {

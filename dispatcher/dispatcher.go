@@ -38,6 +38,7 @@ import (
 type NomadJobs interface {
 	ParseHCLOpts(req *api.JobsParseRequest) (*api.Job, error)
 	Register(job *api.Job, q *api.WriteOptions) (*api.JobRegisterResponse, *api.WriteMeta, error)
+	RegisterOpts(job *api.Job, opts *api.RegisterOptions, q *api.WriteOptions) (*api.JobRegisterResponse, *api.WriteMeta, error)
 	DispatchOpts(opts *api.DispatchOptions, q *api.WriteOptions) (*api.JobDispatchResponse, *api.WriteMeta, error)
 	Deregister(jobID string, purge bool, q *api.WriteOptions) (string, *api.WriteMeta, error)
 	Info(jobID string, q *api.QueryOptions) (*api.Job, *api.QueryMeta, error)
@@ -308,11 +309,18 @@ func (d *Dispatcher) lead(ctx context.Context) {
 	var failed []*config.Pool
 	for _, pool := range d.Config.Pools {
 		if err := d.registerPool(ctx, pool); err != nil {
-			d.Log.Warn("register pool failed; its jobs wait, the other pools run", "pool", pool.Name, "err", err)
+			if d.poolRegistered(pool.Name) { // only its warm runners failed
+				d.Log.Warn("register warm runners failed; retrying, the pool's jobs are dispatched meanwhile", "pool", pool.Name, "err", err)
+			} else {
+				d.Log.Warn("register pool failed; its jobs wait, the other pools run", "pool", pool.Name, "err", err)
+			}
 			failed = append(failed, pool)
 		}
 	}
-	loops := []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.janitorLoop, d.etcdMaintenanceLoop, d.queueMetricsLoop}
+	if err := d.stopRemovedWarm(ctx); err != nil {
+		d.Log.Warn("stopping the warm runners of removed pools failed; the next leadership tries again", "err", err)
+	}
+	loops := []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.janitorLoop, d.etcdMaintenanceLoop, d.queueMetricsLoop, d.warmLoop}
 	if len(failed) > 0 {
 		loops = append(loops, func(ctx context.Context) { d.retryPools(ctx, failed) })
 	}
@@ -343,7 +351,8 @@ func (d *Dispatcher) retryPools(ctx context.Context, pools []*config.Pool) {
 	}
 }
 
-// RegisterPools registers every pool's parameterized job (see registerPool); it
+// RegisterPools registers every pool's parameterized job and warm runners (see
+// registerPool) and stops the warm runners of pools no longer configured; it
 // returns the failures, each naming its pool, after trying them all.
 func (d *Dispatcher) RegisterPools() error {
 	if d.writeOpts == nil {
@@ -355,25 +364,26 @@ func (d *Dispatcher) RegisterPools() error {
 			errs = append(errs, err)
 		}
 	}
+	if err := d.stopRemovedWarm(context.Background()); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
 
-// registerPool renders a pool's jobspec, has Nomad parse it, and registers it.
-// Registering an unchanged job is a no-op in Nomad, so this is idempotent.
+// registerPool renders a pool's jobspec, has Nomad parse it, and registers it;
+// then registers the pool's warm runners, or stops them when the pool has no warm
+// block (any more). Registering an unchanged job is a no-op in Nomad, so this is
+// idempotent. The pool counts as registered (its jobs are dispatched) once its
+// parameterized job is in, even when its warm runners then fail: the error says so,
+// and the caller retries the whole.
 func (d *Dispatcher) registerPool(ctx context.Context, pool *config.Pool) error {
 	r, err := jobspecs.Render(pool, d.RunnerCommand)
 	if err != nil {
 		return fmt.Errorf("pool %q: %w", pool.Name, err)
 	}
-	job, err := d.Jobs.ParseHCLOpts(&api.JobsParseRequest{JobHCL: r.HCL, Variables: r.Variables, Canonicalize: true})
+	job, err := d.parseJob(r)
 	if err != nil {
 		return fmt.Errorf("pool %q: nomad could not parse the jobspec: %w", pool.Name, err)
-	}
-	if ns := d.Config.Nomad.Namespace; ns != "" {
-		job.Namespace = &ns
-	}
-	if rg := d.Config.Nomad.Region; rg != "" {
-		job.Region = &rg
 	}
 	wo, cancel := d.write(ctx)
 	defer cancel()
@@ -387,7 +397,111 @@ func (d *Dispatcher) registerPool(ctx context.Context, pool *config.Pool) error 
 	d.registered[pool.Name] = true
 	d.mu.Unlock()
 	d.Log.Info("registered pool", "pool", pool.Name, "nomad_job", r.JobID)
+	if pool.Warm == nil {
+		if err := d.stopWarm(ctx, pool.Name, "the pool has no warm block"); err != nil {
+			return fmt.Errorf("pool %q: stop warm runners %s: %w", pool.Name, jobspecs.WarmJobID(pool.Name), err)
+		}
+		return nil
+	}
+	if err := d.registerWarm(ctx, pool); err != nil {
+		return fmt.Errorf("pool %q: warm runners: %w", pool.Name, err)
+	}
 	return nil
+}
+
+// parseJob has Nomad parse a rendered jobspec, in the configured namespace and
+// region.
+func (d *Dispatcher) parseJob(r jobspecs.Rendered) (*api.Job, error) {
+	job, err := d.Jobs.ParseHCLOpts(&api.JobsParseRequest{JobHCL: r.HCL, Variables: r.Variables, Canonicalize: true})
+	if err != nil {
+		return nil, err
+	}
+	if ns := d.Config.Nomad.Namespace; ns != "" {
+		job.Namespace = &ns
+	}
+	if rg := d.Config.Nomad.Region; rg != "" {
+		job.Region = &rg
+	}
+	return job, nil
+}
+
+// registerWarm registers a warm pool's service job (jobspecs/warm.nomad.hcl). It
+// keeps the count Nomad has (PreserveCounts): an operator's `nomad job scale` or an
+// autoscaler's is never reset by a new leader or a restart; warm.count only sets the
+// first one.
+func (d *Dispatcher) registerWarm(ctx context.Context, pool *config.Pool) error {
+	r, err := jobspecs.RenderWarm(pool, d.RunnerCommand, d.Config.Server.PublicURL)
+	if err != nil {
+		return err
+	}
+	job, err := d.parseJob(r)
+	if err != nil {
+		return fmt.Errorf("nomad could not parse the warm jobspec: %w", err)
+	}
+	wo, cancel := d.write(ctx)
+	defer cancel()
+	if _, _, err := d.Jobs.RegisterOpts(job, &api.RegisterOptions{PreserveCounts: false}, wo); err != nil {
+		return fmt.Errorf("register nomad job %s: %w", r.JobID, err)
+	}
+	d.Log.Info("registered warm runners", "pool", pool.Name, "nomad_job", r.JobID)
+	return nil
+}
+
+// warmRole is the meta mediajobs_role of the warm runners' job: only a job that
+// says so is ever stopped as one (a pool named "x-warm" has a parameterized job
+// with the ID of pool x's runners; config refuses both at once, not one after the
+// other).
+const warmRole = "warm-runner"
+
+// stopWarm stops (deregisters, without purging: its history stays in Nomad) pool's
+// warm runners if Nomad runs them; none is fine.
+func (d *Dispatcher) stopWarm(ctx context.Context, pool, why string) error {
+	id := jobspecs.WarmJobID(pool)
+	q, qcancel := d.query(ctx)
+	job, _, err := d.Jobs.Info(id, q)
+	qcancel()
+	if isNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if job == nil || job.Meta["mediajobs_role"] != warmRole || (job.Stop != nil && *job.Stop) {
+		return nil
+	}
+	wo, cancel := d.write(ctx)
+	defer cancel()
+	if _, _, err := d.Jobs.Deregister(id, false, wo); err != nil && !isNotFound(err) {
+		return err
+	}
+	d.Log.Info("stopped warm runners", "pool", pool, "nomad_job", id, "why", why)
+	return nil
+}
+
+// stopRemovedWarm stops the warm runners of pools that are no longer configured
+// (a pool removed from the file); their parameterized jobs stay, placing nothing.
+func (d *Dispatcher) stopRemovedWarm(ctx context.Context) error {
+	q, cancel := d.query(ctx)
+	q.Prefix, q.Filter = "mediajobs-", `ParentID == "" and Status != "dead" and ID matches "-warm$"`
+	stubs, _, err := d.Jobs.List(q)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("list nomad jobs: %w", err)
+	}
+	var errs []error
+	for _, s := range stubs {
+		if s.ParentID != "" || s.Stop || s.Type != "service" || !strings.HasSuffix(s.ID, "-warm") {
+			continue
+		}
+		pool := strings.TrimSuffix(strings.TrimPrefix(s.ID, "mediajobs-"), "-warm")
+		if d.Config.Pool(pool) != nil {
+			continue // registerPool keeps or stops it
+		}
+		if err := d.stopWarm(ctx, pool, "the pool is no longer configured"); err != nil {
+			errs = append(errs, fmt.Errorf("stop warm runners %s of removed pool %q: %w", s.ID, pool, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // poolRegistered reports whether Nomad accepted the pool's parameterized job.

@@ -18,6 +18,7 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/metrics"
+	"github.com/mediajobs/mediajobs/store"
 )
 
 // allocState is what the dispatcher needs of an allocation, from an event or a
@@ -861,11 +862,15 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 		// (docs/state_machine.md).
 		seen := now
 		j.AttemptStartedAt = &seen
+		j.Worker = &mj.Worker{Path: mj.WorkerDispatch, NomadJobID: a.NomadJobID, AllocationID: a.ID}
 		j.Status, j.StatusDetail, j.PlacementReason = mj.StatusRunning, "running on Nomad allocation "+a.ID, ""
 		if j.Attempt > 1 {
 			j.StatusDetail = fmt.Sprintf("attempt %d: %s", j.Attempt, j.StatusDetail)
 		}
 		return nil
+	}
+	if _, warm := store.WarmRunOfChild(a.NomadJobID); r != nil && !warm && (j.Worker == nil || j.Worker.AllocationID == "") {
+		j.Worker = &mj.Worker{Path: mj.WorkerDispatch, NomadJobID: a.NomadJobID, AllocationID: a.ID}
 	}
 	if r != nil && j.StartedAt == nil {
 		started := now
@@ -938,6 +943,7 @@ func retryOrFail(j *mj.Job, why string, now time.Time, maxAttempts int) {
 		return
 	}
 	j.NomadJobID, j.Attempt, j.DispatchedAt, j.PlacementReason, j.AttemptStartedAt = "", attempt+1, nil, "", nil
+	j.Worker = nil
 	j.StatusDetail = fmt.Sprintf("attempt %d of %d: retrying because %s", attempt+1, maxAttempts, why)
 }
 

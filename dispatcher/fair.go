@@ -142,14 +142,17 @@ func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight
 // fairPass reads what a pass of the pool chooses from and returns the ids of the
 // jobs to dispatch, in order: at most the window, within max_in_flight. failed
 // reports an etcd read that failed.
-func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool) (ids []string, failed bool) {
+//
+// warm is how many of the pool's warm runners wait for a job: the pass chooses
+// that many more, and nomad says how many of the chosen Nomad may take.
+func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, warm int) (ids []string, nomad int, failed bool) {
 	fs, ok := d.Store.(fairStore)
 	if !ok {
-		return nil, true
+		return nil, 0, true
 	}
 	inFlight, total, err := fs.PoolInFlight(ctx, pool.Name)
 	if err != nil {
-		return nil, true
+		return nil, 0, true
 	}
 	n, known := d.poolWindow(ctx, pool, total)
 	if !known {
@@ -158,12 +161,14 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool) (ids []str
 	if pool.MaxInFlight > 0 {
 		n = min(n, pool.MaxInFlight-total)
 	}
+	nomad = max(n, 0)
+	n = nomad + warm
 	if n <= 0 {
-		return nil, false
+		return nil, 0, false
 	}
 	entries, legacy, err := fs.PoolQueue(ctx, pool.Name)
 	if err != nil {
-		return nil, true
+		return nil, 0, true
 	}
 	if len(legacy) > 0 {
 		// Queued by a version before fair-share dispatch: moved to their
@@ -173,11 +178,11 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool) (ids []str
 		d.wake()
 	}
 	if len(entries) == 0 {
-		return nil, false
+		return nil, 0, false
 	}
 	scheds, err := fs.AccountSchedules(ctx)
 	if err != nil {
-		return nil, true
+		return nil, 0, true
 	}
 	limit := 0
 	if d.Config.Limits != nil {
@@ -204,7 +209,7 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool) (ids []str
 	for _, e := range fairOrder(accounts, n, passes) {
 		ids = append(ids, e.ID)
 	}
-	return ids, false
+	return ids, nomad, false
 }
 
 // startPass is where an account's Pass starts when this leader has none for it:

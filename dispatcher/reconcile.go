@@ -95,6 +95,9 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 	pools := map[string]bool{}
 	for _, j := range jobs {
 		p.seen[j.ID] = j
+		if _, warm := store.WarmRunOfChild(j.NomadJobID); warm {
+			continue // its runner's lease settles it (warm.go)
+		}
 		if j.NomadJobID != "" && !j.Status.Terminal() {
 			todo = append(todo, j)
 			pools[j.Machine] = true

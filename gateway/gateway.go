@@ -68,6 +68,8 @@ type Gateway struct {
 	Now    func() time.Time
 	// Resolver checks where input and webhook hosts point (default: the system's).
 	Resolver netguard.Resolver
+	// Warm admits warm runners (warm.go); nil: none.
+	Warm *WarmAuth
 
 	keys     keyCache
 	limiters sync.Map // account id -> *rate.Limiter

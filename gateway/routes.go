@@ -30,6 +30,10 @@ func (g *Gateway) routes(app *fiber.App) {
 	app.Put("/files/*", g.upload)
 	app.Post("/progress/*", g.progress)      // runners report progress (signed per attempt)
 	app.Post("/upload-urls/*", g.uploadURLs) // runners ask where to upload (signed per attempt)
+	// Warm runners lease jobs with their Nomad workload identity (warm.go).
+	app.Post("/warm/poll", g.warmPoll)
+	app.Post("/warm/renew", g.warmRenew)
+	app.Post("/warm/done", g.warmDone)
 
 	// The dashboard: its page and assets (dashboard.go), its session (session.go).
 	app.Get("/", func(c *fiber.Ctx) error { return c.Redirect("/dashboard/", fiber.StatusFound) })

@@ -1,6 +1,7 @@
 // Package jobspecs holds the Nomad HCL2 jobspecs, one parameterized batch job per
-// pool driver, and renders a pool's variables for them. Rendering is pure: the
-// dispatcher hands the jobspec and the variables to Nomad's parse API.
+// pool driver and the service job of a pool's warm runners (warm.nomad.hcl), and
+// renders a pool's variables for them. Rendering is pure: the dispatcher hands the
+// jobspec and the variables to Nomad's parse API.
 package jobspecs
 
 import (
@@ -27,7 +28,7 @@ type Rendered struct {
 // runnerCommand is the mediajobs binary the nodes run when the pool sets none.
 func Render(pool *config.Pool, runnerCommand string) (Rendered, error) {
 	src, err := files.ReadFile(pool.Driver + ".nomad.hcl")
-	if err != nil {
+	if err != nil || pool.Driver == "warm" {
 		return Rendered{}, fmt.Errorf("no jobspec for driver %q", pool.Driver)
 	}
 	cmd := pool.RunnerCommand
@@ -61,6 +62,54 @@ func Render(pool *config.Pool, runnerCommand string) (Rendered, error) {
 
 // JobID is the Nomad ID of a pool's parameterized job.
 func JobID(pool string) string { return "mediajobs-" + pool }
+
+// WarmJobID is the Nomad ID of a pool's warm runners' service job.
+func WarmJobID(pool string) string { return "mediajobs-" + pool + "-warm" }
+
+// RenderWarm returns the service job of a warm pool's runners (warm.nomad.hcl) and
+// its variables; controlURL is where the runners lease jobs (server.public_url).
+// The pool's defaults must be applied (config.Finish): its warm block's values
+// are taken as they are.
+func RenderWarm(pool *config.Pool, runnerCommand, controlURL string) (Rendered, error) {
+	w := pool.Warm
+	switch {
+	case w == nil:
+		return Rendered{}, fmt.Errorf("pool %q has no warm block", pool.Name)
+	case pool.Driver != "raw_exec":
+		return Rendered{}, fmt.Errorf("pool %q: warm runners run on raw_exec, not %q", pool.Name, pool.Driver)
+	}
+	src, err := files.ReadFile("warm.nomad.hcl")
+	if err != nil {
+		return Rendered{}, err
+	}
+	cmd := pool.RunnerCommand
+	if cmd == "" {
+		cmd = runnerCommand
+	}
+	gpu := config.GPU{}
+	if pool.GPU != nil {
+		gpu = *pool.GPU
+	}
+	vars := map[string]string{
+		"pool":              quote(pool.Name),
+		"runner_command":    quote(cmd),
+		"control_url":       quote(controlURL),
+		"datacenters":       list(pool.Datacenters),
+		"node_pool":         quote(pool.NodePool),
+		"count":             strconv.Itoa(w.Count),
+		"min":               strconv.Itoa(w.Min),
+		"max":               strconv.Itoa(w.Max),
+		"cpu":               strconv.Itoa(w.CPU),
+		"memory":            strconv.Itoa(w.Memory),
+		"disk":              strconv.Itoa(w.Disk),
+		"sandbox":           quote(pool.Sandbox),
+		"constraints":       constraints(pool.Constraints),
+		"gpu_count":         strconv.Itoa(gpu.Count),
+		"gpu_min_memory_mb": strconv.Itoa(gpu.MinMemoryMB),
+		"gpu_model":         quote(gpu.Model),
+	}
+	return Rendered{JobID: WarmJobID(pool.Name), HCL: string(src), Variables: varFile(vars)}, nil
+}
 
 func varFile(vars map[string]string) string {
 	names := make([]string, 0, len(vars))

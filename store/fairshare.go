@@ -46,12 +46,13 @@ func (s *Store) PoolQueue(ctx context.Context, pool string) (entries []QueueEntr
 	return entries, legacy, nil
 }
 
-// PoolInFlight counts a pool's jobs with a Nomad child, per account, from one
-// keys-only read of its active set; total includes the keys of older versions,
-// which name no account.
+// PoolInFlight counts a pool's jobs in flight, per account, from one read of its
+// active set; total counts those with a Nomad child (a warm runner's jobs are
+// not Nomad's: docs/warm.md), the keys of older versions included, which name no
+// account.
 func (s *Store) PoolInFlight(ctx context.Context, pool string) (byAccount map[string]int, total int, err error) {
 	prefix := s.PoolActivePrefix(pool)
-	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return nil, 0, fmt.Errorf("read the active set of pool %s: %w", pool, err)
 	}
@@ -61,8 +62,11 @@ func (s *Store) PoolInFlight(ctx context.Context, pool string) (byAccount map[st
 		if slash := strings.LastIndexByte(rest, '/'); slash >= 0 {
 			byAccount[rest[:slash]]++
 		}
+		if !strings.HasPrefix(string(kv.Value), WarmChildPrefix) {
+			total++
+		}
 	}
-	return byAccount, len(resp.Kvs), nil
+	return byAccount, total, nil
 }
 
 // MigrateQueueKeys moves queue keys written by a version before fair-share

@@ -485,3 +485,14 @@ func CreateJob(ctx context.Context, client *http.Client, base, key string, body 
 	}
 	return out.Data.ID, nil
 }
+
+// TaskLogs are the stdout and stderr (their first files) of a task of one of
+// the agent's allocations, for a failing test to show.
+func (n *Nomad) TaskLogs(alloc, task string) string {
+	var b strings.Builder
+	for _, stream := range []string{"stdout", "stderr"} {
+		out, _ := os.ReadFile(filepath.Join(n.dir, "data", "alloc", alloc, "alloc", "logs", task+"."+stream+".0"))
+		fmt.Fprintf(&b, "--- %s %s.%s ---\n%s\n", alloc, task, stream, tail(string(out), 4000))
+	}
+	return b.String()
+}

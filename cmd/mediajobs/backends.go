@@ -115,13 +115,20 @@ func fileSecret(path string) (string, error) {
 // gateway builds the API and starts its key-revocation watch for ctx's lifetime.
 func (b *backends) gateway(ctx context.Context, log *slog.Logger) *fiber.App {
 	g := &gateway.Gateway{Config: b.cfg, Store: b.store, Blobs: b.blobs, Signer: b.signer, Log: log}
+	if auth, err := warmAuth(b.cfg); err != nil {
+		log.Warn("warm runners cannot be admitted", "err", err)
+	} else {
+		g.Warm = auth
+	}
 	go g.Watch(ctx)
 	return g.App()
 }
 
-func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) {
+// nomadClients are the Nomad API clients of the config: one for bounded calls,
+// one for the event stream.
+func nomadClients(cfg *config.Config) (calls *api.Client, stream *api.Client, err error) {
 	nc := api.DefaultConfig() // NOMAD_ADDR, NOMAD_TOKEN, ... then the HCL on top
-	n := b.cfg.Nomad
+	n := cfg.Nomad
 	if n.Address != "" {
 		nc.Address = n.Address
 	}
@@ -138,23 +145,31 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 	// half-open connection to Nomad cannot stall the dispatcher (the calls also
 	// carry the leader's context). Two clients, then.
 	// Copied before NewClient, which rewrites a unix:// address in place.
-	calls := *nc
+	c := *nc
 	events, err := api.NewClient(nc)
 	if err != nil {
-		return nil, fmt.Errorf("nomad client: %w", err)
+		return nil, nil, fmt.Errorf("nomad client: %w", err)
 	}
-	if !strings.HasPrefix(calls.Address, "unix:") { // a socket keeps the api's own client; contexts bound its calls
+	if !strings.HasPrefix(c.Address, "unix:") { // a socket keeps the api's own client; contexts bound its calls
 		tr := cleanhttp.DefaultPooledTransport()
 		tr.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12} // as the api's own client
-		calls.HttpClient = &http.Client{Timeout: dispatcher.NomadTimeout, Transport: tr}
+		c.HttpClient = &http.Client{Timeout: dispatcher.NomadTimeout, Transport: tr}
 		// NewClient configures TLS only on a client it makes itself.
-		if err := api.ConfigureTLS(calls.HttpClient, calls.TLSConfig); err != nil {
-			return nil, fmt.Errorf("nomad client TLS: %w", err)
+		if err := api.ConfigureTLS(c.HttpClient, c.TLSConfig); err != nil {
+			return nil, nil, fmt.Errorf("nomad client TLS: %w", err)
 		}
 	}
-	client, err := api.NewClient(&calls)
+	client, err := api.NewClient(&c)
 	if err != nil {
-		return nil, fmt.Errorf("nomad client: %w", err)
+		return nil, nil, fmt.Errorf("nomad client: %w", err)
+	}
+	return client, events, nil
+}
+
+func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) {
+	client, events, err := nomadClients(b.cfg)
+	if err != nil {
+		return nil, err
 	}
 	self, err := os.Executable()
 	if err != nil {

@@ -38,4 +38,10 @@ func TestConfigCheck(t *testing.T) {
 	if code := run(context.Background(), []string{"config", "check", bad}, &out, &out); code == 0 || !strings.Contains(out.String(), "bad.hcl:4,3: Invalid memory") || !strings.Contains(out.String(), "4 |   memory = 8") {
 		t.Fatalf("broken pool: exit %d\n%s", code, out.String())
 	}
+	// A warm block on a docker pool is refused where it is written, naming the pool.
+	os.WriteFile(bad, []byte("pool \"cpu\" {\n  driver = \"docker\"\n  image  = \"w:1\"\n  warm {\n    count = 2\n  }\n}\n"), 0o600)
+	out.Reset()
+	if code := run(context.Background(), []string{"config", "check", "-for", "dev", bad}, &out, &out); code == 0 || !strings.Contains(out.String(), "bad.hcl:4,3: Invalid warm block") || !strings.Contains(out.String(), `pool "cpu": warm pools run on raw_exec`) {
+		t.Fatalf("docker warm pool: exit %d\n%s", code, out.String())
+	}
 }

@@ -24,7 +24,8 @@ type exit2 struct{ error }
 
 func (exit2) ExitCode() int { return 2 }
 
-// runRunner runs one job, or one phase of it, inside a Nomad task.
+// runRunner runs one job, or one phase of it, inside a Nomad task; with -warm,
+// it leases and runs jobs one after another (a warm pool's runner).
 //
 //	-phase all       everything in this process (raw_exec pools)
 //	-phase fetch     inputs into inputs/ (docker prestart task, with network)
@@ -47,8 +48,24 @@ func runRunner(ctx context.Context, args []string, stdout io.Writer) error {
 	ffprobe := fs.String("ffprobe", envOr("MEDIAJOBS_FFPROBE", "ffprobe"), "ffprobe binary")
 	box := fs.String("sandbox", "bwrap", `where ffmpeg runs: "bwrap" (bubblewrap, raw_exec pools), "container" (docker pools: the container is the sandbox) or "none"`)
 	bwrap := fs.String("bwrap", envOr("MEDIAJOBS_BWRAP", "bwrap"), "bubblewrap binary")
+	warm := fs.Bool("warm", false, "run as a warm pool's long-lived runner: lease jobs from -control, one at a time (docs/warm.md)")
+	pool := fs.String("pool", "", "with -warm: the pool whose jobs to lease")
+	control := fs.String("control", "", "with -warm: the service's base URL")
+	token := fs.String("identity", filepath.Join(os.Getenv("NOMAD_SECRETS_DIR"), "nomad_mediajobs.jwt"), "with -warm: the Nomad workload identity file")
 	if err := fs.Parse(args); err != nil {
 		return err
+	}
+	if *warm {
+		if *pool == "" || *control == "" {
+			return exit2{fmt.Errorf("-warm needs -pool and -control")}
+		}
+		if *box != "bwrap" {
+			// Jobs of different accounts follow each other in one runner.
+			return exit2{fmt.Errorf("-warm runs every job under bubblewrap: -sandbox %q is refused", *box)}
+		}
+		w := &runner.Warm{Control: *control, Pool: *pool, TokenFile: *token, WorkRoot: *work,
+			FFmpeg: *ffmpeg, FFprobe: *ffprobe, Bwrap: *bwrap, Log: stdout}
+		return w.Serve(ctx)
 	}
 	r := &runner.Runner{FFmpeg: *ffmpeg, FFprobe: *ffprobe, WorkDir: *work, Log: stdout}
 	switch *box {

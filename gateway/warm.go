@@ -1,0 +1,287 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gofiber/fiber/v2"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/jobspecs"
+	"github.com/mediajobs/mediajobs/store"
+	"github.com/mediajobs/mediajobs/workload"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Warm runners (docs/warm.md) lease jobs here. A runner proves what it is with
+// its Nomad workload identity (a JWT Nomad signs and the runner reads from its
+// secrets directory), never with etcd credentials: the identity names its
+// allocation, which must be running, and its job, which must be the warm job of
+// the pool it asks for. Then:
+//
+//	POST /warm/poll   wait (up to warmPollWait) for a job; 204 when none came
+//	POST /warm/renew  keep the job's lease; says "stop" when the job was
+//	                  cancelled or ended without the runner
+//	POST /warm/done   the result is uploaded (or the job is given back)
+//
+// Every lease is an etcd lease: a runner that stops renewing loses its job after
+// the pool's lease_ttl, and the dispatcher runs it again (dispatcher/warm.go).
+
+// WarmAuth is what the gateway needs to admit warm runners.
+type WarmAuth struct {
+	Verifier Verifier
+	Allocs   AllocStatus
+}
+
+// Verifier checks a workload identity; *workload.Verifier is one.
+type Verifier interface {
+	Verify(ctx context.Context, token string) (*workload.Claims, error)
+}
+
+// AllocStatus reads an allocation's client status and desired status from Nomad.
+type AllocStatus interface {
+	AllocStatus(ctx context.Context, id string) (client, desired string, err error)
+}
+
+// warmStore is what the lease endpoints need of the store; *store.Store has it.
+type warmStore interface {
+	PutWarmIdle(ctx context.Context, w store.WarmIdle) (int64, error)
+	StopWaiting(ctx context.Context, pool, alloc string) (*store.WarmRun, error)
+	WarmRunOf(ctx context.Context, pool, alloc string) (*store.WarmRun, error)
+	WarmRunKey(pool, alloc string) string
+	FinishWarmRun(ctx context.Context, d store.WarmDone) error
+	Client() *clientv3.Client
+}
+
+// warmPollWait is how long a poll waits for a job before it answers 204.
+const warmPollWait = 15 * time.Second
+
+// warmRenewWait is how long a renewal waits for the job to be cancelled before
+// it answers: the runner renews again at once, so a cancel reaches it within
+// this long at worst, and usually as it is written.
+const warmRenewWait = 2 * time.Second
+
+type warmRequest struct {
+	Pool    string `json:"pool"`
+	Run     string `json:"run,omitempty"`
+	Lease   int64  `json:"lease,omitempty"`
+	JobID   string `json:"job_id,omitempty"`
+	Attempt int    `json:"attempt,omitempty"`
+	Outcome string `json:"outcome,omitempty"`
+	Why     string `json:"why,omitempty"`
+}
+
+// WarmLease is what a poll hands a runner: its job, and the lease it renews.
+type WarmLease struct {
+	Run        string          `json:"run"`
+	Lease      int64           `json:"lease"`
+	TTLSeconds int             `json:"ttl_seconds"`
+	JobID      string          `json:"job_id"`
+	Attempt    int             `json:"attempt"`
+	Manifest   json.RawMessage `json:"manifest"`
+}
+
+// warmCaller is a verified runner and its pool.
+type warmCaller struct {
+	pool  *config.Pool
+	alloc string
+	req   warmRequest
+	ws    warmStore
+}
+
+// warmCall authenticates a runner's request and reads its body.
+func (g *Gateway) warmCall(c *fiber.Ctx) (*warmCaller, error) {
+	ws, ok := g.Store.(warmStore)
+	if g.Warm == nil || !ok {
+		return nil, mj.Errorf(mj.EUnavailable, "this server admits no warm runners (no Nomad workload identity verifier is configured)")
+	}
+	token, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
+	if !ok || token == "" {
+		return nil, mj.Errorf(mj.EBadAPIKey, "a warm runner authenticates with its Nomad workload identity: Authorization: Bearer <the JWT in ${NOMAD_SECRETS_DIR}/nomad_mediajobs.jwt>")
+	}
+	body, err := g.jsonBody(c)
+	if err != nil {
+		return nil, err
+	}
+	var req warmRequest
+	if err := json.Unmarshal(body, &req); err != nil {
+		return nil, mj.Errorf(mj.EValidation, "the request must be a JSON object with \"pool\": %v", err)
+	}
+	pool := g.Config.Pool(req.Pool)
+	if pool == nil || pool.Warm == nil {
+		return nil, mj.Errorf(mj.ENotFound, "pool %q has no warm runners", mj.Clip(req.Pool, 64))
+	}
+	claims, err := g.Warm.Verifier.Verify(c.UserContext(), token)
+	if err != nil {
+		return nil, mj.Errorf(mj.EBadAPIKey, "workload identity refused: %v", err)
+	}
+	if want := jobspecs.WarmJobID(pool.Name); claims.JobID != want {
+		return nil, mj.Errorf(mj.EForbidden, "the identity is of Nomad job %q, not of pool %s's warm runners (%s)", claims.JobID, pool.Name, want)
+	}
+	if ns := g.nomadNamespace(); claims.Namespace != "" && claims.Namespace != ns {
+		return nil, mj.Errorf(mj.EForbidden, "the identity is of Nomad namespace %q, not %q", claims.Namespace, ns)
+	}
+	return &warmCaller{pool: pool, alloc: claims.AllocationID, req: req, ws: ws}, nil
+}
+
+func (g *Gateway) nomadNamespace() string {
+	if n := g.Config.Nomad; n != nil && n.Namespace != "" {
+		return n.Namespace
+	}
+	return "default"
+}
+
+// warmPoll waits for a job for the runner, under a fresh etcd lease it keeps
+// alive while it waits.
+func (g *Gateway) warmPoll(c *fiber.Ctx) error {
+	w, err := g.warmCall(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	// A token outlives its allocation: the allocation must be running now.
+	client, desired, err := g.Warm.Allocs.AllocStatus(ctx, w.alloc)
+	if err != nil {
+		return mj.Errorf(mj.EUnavailable, "could not check allocation %s with Nomad: %v", w.alloc, err)
+	}
+	// (Pending too: its task runs before the client tells the servers.)
+	if (client != "running" && client != "pending") || desired != "run" {
+		return mj.Errorf(mj.EForbidden, "allocation %s is %s (desired %s), not running: it leases no work", w.alloc, client, desired)
+	}
+	cli := w.ws.Client()
+	// A run this allocation still holds is one its runner lost (the process
+	// restarted in place): its lease goes now, and the job is run again.
+	if old, err := w.ws.WarmRunOf(ctx, w.pool.Name, w.alloc); err != nil {
+		return err
+	} else if old != nil {
+		cli.Revoke(ctx, clientv3.LeaseID(old.Lease))
+	}
+	ttl := w.pool.Warm.LeaseTTLD
+	grant, err := cli.Grant(ctx, int64(max(ttl/time.Second, 1)))
+	if err != nil {
+		return fmt.Errorf("grant warm lease: %w", err)
+	}
+	lease := grant.ID
+	wait, stop := context.WithTimeout(ctx, min(warmPollWait, max(g.Config.Server.RequestTimeoutD-3*time.Second, time.Second)))
+	defer stop()
+	alive, err := cli.KeepAlive(wait, lease)
+	if err != nil {
+		return fmt.Errorf("keep warm lease: %w", err)
+	}
+	go func() {
+		for range alive { // drained until wait ends
+		}
+	}()
+	rev, err := w.ws.PutWarmIdle(ctx, store.WarmIdle{Pool: w.pool.Name, Alloc: w.alloc, Lease: int64(lease), Since: g.Now().UTC()})
+	if err != nil {
+		cli.Revoke(context.WithoutCancel(ctx), lease)
+		return err
+	}
+	run := g.waitRun(wait, w, rev)
+	stop() // the runner renews from here on; a wait that ends with no job ends its lease
+	if run == nil {
+		if run, err = w.ws.StopWaiting(context.WithoutCancel(ctx), w.pool.Name, w.alloc); err != nil {
+			return err
+		}
+	}
+	if run == nil || run.Lease != int64(lease) {
+		cli.Revoke(context.WithoutCancel(ctx), lease)
+		return c.SendStatus(fiber.StatusNoContent)
+	}
+	return c.JSON(WarmLease{Run: run.Run, Lease: run.Lease, TTLSeconds: int(ttl / time.Second), JobID: run.JobID, Attempt: run.Attempt, Manifest: run.Manifest})
+}
+
+// waitRun watches the runner's run key from rev until a run is put there or ctx
+// ends.
+func (g *Gateway) waitRun(ctx context.Context, w *warmCaller, rev int64) *store.WarmRun {
+	key := w.ws.WarmRunKey(w.pool.Name, w.alloc)
+	for resp := range w.ws.Client().Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(rev+1)) {
+		for _, ev := range resp.Events {
+			if ev.Type != clientv3.EventTypePut {
+				continue
+			}
+			var r store.WarmRun
+			if json.Unmarshal(ev.Kv.Value, &r) == nil {
+				return &r
+			}
+		}
+	}
+	return nil
+}
+
+// WarmRenewal answers a renewal: Stop tells the runner to stop its job (and
+// report nothing: the job has gone on without it).
+type WarmRenewal struct {
+	Stop bool   `json:"stop"`
+	Why  string `json:"why,omitempty"`
+}
+
+// errLeaseGone answers a runner whose run is no longer its own.
+func errLeaseGone(run string) error {
+	return mj.Errorf(mj.EConflict, "run %s is no longer this runner's (its lease lapsed, or the job went on without it): stop it and report nothing", run)
+}
+
+// warmRenew keeps a run's lease alive, then waits a moment for its job to be
+// cancelled or to go on without it.
+func (g *Gateway) warmRenew(c *fiber.Ctx) error {
+	w, err := g.warmCall(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.UserContext()
+	run, err := w.ws.WarmRunOf(ctx, w.pool.Name, w.alloc)
+	if err != nil {
+		return err
+	}
+	if run == nil || run.Run != w.req.Run || run.Lease != w.req.Lease {
+		return errLeaseGone(w.req.Run)
+	}
+	if _, err := w.ws.Client().KeepAliveOnce(ctx, clientv3.LeaseID(run.Lease)); err != nil {
+		return errLeaseGone(w.req.Run)
+	}
+	child := store.WarmChild(run.Run)
+	gone := func(j *mj.Job) bool { return j.Status.Terminal() || j.NomadJobID != child }
+	wctx, cancel := context.WithTimeout(ctx, warmRenewWait)
+	defer cancel()
+	j, err := g.Store.WaitJob(wctx, run.JobID, gone)
+	switch {
+	case mj.ErrorCode(err) == mj.ENotFound:
+		return c.JSON(WarmRenewal{Stop: true, Why: "the job was deleted"})
+	case err != nil:
+		return err
+	case j.Status == mj.StatusCancelled:
+		return c.JSON(WarmRenewal{Stop: true, Why: "the job was cancelled"})
+	case gone(j):
+		return c.JSON(WarmRenewal{Stop: true, Why: "the job is " + string(j.Status) + " without this run"})
+	}
+	return c.JSON(WarmRenewal{})
+}
+
+// warmDone records the end of a run: the runner uploaded its result (outcome
+// "reported"), or gives the job back without one.
+func (g *Gateway) warmDone(c *fiber.Ctx) error {
+	w, err := g.warmCall(c)
+	if err != nil {
+		return err
+	}
+	switch w.req.Outcome {
+	case "reported", "stopped", "fault":
+	default:
+		return mj.Errorf(mj.EValidation, "outcome must be \"reported\", \"stopped\" or \"fault\"")
+	}
+	ctx := c.UserContext()
+	err = w.ws.FinishWarmRun(ctx, store.WarmDone{Run: w.req.Run, JobID: w.req.JobID, Attempt: w.req.Attempt, Pool: w.pool.Name, Alloc: w.alloc,
+		Outcome: w.req.Outcome, Why: mj.Clip(w.req.Why, 500)})
+	if errors.Is(err, store.ErrWarmGone) {
+		return errLeaseGone(w.req.Run)
+	}
+	if err != nil {
+		return err
+	}
+	w.ws.Client().Revoke(ctx, clientv3.LeaseID(w.req.Lease))
+	return c.SendStatus(fiber.StatusNoContent)
+}

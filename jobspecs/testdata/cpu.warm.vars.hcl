@@ -1,0 +1,16 @@
+constraints = []
+control_url = "http://127.0.0.1:8080"
+count = 2
+cpu = 200
+datacenters = ["*"]
+disk = 100
+gpu_count = 0
+gpu_min_memory_mb = 0
+gpu_model = ""
+max = 10
+memory = 128
+min = 0
+node_pool = "default"
+pool = "cpu"
+runner_command = "/usr/local/bin/mediajobs"
+sandbox = "bwrap"
