@@ -440,7 +440,7 @@ func (d *Dispatcher) registerWarm(ctx context.Context, pool *config.Pool) error 
 	}
 	wo, cancel := d.write(ctx)
 	defer cancel()
-	if _, _, err := d.Jobs.RegisterOpts(job, &api.RegisterOptions{PreserveCounts: false}, wo); err != nil {
+	if _, _, err := d.Jobs.RegisterOpts(job, &api.RegisterOptions{PreserveCounts: true}, wo); err != nil {
 		return fmt.Errorf("register nomad job %s: %w", r.JobID, err)
 	}
 	d.Log.Info("registered warm runners", "pool", pool.Name, "nomad_job", r.JobID)

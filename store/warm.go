@@ -72,7 +72,7 @@ type WarmDone struct {
 var ErrWarmGone = mj.Errorf(mj.EConflict, "the warm runner's lease is gone")
 
 // WarmPrefix is where all warm keys live (one watch follows them all).
-func (s *Store) WarmPrefix() string               { return s.p + "warm/" }
+func (s *Store) WarmPrefix() string                { return s.p + "warm/" }
 func (s *Store) WarmIdlePrefix(pool string) string { return s.p + "warm/idle/" + pool + "/" }
 func (s *Store) WarmRunPrefix() string             { return s.p + "warm/run/" }
 func (s *Store) WarmDonePrefix() string            { return s.p + "warm/done/" }

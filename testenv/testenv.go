@@ -496,3 +496,41 @@ func (n *Nomad) TaskLogs(alloc, task string) string {
 	}
 	return b.String()
 }
+
+// SecretsFile is the path of a file in a task's secrets directory (a workload
+// identity's JWT, say) of one of the agent's allocations.
+func (n *Nomad) SecretsFile(alloc, task, name string) string {
+	return filepath.Join(n.dir, "data", "alloc", alloc, task, "secrets", name)
+}
+
+// ProcessesWith lists the pids of processes whose command line contains all of
+// words, and, when env is not empty, whose environment holds env (NAME=value).
+func ProcessesWith(env string, words ...string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		line, all := string(cmd), true
+		for _, w := range words {
+			all = all && strings.Contains(line, w)
+		}
+		if !all {
+			continue
+		}
+		if env != "" {
+			b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "environ"))
+			if err != nil || !strings.Contains("\x00"+string(b), "\x00"+env+"\x00") {
+				continue
+			}
+		}
+		out = append(out, pid)
+	}
+	return out
+}

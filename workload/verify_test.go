@@ -556,6 +556,9 @@ job %q {
 	if err != nil {
 		t.Fatalf("verify: %v", err)
 	}
+	for _, k := range v.keys.Keys {
+		t.Logf("Nomad publishes key %s: %T, alg %s", k.KeyID, k.Key, k.Algorithm)
+	}
 	if c.AllocationID != alloc.ID || c.JobID != id || c.Namespace != "default" || c.Task != "runner" {
 		t.Fatalf("claims %+v, want allocation %s of job %s, task runner in default", c, alloc.ID, id)
 	}

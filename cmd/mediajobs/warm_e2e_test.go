@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -107,5 +109,177 @@ func TestWarmJobEndToEnd(t *testing.T) {
 	w, _ = job["worker"].(map[string]any)
 	if w["path"] != "dispatch" || !strings.HasPrefix(fmt.Sprint(w["nomad_job_id"]), "mediajobs-"+warmPool+"/dispatch-") || w["allocation_id"] == "" {
 		t.Fatalf("worker = %v; want a dispatched child of mediajobs-%s", w, warmPool)
+	}
+}
+
+// slowWarmJob creates a warm job that runs about 9 s (the clip, three times, at
+// its own rate), with a webhook; marker names its output, to find its ffmpeg.
+func slowWarmJob(t *testing.T, marker string) string {
+	t.Helper()
+	r := call(t, "POST", "/api/ffmpeg", stack.APIKey, map[string]any{
+		"machine": warmPool, "timeout_seconds": 50, "webhook_url": hookURL,
+		"input_files":     map[string]string{"clip": clipURL},
+		"output_files":    []string{marker + ".mp4"},
+		"ffmpeg_commands": []string{"-stream_loop 2 -re -i inputs/clip -vf scale=160:-2 -c:v libx264 -preset ultrafast -an outputs/" + marker + ".mp4"},
+	})
+	if r.Status != 200 {
+		t.Fatalf("create: HTTP %d %s", r.Status, r.Body)
+	}
+	return r.data(t)["id"].(string)
+}
+
+// runningOn waits for job id to run on a warm runner and returns its allocation.
+func runningOn(t *testing.T, id string) string {
+	t.Helper()
+	var alloc string
+	testenv.Eventually(t, 60*time.Second, "job "+id+" to run on a warm runner", func() bool {
+		job := call(t, "GET", "/api/jobs/"+id, stack.APIKey, nil).data(t)
+		w, _ := job["worker"].(map[string]any)
+		if job["status"] == "running" && w["path"] == "warm" {
+			alloc = fmt.Sprint(w["allocation_id"])
+		}
+		return alloc != ""
+	})
+	return alloc
+}
+
+// runnerPid is the pid of the warm runner process of alloc.
+func runnerPid(t *testing.T, alloc string) int {
+	t.Helper()
+	var pids []int
+	testenv.Eventually(t, 30*time.Second, "the warm runner process of "+alloc, func() bool {
+		pids = testenv.ProcessesWith("NOMAD_ALLOC_ID="+alloc, "runner", "-warm")
+		return len(pids) == 1
+	})
+	return pids[0]
+}
+
+// succeededOnce waits for job id to succeed on attempt 2 with its outputs
+// published under that attempt, and its webhook delivered once.
+func succeededOnce(t *testing.T, id string) map[string]any {
+	t.Helper()
+	job := waitTerminal(t, id)
+	if job["status"] != "succeeded" {
+		t.Fatalf("job %v: %v", job["status"], job["error_message"])
+	}
+	if d := fmt.Sprint(job["status_detail"]); !strings.Contains(d, "attempt 2") {
+		t.Fatalf("status_detail %q: want a success on attempt 2", d)
+	}
+	for name, u := range job["output_files"].(map[string]any) {
+		if !strings.Contains(fmt.Sprint(u), "%2F2%2F") && !strings.Contains(fmt.Sprint(u), "/2/") {
+			t.Fatalf("output %s is not attempt 2's: %v", name, u)
+		}
+	}
+	testenv.Eventually(t, 30*time.Second, "the webhook of "+id, func() bool {
+		j := call(t, "GET", "/api/jobs/"+id, stack.APIKey, nil).data(t)
+		w, _ := j["webhook"].(map[string]any)
+		return w["status"] == "delivered"
+	})
+	if n := len(hooks.calls(id)); n != 1 {
+		t.Fatalf("%d webhooks for job %s; want 1", n, id)
+	}
+	return job
+}
+
+// TestWarmRunnerKilledMidJob: kill -9 a warm runner while its job runs. Its
+// lease lapses (Nomad restarts the task, whose first poll also ends the run it
+// lost), the job runs again once, as attempt 2, and is published and announced
+// once.
+func TestWarmRunnerKilledMidJob(t *testing.T) {
+	needStack(t)
+	warmLogs(t)
+	waitWarm(t)
+	marker := fmt.Sprintf("killed%d", time.Now().UnixNano())
+	id := slowWarmJob(t, marker)
+	alloc := runningOn(t, id)
+	testenv.Eventually(t, 30*time.Second, "the job's ffmpeg", func() bool { return len(testenv.ProcessesWith("", "ffmpeg", marker)) > 0 })
+	if err := syscall.Kill(runnerPid(t, alloc), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	// The sandbox dies with its runner: nothing of attempt 1 runs on.
+	testenv.Eventually(t, 30*time.Second, "attempt 1's ffmpeg to end with its runner", func() bool {
+		return len(testenv.ProcessesWith("", "ffmpeg", marker)) <= 1 // attempt 2's, at most
+	})
+	succeededOnce(t, id)
+	waitWarm(t) // the killed runner is back, and waits again
+}
+
+// TestWarmRunnerCutOff: stop a warm runner (SIGSTOP) while its job runs. Its
+// lease lapses, the job runs again on the other runner and succeeds once; the
+// stopped runner, resumed, learns its lease is gone, and a result it would
+// report for the old run is refused.
+func TestWarmRunnerCutOff(t *testing.T) {
+	needStack(t)
+	warmLogs(t)
+	waitWarm(t)
+	marker := fmt.Sprintf("cutoff%d", time.Now().UnixNano())
+	id := slowWarmJob(t, marker)
+	alloc := runningOn(t, id)
+	runs, err := stack.b.store.WarmRuns(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var old string
+	for run, r := range runs {
+		if r.JobID == id {
+			old = run
+		}
+	}
+	if old == "" {
+		t.Fatalf("no run of job %s in %v", id, runs)
+	}
+	pid := runnerPid(t, alloc)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	resume := func() {
+		if !resumed {
+			resumed = true
+			syscall.Kill(pid, syscall.SIGCONT)
+		}
+	}
+	defer resume()
+	job := succeededOnce(t, id)
+	if w, _ := job["worker"].(map[string]any); w["allocation_id"] == alloc {
+		t.Fatalf("attempt 2 ran on the stopped runner %s", alloc)
+	}
+	// A late result of the old run, with the stopped runner's own identity.
+	jwt, err := os.ReadFile(agent.SecretsFile(alloc, "runner", "nomad_mediajobs.jwt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := call(t, "POST", "/warm/done", strings.TrimSpace(string(jwt)), map[string]any{
+		"pool": warmPool, "run": old, "job_id": id, "attempt": 1, "outcome": "reported"})
+	if late.Status != 409 {
+		t.Fatalf("late result: HTTP %d %s; want 409", late.Status, late.Body)
+	}
+	resume()
+	waitWarm(t) // resumed, it dropped the old job and waits again
+	if j := call(t, "GET", "/api/jobs/"+id, stack.APIKey, nil).data(t); j["status"] != "succeeded" || len(hooks.calls(id)) != 1 {
+		t.Fatalf("after the old runner resumed: %v, %d webhooks", j["status"], len(hooks.calls(id)))
+	}
+}
+
+// TestWarmCancelStopsFFmpeg: cancelling a warm job stops its ffmpeg on the
+// runner, and the runner takes the next job.
+func TestWarmCancelStopsFFmpeg(t *testing.T) {
+	needStack(t)
+	warmLogs(t)
+	waitWarm(t)
+	marker := fmt.Sprintf("cancel%d", time.Now().UnixNano())
+	id := slowWarmJob(t, marker)
+	runningOn(t, id)
+	testenv.Eventually(t, 30*time.Second, "the job's ffmpeg", func() bool { return len(testenv.ProcessesWith("", "ffmpeg", marker)) > 0 })
+	if r := call(t, "POST", "/api/jobs/"+id+"/cancel", stack.APIKey, nil); r.Status != 200 {
+		t.Fatalf("cancel: HTTP %d %s", r.Status, r.Body)
+	}
+	testenv.Eventually(t, 5*time.Second, "the cancelled job's ffmpeg to stop", func() bool {
+		return len(testenv.ProcessesWith("", "ffmpeg", marker)) == 0
+	})
+	waitWarm(t)
+	next := waitTerminal(t, warmJob(t, 30, "-i inputs/clip -t 1 -vf scale=160:-2 -c:v libx264 -preset ultrafast -an outputs/out.mp4", "out.mp4"))
+	if next["status"] != "succeeded" {
+		t.Fatalf("next job: %v: %v", next["status"], next["error_message"])
 	}
 }
