@@ -110,27 +110,21 @@ func bypassChecker(t *testing.T) {
 	t.Cleanup(func() { prepare = orig })
 }
 
-// TestSandboxHoldsWithTheCheckerBypassed runs hostile commands through the real
-// runner, ffmpeg and bubblewrap with the command checker switched off, and
-// asserts on effects: no host file, environment variable or loopback service is
-// reached, and nothing is written outside the job. Each attack is first run
-// without the sandbox, where it must get out: proof that it is a real attack.
-func TestSandboxHoldsWithTheCheckerBypassed(t *testing.T) {
-	testenv.Binary(t, "ffmpeg")
-	testenv.Binary(t, "bwrap")
-	bypassChecker(t)
+// bypassAttack is an attack of TestSandboxHoldsWithTheCheckerBypassed; warm
+// runners run the same (warm_test.go).
+type bypassAttack struct {
+	name    string
+	inputs  func(e *escapeEnv) map[string]string // name -> content
+	command func(e *escapeEnv) string
+	outputs []string
+}
 
-	type attack struct {
-		name    string
-		inputs  func(e *escapeEnv) map[string]string // name -> content
-		command func(e *escapeEnv) string
-		outputs []string
-	}
+func bypassAttacks() []bypassAttack {
 	playlist := func(path string) string {
 		return "#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\n" + path + "\n#EXT-X-ENDLIST\n"
 	}
 	url := func(e *escapeEnv) string { return "http://" + e.ln.Addr().String() + "/x" }
-	attacks := []attack{{
+	return []bypassAttack{{
 		name:   "HLS playlist naming a host file, extension checks off",
 		inputs: func(e *escapeEnv) map[string]string { return map[string]string{"pl.m3u8": playlist(e.wav)} },
 		command: func(e *escapeEnv) string {
@@ -198,8 +192,19 @@ func TestSandboxHoldsWithTheCheckerBypassed(t *testing.T) {
 		command: func(e *escapeEnv) string { return "-i " + url(e) + " -f null -" },
 		outputs: []string{"x"},
 	}}
+}
 
-	for _, a := range attacks {
+// TestSandboxHoldsWithTheCheckerBypassed runs hostile commands through the real
+// runner, ffmpeg and bubblewrap with the command checker switched off, and
+// asserts on effects: no host file, environment variable or loopback service is
+// reached, and nothing is written outside the job. Each attack is first run
+// without the sandbox, where it must get out: proof that it is a real attack.
+func TestSandboxHoldsWithTheCheckerBypassed(t *testing.T) {
+	testenv.Binary(t, "ffmpeg")
+	testenv.Binary(t, "bwrap")
+	bypassChecker(t)
+
+	for _, a := range bypassAttacks() {
 		t.Run(a.name, func(t *testing.T) {
 			for _, sandboxed := range []bool{false, true} {
 				e := newEscapeEnv(t)
@@ -306,24 +311,24 @@ func TestRunnerFollowsNoLinkOutOfTheJob(t *testing.T) {
 	}
 }
 
-// TestSandboxHoldsForTheOpenedForms: the constructs the checker lets through since
-// the sandbox is the guarantee (concat lists with -safe 0, HLS playlists, image
-// patterns; docs/threat-model.md), made hostile and run with the checker
-// switched off. Each reads a host canary, reaches a loopback listener or writes
-// outside without the sandbox, and gets nothing out with it.
-func TestSandboxHoldsForTheOpenedForms(t *testing.T) {
-	testenv.Binary(t, "ffmpeg")
-	testenv.Binary(t, "bwrap")
-	bypassChecker(t)
+// openedAttack is an attack of TestSandboxHoldsForTheOpenedForms; warm runners
+// run the same (warm_test.go).
+type openedAttack struct {
+	name    string
+	inputs  func(e *escapeEnv, host string) map[string]string
+	command string // HOST/ stands for the host directory job makes
+	// plant runs after the inputs are fetched, before the commands: what an
+	// earlier command of a compromised ffmpeg could have left in the job.
+	plant func(t *testing.T, e *escapeEnv, work string)
+	// plantSh is plant as a shell command, run in the job's directory by an
+	// earlier command of a compromised ffmpeg (a warm runner runs the job whole).
+	plantSh func(e *escapeEnv) string
+}
 
-	type attack struct {
-		name    string
-		inputs  func(e *escapeEnv, host string) map[string]string
-		command string
-		// plant runs after the inputs are fetched, before the commands: what an
-		// earlier command of a compromised ffmpeg could have left in the job.
-		plant func(t *testing.T, e *escapeEnv, work string)
-	}
+// climbOut leads from any job directory to the root.
+var climbOut = strings.Repeat("../", 24)
+
+func openedAttacks() []openedAttack {
 	list := func(entries ...string) string {
 		s := "ffconcat version 1.0\n"
 		for _, e := range entries {
@@ -331,7 +336,7 @@ func TestSandboxHoldsForTheOpenedForms(t *testing.T) {
 		}
 		return s
 	}
-	up := strings.Repeat("../", 24) // from any job directory to the root
+	up := climbOut
 	url := func(e *escapeEnv) string { return "http://" + e.ln.Addr().String() + "/x" }
 	const concat = "-f concat -safe 0 -i inputs/list.txt -c copy -f u8 outputs/out.raw"
 	// The HLS demuxer's extension checks off (-allowed_extensions ALL...): the
@@ -339,7 +344,7 @@ func TestSandboxHoldsForTheOpenedForms(t *testing.T) {
 	const hls = "-allowed_extensions ALL -allowed_segment_extensions ALL -extension_picky 0 -i inputs/master.m3u8 -c copy -f u8 outputs/out.raw"
 	// image2 reading each matched file whole, as one raw packet copied out.
 	const image = "-f image2 -c:v rawvideo -video_size 4x4 -pixel_format gray "
-	attacks := []attack{{
+	return []openedAttack{{
 		name: "concat list naming the host's root through /proc/self/root",
 		inputs: func(e *escapeEnv, _ string) map[string]string {
 			return map[string]string{"list.txt": list("/proc/self/root" + e.wav)}
@@ -365,6 +370,7 @@ func TestSandboxHoldsForTheOpenedForms(t *testing.T) {
 				t.Fatal(err)
 			}
 		},
+		plantSh: func(e *escapeEnv) string { return "ln -s " + e.wav + " inputs/link.wav" },
 		command: concat,
 	}, {
 		name: "HLS master playlist whose variant is a host playlist",
@@ -391,26 +397,43 @@ func TestSandboxHoldsForTheOpenedForms(t *testing.T) {
 		name:    "image sequence climbing out of inputs/",
 		command: image + "-i 'inputs/" + up + "HOST/s%d.txt' -c copy -f rawvideo outputs/out.raw",
 	}}
+}
 
-	for _, a := range attacks {
+// job makes the host files a pattern or a playlist could reach (the secret as
+// text, and a media playlist naming the canary WAV) and returns the job's
+// inputs and its command.
+func (a openedAttack) job(t *testing.T, e *escapeEnv) (map[string][]byte, string) {
+	host := t.TempDir()
+	os.WriteFile(filepath.Join(host, "s1.txt"), []byte(e.secret), 0o644)
+	os.WriteFile(filepath.Join(host, "variant.m3u8"), []byte("#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\n"+e.wav+"\n#EXT-X-ENDLIST\n"), 0o644)
+	inputs := map[string][]byte{}
+	if a.inputs != nil {
+		for n, c := range a.inputs(e, host) {
+			inputs[n] = []byte(c)
+		}
+	}
+	cmd := strings.ReplaceAll(a.command, "HOST/", strings.TrimPrefix(host, "/")+"/")
+	if !strings.Contains(a.command, "inputs/"+climbOut+"HOST") {
+		cmd = strings.ReplaceAll(a.command, "HOST/", host+"/")
+	}
+	return inputs, cmd
+}
+
+// TestSandboxHoldsForTheOpenedForms: the constructs the checker lets through since
+// the sandbox is the guarantee (concat lists with -safe 0, HLS playlists, image
+// patterns; docs/threat-model.md), made hostile and run with the checker
+// switched off. Each reads a host canary, reaches a loopback listener or writes
+// outside without the sandbox, and gets nothing out with it.
+func TestSandboxHoldsForTheOpenedForms(t *testing.T) {
+	testenv.Binary(t, "ffmpeg")
+	testenv.Binary(t, "bwrap")
+	bypassChecker(t)
+
+	for _, a := range openedAttacks() {
 		t.Run(a.name, func(t *testing.T) {
 			for _, sandboxed := range []bool{false, true} {
 				e := newEscapeEnv(t)
-				// Host files a pattern or a playlist could reach: the secret as
-				// text, and a media playlist naming the canary WAV.
-				host := t.TempDir()
-				os.WriteFile(filepath.Join(host, "s1.txt"), []byte(e.secret), 0o644)
-				os.WriteFile(filepath.Join(host, "variant.m3u8"), []byte("#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1.0,\n"+e.wav+"\n#EXT-X-ENDLIST\n"), 0o644)
-				inputs := map[string][]byte{}
-				if a.inputs != nil {
-					for n, c := range a.inputs(e, host) {
-						inputs[n] = []byte(c)
-					}
-				}
-				cmd := strings.ReplaceAll(a.command, "HOST/", strings.TrimPrefix(host, "/")+"/")
-				if !strings.Contains(a.command, "inputs/"+up+"HOST") {
-					cmd = strings.ReplaceAll(a.command, "HOST/", host+"/")
-				}
+				inputs, cmd := a.job(t, e)
 				srv, ups := newServer(t, inputs)
 				m := mj.Manifest{JobID: "job-1", Attempt: 1, InputFiles: map[string]string{}, OutputNames: []string{"out.raw"},
 					FFmpegCommands: []string{cmd}, UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok", AllowLoopback: true, TimeoutSeconds: 60}

@@ -13,6 +13,9 @@
 //   - BenchmarkEtcdCost (etcdcost_test.go): the etcd revisions and bytes one job
 //     with a webhook costs from create to delivered webhook, per kind of key, for a
 //     short job and one that runs 60 s reporting progress.
+//   - BenchmarkWarmLatency, BenchmarkWarmBurst (warm_test.go): the same job on a
+//     warm pool's long-lived runners, one at a time beside raw Nomad, and 200 at
+//     once beside the per-job pool and raw Nomad.
 //
 // Everything is real and on loopback: a Nomad dev agent (testenv.StartNomad) whose
 // raw_exec tasks run the real `mediajobs runner` and ffmpeg, embedded etcd, the
@@ -21,7 +24,7 @@
 // and needs none of it. Each benchmark's one iteration is a whole measurement
 // (run them with -benchtime=1x); the sizes are flags:
 //
-//	go test -run '^$' -bench . -benchtime=1x ./bench/e2e/ -e2e.samples=50 -e2e.batch=100 -e2e.hookconc=64
+//	go test -run '^$' -bench . -benchtime=1x ./bench/e2e/ -e2e.samples=50 -e2e.batch=100 -e2e.hookconc=64 -e2e.warm=2
 package e2e
 
 import (

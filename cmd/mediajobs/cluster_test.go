@@ -22,6 +22,7 @@ import (
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/gateway"
+	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
 )
@@ -130,6 +131,14 @@ pool "cpu" {
 	}
 	g := &gateway.Gateway{Config: cfg, Store: s, Blobs: blobs, Signer: blob.Signer{Secret: []byte(secret), Base: apiURL},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	if g.Warm, err = warmAuth(cfg); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range cfg.Pools {
+		if p.Warm != nil { // its runners would poll this test's gateway forever
+			t.Cleanup(func() { nomad.Client.Jobs().Deregister(jobspecs.WarmJobID(p.Name), true, nil) })
+		}
+	}
 	app := g.App()
 	go app.Listener(ln)
 	t.Cleanup(func() { app.Shutdown() })

@@ -283,3 +283,54 @@ func TestWarmCancelStopsFFmpeg(t *testing.T) {
 		t.Fatalf("next job: %v: %v", next["status"], next["error_message"])
 	}
 }
+
+// TestWarmLeasesSurviveLeaderChange: the leading dispatcher dies while a warm
+// runner runs a job. The lease is etcd's and the runner renews it through the
+// gateway, so the job runs on, once, and the new leader applies its result.
+func TestWarmLeasesSurviveLeaderChange(t *testing.T) {
+	c := newCluster(t, agent, fmt.Sprintf(`
+pool "clwarm" {
+  runner_command = %q
+  cpu            = 100
+  memory         = 128
+  warm {
+    count           = 1
+    max_job_seconds = 60
+    cpu             = 100
+    memory          = 256
+    lease_ttl       = "3s"
+  }
+}`, runnerBin))
+	d1 := c.startDispatcher("d1")
+	testenv.Eventually(t, 30*time.Second, "d1 to lead", d1.leading)
+	d2 := c.startDispatcher("d2")
+	testenv.Eventually(t, 30*time.Second, "d2 to wait", func() bool { return strings.Contains(d2.log.String(), "waiting for leadership") })
+	testenv.Eventually(t, 120*time.Second, "the warm runner to wait for work", func() bool {
+		idle, err := c.store.WarmIdleRunners(context.Background(), "clwarm")
+		return err == nil && len(idle) == 1
+	})
+	body := c.jobBody("leader", "-stream_loop 2 -re -i inputs/in -vf scale=160:-2 -c:v libx264 -preset ultrafast -an outputs/o.mp4")
+	body["machine"], body["timeout_seconds"] = "clwarm", 50
+	id := c.create(body)
+	testenv.Eventually(t, 60*time.Second, "the job to run on the warm runner", func() bool {
+		j := c.job(id)
+		w, _ := j["worker"].(map[string]any)
+		return j["status"] == "running" && w["path"] == "warm"
+	})
+	d1.kill()
+	testenv.Eventually(t, 30*time.Second, "d2 to take over", d2.leading)
+	j := c.waitStatus(id, 90*time.Second, "succeeded", "failed", "cancelled")
+	if j["status"] != "succeeded" {
+		t.Fatalf("job %v: %v", j["status"], j["error_message"])
+	}
+	if st := c.stored(id); st.Attempt != 1 {
+		t.Fatalf("the job ran as attempt %d (%s); the lease should have survived the failover", st.Attempt, st.StatusDetail)
+	}
+	if n := c.inputs.count("leader"); n != 1 {
+		t.Fatalf("the job's input was fetched %d times; want once", n)
+	}
+	testenv.Eventually(t, 30*time.Second, "the webhook", func() bool { return len(hooks.calls(id)) > 0 })
+	if n := len(hooks.calls(id)); n != 1 {
+		t.Fatalf("%d webhooks; want 1", n)
+	}
+}
