@@ -444,6 +444,10 @@ type Warm struct {
 	Memory        int    `hcl:"memory,optional"`          // MiB per runner; default the pool's memory
 	Disk          int    `hcl:"disk,optional"`            // MB ephemeral disk per runner; default the pool's disk
 	LeaseTTL      string `hcl:"lease_ttl,optional"`       // how long a runner that stops renewing keeps its job before it is retried; default "10s", min 3s, max 5m
+	// SpillAfter is how long a job that fits waits for a warm runner, while the
+	// pool has runners, before it is dispatched as its own Nomad child instead;
+	// default "30s". "0s": never wait (only an idle runner takes a job).
+	SpillAfter string `hcl:"spill_after,optional"`
 
 	DefRange      hcl.Range `hcl:",def_range"`
 	CountRange    hcl.Range `hcl:"count,attr_range"`
@@ -454,8 +458,10 @@ type Warm struct {
 	MemoryRange   hcl.Range `hcl:"memory,attr_range"`
 	DiskRange     hcl.Range `hcl:"disk,attr_range"`
 	LeaseTTLRange hcl.Range `hcl:"lease_ttl,attr_range"`
+	SpillRange    hcl.Range `hcl:"spill_after,attr_range"`
 
-	LeaseTTLD time.Duration
+	LeaseTTLD   time.Duration
+	SpillAfterD time.Duration
 }
 
 // Defaults and bounds of a pool's warm block.
@@ -464,6 +470,7 @@ const (
 	DefaultWarmMax           = 10
 	DefaultWarmMaxJobSeconds = 120
 	DefaultWarmLeaseTTL      = "10s"
+	DefaultWarmSpillAfter    = "30s"
 	MinWarmLeaseTTL          = 3 * time.Second
 	MaxWarmLeaseTTL          = 5 * time.Minute
 )
@@ -1075,6 +1082,10 @@ func (w *Warm) check(p *Pool, bad func(hcl.Range, string, string), dur func(stri
 	if w.Disk < 50 {
 		bad(at(w.DiskRange), "Invalid warm disk", fmt.Sprintf("pool %q: warm disk = %d MB is too small; each job's inputs and outputs are kept there (at least 50).", p.Name, w.Disk))
 	}
+	w.SpillAfterD = dur(w.SpillAfter, at(w.SpillRange), "spill_after")
+	if w.SpillAfterD < 0 || w.SpillAfterD > time.Hour {
+		bad(at(w.SpillRange), "Invalid spill_after", fmt.Sprintf("pool %q: warm spill_after = %q must be between \"0s\" (a job that fits goes to Nomad at once when no runner waits) and \"1h\"; default %q.", p.Name, w.SpillAfter, DefaultWarmSpillAfter))
+	}
 	w.LeaseTTLD = dur(w.LeaseTTL, at(w.LeaseTTLRange), "lease_ttl")
 	if w.LeaseTTLD > 0 && (w.LeaseTTLD < MinWarmLeaseTTL || w.LeaseTTLD > MaxWarmLeaseTTL) {
 		bad(at(w.LeaseTTLRange), "Invalid lease_ttl", fmt.Sprintf("pool %q: warm lease_ttl = %q must be between \"3s\" (shorter, a brief pause of a runner or the network would hand its job to another) and \"5m\" (a job whose runner died waits this long to run again); default %q.", p.Name, w.LeaseTTL, DefaultWarmLeaseTTL))
@@ -1193,6 +1204,9 @@ func (p *Pool) applyDefaults() {
 		}
 		if w.LeaseTTL == "" && w.LeaseTTLRange.Filename == "" {
 			w.LeaseTTL = DefaultWarmLeaseTTL
+		}
+		if w.SpillAfter == "" && w.SpillRange.Filename == "" {
+			w.SpillAfter = DefaultWarmSpillAfter
 		}
 	}
 }

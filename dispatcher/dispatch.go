@@ -69,17 +69,23 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context) {
 // allows, in fair-share order (fairPass), and reports whether any read or
 // dispatch failed.
 func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
-	idle := d.warmIdle(ctx, pool)
-	ids, nomad, failed := d.fairPass(ctx, pool, len(idle))
+	idle, busy := d.warmRunners(ctx, pool)
+	extra := len(idle)
+	if busy > 0 || len(idle) > 0 {
+		// Jobs that wait for a busy runner are chosen, and skipped: look past
+		// some of them for jobs Nomad can take.
+		extra += min(64, 4*(busy+len(idle)))
+	}
+	chosen, nomad, refund, failed := d.fairPass(ctx, pool, extra)
 	if failed {
 		return true
 	}
+	// The same fair-share choice serves both paths: the jobs that fit go to the
+	// waiting warm runners first, the rest to Nomad within its window.
 	if len(idle) > 0 {
-		// The same fair-share choice serves both paths: the jobs that fit go to
-		// the waiting warm runners first, the rest to Nomad within its window.
-		ids = d.handWarm(ctx, pool, ids, idle)
+		chosen = d.handWarm(ctx, pool, chosen, idle)
 	}
-	return d.dispatchIDs(ctx, pool, ids[:min(len(ids), nomad)])
+	return d.dispatchIDs(ctx, pool, d.forNomad(ctx, pool, chosen, nomad, busy+len(idle) > 0, refund))
 }
 
 // dispatchIDs dispatches ids in order (dispatchConcurrency at a time) and reports

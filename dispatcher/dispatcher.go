@@ -469,6 +469,11 @@ func (d *Dispatcher) stopWarm(ctx context.Context, pool, why string) error {
 	if job == nil || job.Meta["mediajobs_role"] != warmRole || (job.Stop != nil && *job.Stop) {
 		return nil
 	}
+	// Another installation sharing the Nomad namespace may have a warm pool of
+	// that name: only runners that lease from this one are ours to stop.
+	if c := job.Meta["mediajobs_control"]; c != d.Config.Server.PublicURL {
+		return nil
+	}
 	wo, cancel := d.write(ctx)
 	defer cancel()
 	if _, _, err := d.Jobs.Deregister(id, false, wo); err != nil && !isNotFound(err) {

@@ -143,16 +143,19 @@ func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight
 // jobs to dispatch, in order: at most the window, within max_in_flight. failed
 // reports an etcd read that failed.
 //
-// warm is how many of the pool's warm runners wait for a job: the pass chooses
-// that many more, and nomad says how many of the chosen Nomad may take.
-func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, warm int) (ids []string, nomad int, failed bool) {
+// extra is how many more the pass chooses for a warm pool (warm.go): nomad says
+// how many of the chosen Nomad may take. refund gives back the share of a chosen
+// job that is not dispatched after all (it waits for a warm runner, or the
+// window closed), so the passes count the jobs that started.
+func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra int) (chosen []store.QueueEntry, nomad int, refund func(store.QueueEntry), failed bool) {
+	refund = func(store.QueueEntry) {}
 	fs, ok := d.Store.(fairStore)
 	if !ok {
-		return nil, 0, true
+		return nil, 0, refund, true
 	}
 	inFlight, total, err := fs.PoolInFlight(ctx, pool.Name)
 	if err != nil {
-		return nil, 0, true
+		return nil, 0, refund, true
 	}
 	n, known := d.poolWindow(ctx, pool, total)
 	if !known {
@@ -162,13 +165,13 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, warm int) 
 		n = min(n, pool.MaxInFlight-total)
 	}
 	nomad = max(n, 0)
-	n = nomad + warm
+	n = nomad + extra
 	if n <= 0 {
-		return nil, 0, false
+		return nil, 0, refund, false
 	}
 	entries, legacy, err := fs.PoolQueue(ctx, pool.Name)
 	if err != nil {
-		return nil, 0, true
+		return nil, 0, refund, true
 	}
 	if len(legacy) > 0 {
 		// Queued by a version before fair-share dispatch: moved to their
@@ -178,11 +181,11 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, warm int) 
 		d.wake()
 	}
 	if len(entries) == 0 {
-		return nil, 0, false
+		return nil, 0, refund, false
 	}
 	scheds, err := fs.AccountSchedules(ctx)
 	if err != nil {
-		return nil, 0, true
+		return nil, 0, refund, true
 	}
 	limit := 0
 	if d.Config.Limits != nil {
@@ -206,10 +209,18 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, warm int) 
 		a.Queue = append(a.Queue, e) // key order: first in, first out
 	}
 	passes := d.poolPasses(pool.Name, accounts)
-	for _, e := range fairOrder(accounts, n, passes) {
-		ids = append(ids, e.ID)
+	refund = func(e store.QueueEntry) {
+		a := accounts[e.Account]
+		if a == nil {
+			return
+		}
+		d.passesMu.Lock()
+		defer d.passesMu.Unlock()
+		if p, ok := d.passes[pool.Name][e.Account]; ok {
+			d.passes[pool.Name][e.Account] = p - 1/float64(max(a.Weight, 1))
+		}
 	}
-	return ids, nomad, false
+	return fairOrder(accounts, n, passes), nomad, refund, false
 }
 
 // startPass is where an account's Pass starts when this leader has none for it:

@@ -32,6 +32,8 @@ func (d *Dispatcher) queueMetricsLoop(ctx context.Context) {
 		metrics.JobsRunning.Reset()
 		metrics.OldestQueued.Reset()
 		metrics.OutboxDepth.Reset()
+		metrics.WarmIdle.Reset()
+		metrics.WarmBusy.Reset()
 	}()
 	for {
 		d.countQueues(ctx)
@@ -80,6 +82,14 @@ func (d *Dispatcher) countQueues(ctx context.Context) {
 		metrics.JobsQueued.WithLabelValues(pool.Name).Set(float64(len(entries) + len(legacy)))
 		metrics.OldestQueued.WithLabelValues(pool.Name).Set(oldest)
 		metrics.JobsRunning.WithLabelValues(pool.Name).Set(float64(running))
+		if ws, ok := d.Store.(warmStore); ok && pool.Warm != nil {
+			idle, ierr := d.Store.Count(ctx, ws.WarmIdlePrefix(pool.Name))
+			busy, berr := d.Store.Count(ctx, ws.WarmRunPrefix()+pool.Name+"/")
+			if ierr == nil && berr == nil {
+				metrics.WarmIdle.WithLabelValues(pool.Name).Set(float64(idle))
+				metrics.WarmBusy.WithLabelValues(pool.Name).Set(float64(busy))
+			}
+		}
 	}
 	if n, err := d.Store.Count(ctx, d.Store.OutboxPrefix()); err == nil {
 		metrics.OutboxDepth.WithLabelValues().Set(float64(n))

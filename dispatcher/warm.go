@@ -27,6 +27,7 @@ import (
 // warmStore is what warm pools need of the store; *store.Store has it.
 type warmStore interface {
 	WarmPrefix() string
+	WarmIdlePrefix(pool string) string
 	WarmRunPrefix() string
 	WarmDonePrefix() string
 	WarmIdleRunners(ctx context.Context, pool string) ([]store.WarmIdle, error)
@@ -41,18 +42,23 @@ type warmStore interface {
 // than max_job_seconds): it is dispatched to Nomad.
 var errNotWarm = errors.New("not a warm job")
 
-// warmIdle lists the pool's waiting warm runners; none when the pool is not warm.
-func (d *Dispatcher) warmIdle(ctx context.Context, pool *config.Pool) []store.WarmIdle {
+// warmRunners lists the pool's waiting warm runners and counts its busy ones;
+// none when the pool is not warm.
+func (d *Dispatcher) warmRunners(ctx context.Context, pool *config.Pool) ([]store.WarmIdle, int) {
 	ws, ok := d.Store.(warmStore)
 	if !ok || pool.Warm == nil {
-		return nil
+		return nil, 0
 	}
 	idle, err := ws.WarmIdleRunners(ctx, pool.Name)
 	if err != nil {
 		d.Log.Warn("list warm runners", "pool", pool.Name, "err", err)
-		return nil
+		return nil, 0
 	}
-	return idle
+	busy, err := d.Store.Count(ctx, ws.WarmRunPrefix()+pool.Name+"/")
+	if err != nil {
+		d.Log.Warn("count busy warm runners", "pool", pool.Name, "err", err)
+	}
+	return idle, busy
 }
 
 // fitsWarm tells a job a pool's warm runners take.
@@ -60,17 +66,17 @@ func fitsWarm(pool *config.Pool, j *mj.Job) bool {
 	return pool.Warm != nil && j.TimeoutSeconds > 0 && j.TimeoutSeconds <= pool.Warm.MaxJobSeconds
 }
 
-// handWarm gives the chosen ids that fit to the idle runners, in order, and
-// returns the ids left for Nomad.
-func (d *Dispatcher) handWarm(ctx context.Context, pool *config.Pool, ids []string, idle []store.WarmIdle) (rest []string) {
+// handWarm gives the chosen jobs that fit to the idle runners, in order, and
+// returns the others.
+func (d *Dispatcher) handWarm(ctx context.Context, pool *config.Pool, chosen []store.QueueEntry, idle []store.WarmIdle) (rest []store.QueueEntry) {
 	ws := d.Store.(warmStore)
-	for _, id := range ids {
+	for _, e := range chosen {
 		for {
 			if len(idle) == 0 {
-				rest = append(rest, id)
+				rest = append(rest, e)
 				break
 			}
-			err := d.offerWarm(ctx, ws, pool, id, idle[0])
+			err := d.offerWarm(ctx, ws, pool, e.ID, idle[0])
 			if store.IsWarmGone(err) {
 				idle = idle[1:] // it stopped waiting: the next one
 				continue
@@ -79,15 +85,47 @@ func (d *Dispatcher) handWarm(ctx context.Context, pool *config.Pool, ids []stri
 			case err == nil:
 				idle = idle[1:]
 			case errors.Is(err, errNotWarm):
-				rest = append(rest, id)
+				rest = append(rest, e)
 			case errors.Is(err, errSkip), mj.ErrorCode(err) == mj.ENotFound:
 			default:
-				d.Log.Warn("hand a job to a warm runner; it waits for the next pass", "job", id, "err", err)
+				d.Log.Warn("hand a job to a warm runner; it waits for the next pass", "job", e.ID, "err", err)
 			}
 			break
 		}
 	}
 	return rest
+}
+
+// forNomad returns the ids of the chosen jobs Nomad takes, at most nomad of
+// them. On a warm pool with runners (live), a job that fits waits for one of
+// them, up to the block's spill_after since it was queued: a runner frees in a
+// fraction of Nomad's per-job floor, and a burst of short jobs is not turned
+// into a burst of dispatches. Every chosen job not dispatched gets its share
+// back (refund).
+func (d *Dispatcher) forNomad(ctx context.Context, pool *config.Pool, chosen []store.QueueEntry, nomad int, live bool, refund func(store.QueueEntry)) []string {
+	var ids []string
+	hold := live && pool.Warm != nil && pool.Warm.SpillAfterD > 0
+	var jobs []*mj.Job
+	if hold && len(chosen) > 0 {
+		all := make([]string, len(chosen))
+		for i, e := range chosen {
+			all[i] = e.ID
+		}
+		jobs, _ = d.Store.Jobs(ctx, all)
+	}
+	now := time.Now()
+	for i, e := range chosen {
+		if hold && i < len(jobs) && jobs[i] != nil && fitsWarm(pool, jobs[i]) && now.Sub(jobs[i].QueuedAt) < pool.Warm.SpillAfterD {
+			refund(e) // it waits for a warm runner
+			continue
+		}
+		if len(ids) < nomad {
+			ids = append(ids, e.ID)
+			continue
+		}
+		refund(e)
+	}
+	return ids
 }
 
 // offerWarm hands job id to the idle runner w, with its manifest, and marks it

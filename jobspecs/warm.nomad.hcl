@@ -114,6 +114,8 @@ job "mediajobs-warm" {
   meta {
     mediajobs_pool = var.pool
     mediajobs_role = "warm-runner"
+    # The service the runners lease from: a dispatcher stops only its own.
+    mediajobs_control = var.control_url
   }
 
   dynamic "constraint" {

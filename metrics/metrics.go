@@ -80,6 +80,14 @@ var (
 	JobsRunning = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mediajobs_jobs_running", Help: "Jobs handed to Nomad and not finished (waiting for a node, starting or running), by pool (leading dispatcher).",
 	}, []string{"pool"})
+	// WarmIdle and WarmBusy count a warm pool's runners waiting for a job and
+	// holding one (docs/warm.md): what an autoscaler policy on the warm job reads.
+	WarmIdle = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mediajobs_warm_runners_idle", Help: "Warm runners waiting for a job, by pool (leading dispatcher).",
+	}, []string{"pool"})
+	WarmBusy = promauto.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "mediajobs_warm_runners_busy", Help: "Warm runners holding a job's lease, by pool (leading dispatcher).",
+	}, []string{"pool"})
 	// OldestQueued is the age of the oldest job in a pool's dispatch queue.
 	OldestQueued = promauto.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "mediajobs_oldest_queued_seconds", Help: "Age (since queued_at) of the oldest job in the dispatch queue, 0 when it is empty, by pool (leading dispatcher).",
@@ -99,7 +107,7 @@ var (
 
 	// Dispatches counts Nomad dispatches by pool and result (ok, error).
 	Dispatches = promauto.NewCounterVec(prometheus.CounterOpts{
-		Name: "mediajobs_nomad_dispatches_total", Help: "Nomad dispatches by pool and result (ok, error).",
+		Name: "mediajobs_nomad_dispatches_total", Help: "Nomad dispatches by pool and result (ok, error; warm: a job handed to a warm runner instead).",
 	}, []string{"pool", "result"})
 
 	// DispatcherLeader is 1 while this dispatcher leads, else 0.

@@ -73,10 +73,19 @@ func (n nomadAllocs) AllocStatus(ctx context.Context, id string) (string, string
 // work: nothing measured waits for a runner to start or pays for one stopping.
 func (e *env) scaleWarm(ctx context.Context, n int) error {
 	id := jobspecs.WarmJobID(warmPool)
-	if _, _, err := e.rawJobs.Scale(id, warmGroup, &n, "bench/e2e", false, nil, nil); err != nil {
-		return fmt.Errorf("scale %s to %d: %w", id, n, err)
-	}
 	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		// Nomad refuses to scale a service job while its last deployment (the
+		// registration's, the last scaling's) waits for its allocations to be healthy.
+		_, _, err := e.rawJobs.Scale(id, warmGroup, &n, "bench/e2e", false, nil, nil)
+		if err == nil {
+			break
+		}
+		if !strings.Contains(err.Error(), "active deployment") || time.Now().After(deadline) {
+			return fmt.Errorf("scale %s to %d: %w", id, n, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 	for {
 		running, others, err := e.warmAllocs(id)
 		idle, ierr := e.st.WarmIdleRunners(ctx, warmPool)

@@ -19,6 +19,12 @@
 //     in ./dispatcher): a reconcile pass over 10,000 active jobs and events applied
 //     per second, each the new way beside the old way in the same process, with
 //     their targets (≤ 2 s, ≥ 5,000 events/s).
+//   - warm pools (BenchmarkWarmLatency and BenchmarkWarmBurst in ./bench/e2e): a
+//     trivial job's latency on a warm pool beside raw Nomad's (target: median
+//     ≤ 0.3 s), and a burst of jobs created at once on the warm pool beside the
+//     same burst on the per-job pool and as raw Nomad dispatches: jobs/s (target
+//     ≥ 2 × raw Nomad) and CPU per job (target ≤ raw Nomad's), with the share of
+//     the burst that ran on warm runners.
 //   - etcd cost of one job (BenchmarkEtcdCost in ./bench/e2e): revisions and bytes
 //     from create to delivered webhook, per kind of key, for a short job and a 60 s
 //     one with progress, and the old design's estimate for a job that stored
@@ -132,6 +138,10 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 	for _, j := range EtcdCostJobs {
 		cost = cost || res["EtcdCost/"+j.Name] != nil
 	}
+	warm := false
+	for _, n := range WarmBenchmarks {
+		warm = warm || res[n] != nil
+	}
 	tr := res["Transfer"] != nil
 	scale := false
 	for _, n := range ScaleBenchmarks {
@@ -145,7 +155,7 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 		}
 		printed = true
 	}
-	if gw || !e2e && !cost && !tr && !scale {
+	if gw || !e2e && !warm && !cost && !tr && !scale {
 		sep()
 		complete, met = GatewayTable(w, res)
 	}
@@ -162,6 +172,11 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 	if e2e {
 		sep()
 		c, m := E2ETable(w, res)
+		complete, met = complete && c, met && m
+	}
+	if warm {
+		sep()
+		c, m := WarmTable(w, res)
 		complete, met = complete && c, met && m
 	}
 	if cost {
@@ -423,6 +438,68 @@ func E2ETable(w io.Writer, res Result) (complete, met bool) {
 			fmtVals(h["seq-p50-ms"], 1), fmtVals(h["seq-p95-ms"], 1), seq, TargetWebhookMS, verdict(seq <= TargetWebhookMS))
 	} else {
 		missing("webhooks", "Webhooks")
+	}
+	return complete, met
+}
+
+// WarmBenchmarks are the warm-pool benchmarks of ./bench/e2e (warm_test.go).
+var WarmBenchmarks = []string{"WarmLatency", "WarmBurst"}
+
+// The warm-pool targets: a trivial job on a warm pool succeeds within 0.3 s of
+// its POST (median), and a burst on the warm pool completes at least 2 × the jobs
+// per second of raw Nomad dispatches at no more CPU per job.
+const (
+	TargetWarmP50S     = 0.3
+	TargetWarmRatio    = 2
+	TargetWarmCPURatio = 1
+)
+
+// WarmTable writes the warm-pool table: the warm pool beside the per-job pool and
+// raw Nomad of the same run, each figure the median over the rounds and each
+// ratio the median of the per-round ratios.
+func WarmTable(w io.Writer, res Result) (complete, met bool) {
+	complete, met = true, true
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		met = false
+		return "**missed**"
+	}
+	missing := func(what, bench string) {
+		complete, met = false, false
+		fmt.Fprintf(w, "| %s | – | – | – | – | – | missing (Benchmark%s) |\n", what, bench)
+	}
+	fmt.Fprintln(w, "| warm pools | warm pool | per-job pool (same run) | raw Nomad (same run) | figure | target | result |")
+	fmt.Fprintln(w, "|---|---|---|---|---:|---:|---|")
+	if l := res["WarmLatency"]; has(l, "warm-p50-s", "nomad-p50-s") {
+		p50 := Median(l["warm-p50-s"])
+		ratio, rs := Ratio(l["warm-p50-s"], l["nomad-p50-s"])
+		fmt.Fprintf(w, "| latency, one job at a time, POST → succeeded (s) | median %s, p95 %s | – | median %s, p95 %s | median %.3f s; %.2f × raw Nomad%s | ≤ %.2f s | %s |\n",
+			fmtVals(l["warm-p50-s"], 3), fmtVals(l["warm-p95-s"], 3), fmtVals(l["nomad-p50-s"], 3), fmtVals(l["nomad-p95-s"], 3),
+			p50, ratio, rs, TargetWarmP50S, verdict(p50 <= TargetWarmP50S))
+	} else {
+		missing("latency, one job at a time", "WarmLatency")
+	}
+	if t := res["WarmBurst"]; has(t, "warm-jobs/s", "nomad-jobs/s", "warm-cpu-ms/job", "nomad-cpu-ms/job") {
+		jobs := "jobs"
+		if n := Median(t["jobs"]); n > 0 {
+			jobs = fmt.Sprintf("%.0f jobs", n)
+		}
+		share := ""
+		if has(t, "warm-share-%") {
+			share = fmt.Sprintf("; %s %% ran warm, the rest were dispatched", fmtVals(t["warm-share-%"], 0))
+		}
+		ratio, rs := Ratio(t["warm-jobs/s"], t["nomad-jobs/s"])
+		fmt.Fprintf(w, "| burst, %s created at once (jobs/s) | %s%s | %s | %s | %.2f × raw Nomad%s | ≥ %.2f × | %s |\n", jobs,
+			fmtVals(t["warm-jobs/s"], 2), share, fmtVals(t["mj-jobs/s"], 2), fmtVals(t["nomad-jobs/s"], 2),
+			ratio, rs, float64(TargetWarmRatio), verdict(ratio >= TargetWarmRatio))
+		cpu, cs := Ratio(t["warm-cpu-ms/job"], t["nomad-cpu-ms/job"])
+		fmt.Fprintf(w, "| burst: CPU of the whole machine per job (ms/job) | %s | %s | %s | %.2f × raw Nomad%s | ≤ %.2f × | %s |\n",
+			fmtVals(t["warm-cpu-ms/job"], 0), fmtVals(t["mj-cpu-ms/job"], 0), fmtVals(t["nomad-cpu-ms/job"], 0),
+			cpu, cs, float64(TargetWarmCPURatio), verdict(cpu <= TargetWarmCPURatio))
+	} else {
+		missing("burst, jobs created at once", "WarmBurst")
 	}
 	return complete, met
 }

@@ -241,3 +241,63 @@ func TestScaleTableMissing(t *testing.T) {
 		t.Fatalf("complete=%v met=%v\n%s", complete, met, out.String())
 	}
 }
+
+const warmSample = `pkg: github.com/mediajobs/mediajobs/bench/e2e
+BenchmarkWarmLatency-2   	       1	48894229430 ns/op	         1.05 nomad-p50-s	         1.06 nomad-p95-s	         0.25 warm-p50-s	         0.31 warm-p95-s
+BenchmarkWarmBurst-2     	       1	106360414310 ns/op	       200.0 jobs	       380 mj-cpu-ms/job	         5.0 mj-jobs/s	        27.12 mj-self-cpu-ms/job	       200 nomad-cpu-ms/job	         8.0 nomad-jobs/s	       150 warm-cpu-ms/job	        18.0 warm-jobs/s	        31.57 warm-self-cpu-ms/job	       100 warm-share-%
+BenchmarkWarmLatency-2   	       1	48894229430 ns/op	         1.05 nomad-p50-s	         1.06 nomad-p95-s	         0.35 warm-p50-s	         0.41 warm-p95-s
+BenchmarkWarmBurst-2     	       1	106360414310 ns/op	       200.0 jobs	       380 mj-cpu-ms/job	         5.0 mj-jobs/s	        27.12 mj-self-cpu-ms/job	       200 nomad-cpu-ms/job	        10.0 nomad-jobs/s	       250 warm-cpu-ms/job	        15.0 warm-jobs/s	        31.57 warm-self-cpu-ms/job	        90 warm-share-%
+BenchmarkWarmLatency-2   	       1	48894229430 ns/op	         1.05 nomad-p50-s	         1.06 nomad-p95-s	         0.20 warm-p50-s	         0.30 warm-p95-s
+BenchmarkWarmBurst-2     	       1	106360414310 ns/op	       200.0 jobs	       380 mj-cpu-ms/job	         5.0 mj-jobs/s	        27.12 mj-self-cpu-ms/job	       200 nomad-cpu-ms/job	         9.0 nomad-jobs/s	       190 warm-cpu-ms/job	        20.0 warm-jobs/s	        31.57 warm-self-cpu-ms/job	        95 warm-share-%
+PASS
+`
+
+func TestWarmTable(t *testing.T) {
+	res, failed, err := Parse(strings.NewReader(warmSample), nil)
+	if err != nil || failed {
+		t.Fatal(err, failed)
+	}
+	var out strings.Builder
+	complete, met := Table(&out, res)
+	// Latency: median of 0.25, 0.35, 0.20 = 0.25 s, met. Burst per round: 18/8,
+	// 15/10, 20/9: median 2.22 ×, met; CPU 150/200, 250/200, 190/200: median 0.95 ×.
+	if !complete || !met {
+		t.Fatalf("complete=%v met=%v\n%s", complete, met, out.String())
+	}
+	if strings.Contains(out.String(), "CreateJob") || strings.Contains(out.String(), "throughput, jobs created at once") {
+		t.Errorf("other suites' tables printed:\n%s", out.String())
+	}
+	for _, want := range []string{
+		"| latency, one job at a time, POST → succeeded (s) | median 0.250 (0.200–0.350), p95 0.310 (0.300–0.410) | – | median 1.050 (1.050–1.050), p95 1.060 (1.060–1.060) | median 0.250 s; 0.24 × raw Nomad (0.19–0.33) | ≤ 0.30 s | met |",
+		"| burst, 200 jobs created at once (jobs/s) | 18.00 (15.00–20.00); 95 (90–100) % ran warm, the rest were dispatched | 5.00 (5.00–5.00) | 9.00 (8.00–10.00) | 2.22 × raw Nomad (1.50–2.25) | ≥ 2.00 × | met |",
+		"| burst: CPU of the whole machine per job (ms/job) | 190 (150–250) | 380 (380–380) | 200 (200–200) | 0.95 × raw Nomad (0.75–1.25) | ≤ 1.00 × | met |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// A slow warm latency and a dearer burst miss their targets.
+	slow := strings.NewReplacer("0.25 warm-p50-s", "0.45 warm-p50-s", "0.20 warm-p50-s", "0.40 warm-p50-s", "150 warm-cpu-ms/job", "450 warm-cpu-ms/job",
+		"190 warm-cpu-ms/job", "390 warm-cpu-ms/job").Replace(warmSample)
+	res, _, _ = Parse(strings.NewReader(slow), nil)
+	out.Reset()
+	if _, met := Table(&out, res); met {
+		t.Fatalf("slow warm pool reported met:\n%s", out.String())
+	}
+	for _, want := range []string{"| ≤ 0.30 s | **missed** |", "| 2.22 × raw Nomad (1.50–2.25) | ≥ 2.00 × | met |", "| ≤ 1.00 × | **missed** |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// With the rest of the end-to-end suite: both tables; the burst missing: incomplete.
+	res, _, _ = Parse(strings.NewReader(e2eSample+strings.Split(warmSample, "\n")[1]), nil)
+	out.Reset()
+	if complete, _ := Table(&out, res); complete {
+		t.Fatalf("missing WarmBurst reported complete:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "throughput, jobs created at once") || !strings.Contains(out.String(), "missing (BenchmarkWarmBurst)") {
+		t.Errorf("tables:\n%s", out.String())
+	}
+}

@@ -21,11 +21,7 @@ const warmPool = "short"
 // warmAllocs lists the running allocations of the warm pool's service job.
 func warmAllocs(t *testing.T) []*api.AllocationListStub {
 	t.Helper()
-	c, err := api.NewClient(&api.Config{Address: agent.Addr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stubs, _, err := c.Jobs().Allocations(jobspecs.WarmJobID(warmPool), false, nil)
+	stubs, _, err := agent.Client.Jobs().Allocations(jobspecs.WarmJobID(warmPool), false, nil)
 	if err != nil {
 		return nil
 	}
@@ -44,8 +40,9 @@ func warmLogs(t *testing.T) {
 		if !t.Failed() {
 			return
 		}
-		for _, a := range warmAllocs(t) {
-			t.Log(agent.TaskLogs(a.ID, "runner"))
+		stubs, _, _ := agent.Client.Jobs().Allocations(jobspecs.WarmJobID(warmPool), true, nil)
+		for _, a := range stubs {
+			t.Logf("allocation %s: %s (desired %s)\n%s", a.ID, a.ClientStatus, a.DesiredStatus, agent.TaskLogs(a.ID, "runner"))
 		}
 	})
 }
@@ -332,5 +329,89 @@ pool "clwarm" {
 	testenv.Eventually(t, 30*time.Second, "the webhook", func() bool { return len(hooks.calls(id)) > 0 })
 	if n := len(hooks.calls(id)); n != 1 {
 		t.Fatalf("%d webhooks; want 1", n)
+	}
+	// This installation shares the Nomad agent with the shared stack, whose warm
+	// pool it does not configure: its dispatchers must leave those runners be.
+	other, _, err := agent.Client.Jobs().Info(jobspecs.WarmJobID(warmPool), nil)
+	if err != nil || other.Stop != nil && *other.Stop {
+		t.Fatalf("the other installation's warm job %s was stopped (err %v)", jobspecs.WarmJobID(warmPool), err)
+	}
+}
+
+// scaleWarm sets the warm job's count through Nomad's scale API, as an operator
+// or the autoscaler would (refused while a deployment runs: tried again).
+func scaleWarm(t *testing.T, n int) {
+	t.Helper()
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("Nomad to scale the warm job to %d", n), func() bool {
+		_, _, err := agent.Client.Jobs().Scale(jobspecs.WarmJobID(warmPool), "warm", &n, "warm_e2e_test", false, nil, nil)
+		return err == nil
+	})
+}
+
+// TestWarmScaleWithJobsInFlight: scaling the warm job down while both runners
+// hold a job stops one runner, which gives its job back; the job runs again
+// and, like the other, succeeds once. Scaling up adds a runner that takes jobs.
+func TestWarmScaleWithJobsInFlight(t *testing.T) {
+	needStack(t)
+	warmLogs(t)
+	waitWarm(t)
+	t.Cleanup(func() {
+		scaleWarm(t, 2)
+		waitWarm(t)
+	})
+	// Nomad refuses to scale while a deployment of the job runs: let the last
+	// one finish before the jobs start, so the scale lands while they run.
+	testenv.Eventually(t, 120*time.Second, "the warm job's deployment to finish", func() bool {
+		d, _, err := agent.Client.Jobs().LatestDeployment(jobspecs.WarmJobID(warmPool), nil)
+		return err == nil && (d == nil || d.Status != "running")
+	})
+	a := slowWarmJob(t, fmt.Sprintf("scaleA%d", time.Now().UnixNano()))
+	b := slowWarmJob(t, fmt.Sprintf("scaleB%d", time.Now().UnixNano()))
+	runningOn(t, a)
+	runningOn(t, b)
+	scaleWarm(t, 1)
+	for _, id := range []string{a, b} {
+		if j := call(t, "GET", "/api/jobs/"+id, stack.APIKey, nil).data(t); j["status"] != "running" {
+			t.Fatalf("job %s was %v before the scale landed; the test needs both running", id, j["status"])
+		}
+	}
+	retried := 0
+	for _, id := range []string{a, b} {
+		job := waitTerminal(t, id)
+		if job["status"] != "succeeded" {
+			t.Fatalf("job %s: %v: %v", id, job["status"], job["error_message"])
+		}
+		if strings.Contains(fmt.Sprint(job["status_detail"]), "attempt 2") {
+			retried++
+		}
+		testenv.Eventually(t, 30*time.Second, "the webhook of "+id, func() bool { return len(hooks.calls(id)) > 0 })
+		if n := len(hooks.calls(id)); n != 1 {
+			t.Fatalf("%d webhooks for %s; want 1", n, id)
+		}
+	}
+	if retried != 1 {
+		t.Fatalf("%d jobs ran again; want the one whose runner was scaled away", retried)
+	}
+
+	scaleWarm(t, 3)
+	testenv.Eventually(t, 120*time.Second, "3 warm runners waiting for work", func() bool {
+		idle, err := stack.b.store.WarmIdleRunners(context.Background(), warmPool)
+		return err == nil && len(idle) == 3 && len(warmAllocs(t)) == 3
+	})
+	used := map[string]bool{}
+	var ids []string
+	for i := 0; i < 3; i++ {
+		ids = append(ids, slowWarmJob(t, fmt.Sprintf("scaleC%d%d", i, time.Now().UnixNano())))
+	}
+	for _, id := range ids {
+		used[runningOn(t, id)] = true
+	}
+	if len(used) != 3 {
+		t.Fatalf("3 jobs ran on %d runners; want all 3 busy", len(used))
+	}
+	for _, id := range ids {
+		if job := waitTerminal(t, id); job["status"] != "succeeded" {
+			t.Fatalf("job %s: %v: %v", id, job["status"], job["error_message"])
+		}
 	}
 }
