@@ -116,10 +116,13 @@ func devConfig(path, dataDir string) (*config.Config, error) {
 		cfg.Server.AllowLoopback = true
 		// Both pools, so a newcomer without a GPU sees an nvidia job wait with its
 		// reason, then fail after the queue limit.
-		cfg.Pools = []*config.Pool{{Name: "cpu"}, {Name: "nvidia", GPU: &config.GPU{}, QueueLimit: "2m"}}
+		// Two small warm runners take the cpu pool's short jobs (docs/warm.md).
+		warm := &config.Warm{Count: 2, CPU: 200, Memory: 512}
+		cfg.Pools = []*config.Pool{{Name: "cpu", Warm: warm}, {Name: "nvidia", GPU: &config.GPU{}, QueueLimit: "2m"}}
 		if os.Getenv("MEDIAJOBS_DRIVER") == "docker" {
-			// The worker image built by deploy/worker/build-local.sh (make docker).
-			cfg.Pools[0].Driver, cfg.Pools[0].Image = "docker", "mediajobs-worker:local"
+			// The worker image built by deploy/worker/build-local.sh (make docker);
+			// warm runners run on raw_exec only.
+			cfg.Pools[0].Driver, cfg.Pools[0].Image, cfg.Pools[0].Warm = "docker", "mediajobs-worker:local", nil
 		}
 		cfg.Etcd.DataDir = filepath.Join(dataDir, "etcd")
 		cfg.Dispatcher.Listen = "127.0.0.1:9091" // /metrics, /healthz, /readyz of the dispatcher
