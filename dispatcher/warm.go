@@ -178,8 +178,10 @@ func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.P
 // a runner starts waiting. Every warmResync it goes over all of it again, so
 // nothing a missed event held stays missed (a new leader starts with a pass).
 func (d *Dispatcher) warmLoop(ctx context.Context) {
+	// It runs whether or not a pool is warm now: runs handed out before a warm
+	// block was removed still end here.
 	ws, ok := d.Store.(warmStore)
-	if !ok || !d.anyWarm() {
+	if !ok {
 		return
 	}
 	for ctx.Err() == nil {
@@ -225,16 +227,6 @@ const warmResync = 10 * time.Second
 
 func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
-// anyWarm tells whether a configured pool is warm.
-func (d *Dispatcher) anyWarm() bool {
-	for _, p := range d.Config.Pools {
-		if p.Warm != nil {
-			return true
-		}
-	}
-	return false
-}
-
 // warmSweep applies every done key, and ends the attempts of warm jobs whose run
 // key is gone with no done key (a lapse the watch did not see), and of those past
 // their timeout. It returns the etcd revision it read at, 0 when a read failed.
@@ -247,13 +239,21 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 	for _, wd := range dones {
 		d.applyWarmDone(ctx, ws, wd)
 	}
-	// The active set, then the runs: a run handed out after the first read is not
-	// in it, and one ended after it has a done key (read again below).
-	jobs, err := d.Store.JobsUnder(ctx, d.Store.ActivePrefix())
+	// The active set's warm children, then the runs: a run handed out after the
+	// first read is not in it, and one ended after it has a done key (read again
+	// below). Only the jobs of warm children are read.
+	active, err := d.Store.Client().Get(ctx, d.Store.ActivePrefix(), clientv3.WithPrefix())
 	if err != nil {
-		d.Log.Warn("warm: read active jobs", "err", err)
+		d.Log.Warn("warm: read the active set", "err", err)
 		return 0
 	}
+	var ids []string
+	for _, kv := range active.Kvs {
+		if _, warm := store.WarmRunOfChild(string(kv.Value)); warm {
+			ids = append(ids, store.IDFromKey(string(kv.Key)))
+		}
+	}
+	jobs, _ := d.Store.Jobs(ctx, ids)
 	runs, err := ws.WarmRuns(ctx)
 	if err != nil {
 		d.Log.Warn("warm: list runs", "err", err)
@@ -266,6 +266,9 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 	rev := resp.Header.Revision
 	now := d.now()
 	for _, j := range jobs {
+		if j == nil {
+			continue
+		}
 		run, warm := store.WarmRunOfChild(j.NomadJobID)
 		if !warm || j.Status.Terminal() {
 			continue
