@@ -50,7 +50,7 @@ type AllocStatus interface {
 // warmStore is what the lease endpoints need of the store; *store.Store has it.
 type warmStore interface {
 	PutWarmIdle(ctx context.Context, w store.WarmIdle) (int64, error)
-	StopWaiting(ctx context.Context, pool, alloc string) (*store.WarmRun, error)
+	StopWaiting(ctx context.Context, pool, alloc string, rev int64) (*store.WarmRun, error)
 	WarmRunOf(ctx context.Context, pool, alloc string) (*store.WarmRun, error)
 	WarmRunKey(pool, alloc string) string
 	FinishWarmRun(ctx context.Context, d store.WarmDone) error
@@ -184,7 +184,7 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 	run := g.waitRun(wait, w, rev)
 	stop() // the runner renews from here on; a wait that ends with no job ends its lease
 	if run == nil {
-		if run, err = w.ws.StopWaiting(context.WithoutCancel(ctx), w.pool.Name, w.alloc); err != nil {
+		if run, err = w.ws.StopWaiting(context.WithoutCancel(ctx), w.pool.Name, w.alloc, rev); err != nil {
 			return err
 		}
 	}

@@ -92,13 +92,14 @@ func (s *Store) PutWarmIdle(ctx context.Context, w WarmIdle) (int64, error) {
 	return resp.Header.Revision, nil
 }
 
-// StopWaiting ends a runner's wait: the idle key goes, unless a job was handed
-// to it meanwhile, which it returns.
-func (s *Store) StopWaiting(ctx context.Context, pool, alloc string) (*WarmRun, error) {
-	runKey := s.WarmRunKey(pool, alloc)
+// StopWaiting ends a runner's wait, whose idle key PutWarmIdle wrote at rev:
+// the key goes (unless a later poll of the runner wrote it again), unless a job
+// was handed to the runner meanwhile, which it returns.
+func (s *Store) StopWaiting(ctx context.Context, pool, alloc string, rev int64) (*WarmRun, error) {
+	runKey, idleKey := s.WarmRunKey(pool, alloc), s.WarmIdleKey(pool, alloc)
 	resp, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(runKey), "=", 0)).
-		Then(clientv3.OpDelete(s.WarmIdleKey(pool, alloc))).
+		Then(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(idleKey), "=", rev)}, []clientv3.Op{clientv3.OpDelete(idleKey)}, nil)).
 		Else(clientv3.OpGet(runKey)).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("end a warm runner's wait: %w", err)

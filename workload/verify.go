@@ -189,11 +189,21 @@ func verifyWith(jws *jose.JSONWebSignature, hdr jose.Header, keys []jose.JSONWeb
 	return nil, fmt.Errorf("token signature does not verify with signing key %q", clip(hdr.KeyID))
 }
 
+// keyMaxAge is how long fetched keys are trusted before they are read again.
+const keyMaxAge = 15 * time.Minute
+
 // keysFor returns the cached keys with kid, refetching the JWKS once (shared
 // by concurrent callers, at most every MinRefetch) when there are none.
 func (v *Verifier) keysFor(ctx context.Context, kid string) ([]jose.JSONWebKey, error) {
 	v.mu.Lock()
 	if ks := v.keys.Key(kid); len(ks) > 0 {
+		// Known: used now, and read again in the background once old, so a
+		// key Nomad stopped publishing (rotated out, revoked) is dropped.
+		if now := v.now(); v.inflight == nil && now.Sub(v.lastFetch) > keyMaxAge {
+			c := &fetchCall{done: make(chan struct{})}
+			v.inflight, v.lastFetch = c, now
+			go v.fetch(context.WithoutCancel(ctx), c)
+		}
 		v.mu.Unlock()
 		return ks, nil
 	}

@@ -570,3 +570,29 @@ job %q {
 	other := &Verifier{JWKSURL: v.JWKSURL, Audience: "vault.io"}
 	refused(t, other, string(tok), `audience ["mediajobs"] not accepted`)
 }
+
+// TestVerifyReadsOldKeysAgain: a key Nomad stopped publishing is dropped once
+// the keys are older than keyMaxAge, even though no unknown kid asked for them:
+// the first use after that reads them again in the background.
+func TestVerifyReadsOldKeysAgain(t *testing.T) {
+	j := newJWKS(t)
+	k := rsaKey(t, "k")
+	j.set(k.public())
+	clk := &clock{now: t0}
+	v := newVerifier(j, clk)
+	tok := sign(t, k, claims())
+	if _, err := v.Verify(context.Background(), tok); err != nil {
+		t.Fatal(err)
+	}
+	j.set(rsaKey(t, "other").public()) // k revoked
+	clk.add(keyMaxAge + time.Second)
+	if _, err := v.Verify(context.Background(), tok); err != nil {
+		t.Fatalf("a cached key is used while it is read again: %v", err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the keys to be read again", func() bool {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return j.fetches.Load() == 2 && v.inflight == nil
+	})
+	refused(t, v, tok, `signing key "k" unknown`)
+}
