@@ -127,22 +127,28 @@ func (g *Gateway) authKey(c *fiber.Ctx, hash string) (mj.APIKey, error) {
 	if key, ok := g.keys.get(hash, now); ok {
 		return key, nil
 	}
-	attempt, err := g.beginAuth(c)
-	if err != nil {
-		return mj.APIKey{}, err
-	}
-	if g.badKeys.bad(hash, now) {
-		return mj.APIKey{}, errBadKey
-	}
-	gen := g.badKeys.generation()
-	key, err := g.lookupKey(c.UserContext(), hash)
-	switch {
-	case err == errBadKey:
-		g.badKeys.put(hash, now, gen)
-	case err == nil:
-		attempt.ok()
-	}
-	return key, err
+	// Concurrent requests with one uncached key (a client's burst as its key's
+	// cache entry expires) make one attempt: each of them taking a token of the
+	// failure limit would turn a good key's burst into 429s.
+	v, err, _ := g.authFlight.Do(hash, func() (any, error) {
+		attempt, err := g.beginAuth(c)
+		if err != nil {
+			return mj.APIKey{}, err
+		}
+		if g.badKeys.bad(hash, now) {
+			return mj.APIKey{}, errBadKey
+		}
+		gen := g.badKeys.generation()
+		key, err := g.lookupKey(c.UserContext(), hash)
+		switch {
+		case err == errBadKey:
+			g.badKeys.put(hash, now, gen)
+		case err == nil:
+			attempt.ok()
+		}
+		return key, err
+	})
+	return v.(mj.APIKey), err
 }
 
 // lookupKey returns the key with this hash, from the cache or etcd; errBadKey when

@@ -16,6 +16,7 @@ import (
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/store"
+	"github.com/mediajobs/mediajobs/testenv"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
@@ -346,5 +347,50 @@ func TestManyKeys(t *testing.T) {
 	// Bob cannot revoke alice's key.
 	if s, _, _ := h.do("DELETE", "/api/keys/"+keys[0].ID, "bob", nil); s != 404 {
 		t.Fatalf("another account's key: HTTP %d, want 404", s)
+	}
+}
+
+// gatedStore holds every API key read until open is closed.
+type gatedStore struct {
+	*countingStore
+	open chan struct{}
+}
+
+func (s *gatedStore) APIKeyByHash(ctx context.Context, hash string) (*mj.APIKey, error) {
+	s.keyReads.Add(1)
+	<-s.open
+	return s.Store.APIKeyByHash(ctx, hash)
+}
+
+// A burst of requests with a good key that is not cached (its cache entry just
+// expired) makes one read and one attempt against the failure limit: none of
+// them is answered 429 however many arrive together.
+func TestGoodKeyBurstIsNotLimited(t *testing.T) {
+	h := newHarness(t)
+	cs := limitAuthFailures(h)
+	h.gw.Config.Server.AuthFailureBurst = 2
+	g := &gatedStore{countingStore: cs, open: make(chan struct{})}
+	h.gw.Store = g
+	const n = 40
+	statuses := make(chan int, n)
+	var started atomic.Int64
+	for range n {
+		go func() {
+			started.Add(1)
+			s, _, _ := h.do("GET", "/api/jobs", "alice", nil)
+			statuses <- s
+		}()
+	}
+	testenv.Eventually(t, 10*time.Second, "the burst to start and the key to be read", func() bool {
+		return started.Load() == n && g.keyReads.Load() >= 1
+	})
+	close(g.open)
+	for range n {
+		if s := <-statuses; s != 200 {
+			t.Fatalf("a request of the burst: HTTP %d; want 200", s)
+		}
+	}
+	if r := g.keyReads.Load(); r != 1 {
+		t.Fatalf("%d key reads for one key; want 1", r)
 	}
 }

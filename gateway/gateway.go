@@ -22,6 +22,7 @@ import (
 	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/valyala/fasthttp"
+	"golang.org/x/sync/singleflight"
 )
 
 // Store is what the gateway needs of the job store.
@@ -76,6 +77,7 @@ type Gateway struct {
 	// failures limits failed authentications per client address; badKeys and
 	// badSessions remember credentials just found bad (authlimit.go).
 	failures    failureLimiter
+	authFlight  singleflight.Group // authKey's lookups of one uncached key, shared
 	badKeys     badCreds
 	badSessions badCreds
 	proxies     []netip.Prefix // server.trusted_proxies
