@@ -151,6 +151,8 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 		j.StatusDetail = mj.Clip(fill(1<<20), mj.MaxDetailBytes)
 		j.PlacementReason = mj.Clip(fill(1<<20), mj.MaxDetailBytes)
 		j.NomadJobID = name("mediajobs-"+j.Machine+"/dispatch-"+j.ID, 200)
+		// Set by the dispatcher from Nomad's ids: a child's, and an allocation's.
+		j.Worker = &mj.Worker{Path: mj.WorkerDispatch, NomadJobID: j.NomadJobID, AllocationID: "01234567-89ab-cdef-0123-456789abcdef"}
 		pct, eta := -math.MaxFloat64, -math.MaxFloat64
 		j.Progress = &mj.Progress{Percent: &pct, CommandIndex: math.MinInt, CommandCount: math.MinInt, FPS: -math.MaxFloat64,
 			Speed: -math.MaxFloat64, OutTimeSeconds: -math.MaxFloat64, ETASeconds: &eta, UpdatedAt: now}
