@@ -113,7 +113,7 @@ func (d *Dispatcher) forNomad(ctx context.Context, pool *config.Pool, chosen []s
 		}
 		jobs, _ = d.Store.Jobs(ctx, all)
 	}
-	now := time.Now()
+	now := d.now()
 	for i, e := range chosen {
 		if hold && i < len(jobs) && jobs[i] != nil && fitsWarm(pool, jobs[i]) && now.Sub(jobs[i].QueuedAt) < pool.Warm.SpillAfterD {
 			refund(e) // it waits for a warm runner

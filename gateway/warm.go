@@ -103,6 +103,11 @@ func (g *Gateway) warmCall(c *fiber.Ctx) (*warmCaller, error) {
 	if !ok || token == "" {
 		return nil, mj.Errorf(mj.EBadAPIKey, "a warm runner authenticates with its Nomad workload identity: Authorization: Bearer <the JWT in ${NOMAD_SECRETS_DIR}/nomad_mediajobs.jwt>")
 	}
+	// The identity first: nothing about pools is said to a caller without one.
+	claims, err := g.Warm.Verifier.Verify(c.UserContext(), token)
+	if err != nil {
+		return nil, mj.Errorf(mj.EBadAPIKey, "workload identity refused: %v", err)
+	}
 	body, err := g.jsonBody(c)
 	if err != nil {
 		return nil, err
@@ -114,10 +119,6 @@ func (g *Gateway) warmCall(c *fiber.Ctx) (*warmCaller, error) {
 	pool := g.Config.Pool(req.Pool)
 	if pool == nil || pool.Warm == nil {
 		return nil, mj.Errorf(mj.ENotFound, "pool %q has no warm runners", mj.Clip(req.Pool, 64))
-	}
-	claims, err := g.Warm.Verifier.Verify(c.UserContext(), token)
-	if err != nil {
-		return nil, mj.Errorf(mj.EBadAPIKey, "workload identity refused: %v", err)
 	}
 	if want := jobspecs.WarmJobID(pool.Name); claims.JobID != want {
 		return nil, mj.Errorf(mj.EForbidden, "the identity is of Nomad job %q, not of pool %s's warm runners (%s)", claims.JobID, pool.Name, want)
@@ -274,6 +275,15 @@ func (g *Gateway) warmDone(c *fiber.Ctx) error {
 		return mj.Errorf(mj.EValidation, "outcome must be \"reported\", \"stopped\" or \"fault\"")
 	}
 	ctx := c.UserContext()
+	// The lease revoked below is the run's own: one a request names could be
+	// another runner's.
+	cur, err := w.ws.WarmRunOf(ctx, w.pool.Name, w.alloc)
+	if err != nil {
+		return err
+	}
+	if cur == nil || cur.Run != w.req.Run || cur.Lease != w.req.Lease {
+		return errLeaseGone(w.req.Run)
+	}
 	err = w.ws.FinishWarmRun(ctx, store.WarmDone{Run: w.req.Run, JobID: w.req.JobID, Attempt: w.req.Attempt, Pool: w.pool.Name, Alloc: w.alloc,
 		Outcome: w.req.Outcome, Why: mj.Clip(w.req.Why, 500)})
 	if errors.Is(err, store.ErrWarmGone) {
@@ -282,6 +292,6 @@ func (g *Gateway) warmDone(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	w.ws.Client().Revoke(ctx, clientv3.LeaseID(w.req.Lease))
+	w.ws.Client().Revoke(ctx, clientv3.LeaseID(cur.Lease))
 	return c.SendStatus(fiber.StatusNoContent)
 }

@@ -1,7 +1,8 @@
 // Command mediajobs-cluster is what `make cluster` runs: the multi-process
 // cluster of package testenv/cluster (3 etcd members, a Nomad server and 2
-// clients, MinIO, 2 gateways, 2 dispatchers) on loopback, for a person to try
-// until Ctrl-C or SIGTERM stops it. Not for production.
+// clients, MinIO, 2 gateways, 2 dispatchers, and the 2 warm runners of pool
+// "short") on loopback, for a person to try until Ctrl-C or SIGTERM stops it.
+// Not for production.
 package main
 
 import (
@@ -74,6 +75,8 @@ mediajobs cluster is up (%s).
   API key     %[4]s
   etcd        %[5]s
   Nomad       %[6]s (UI: %[6]s/ui/jobs), clients %[7]s
+  warm pool   machine %[12]q: jobs with timeout_seconds <= %[13]d run on the %[14]d runners
+              of Nomad job %[15]s, which lease them through %[11]s
   MinIO       %[8]s, bucket %[9]s
   files       %[10]s (configs, data and a log per process)
 
@@ -82,11 +85,16 @@ Try it: create through one gateway (waiting for the result), read through the ot
     -d '{"output_files":["out.mp4"],"ffmpeg_commands":["-f lavfi -i testsrc=duration=3 -c:v libx264 {{out.mp4}}"]}' \
     '%[2]s/api/ffmpeg?wait=true'
   curl -s -H "Authorization: Bearer %[4]s" '%[3]s/api/jobs/JOB_ID'
+The same on a warm runner (the job's worker.path says "warm"):
+  curl -s -H "Authorization: Bearer %[4]s" -H "Content-Type: application/json" \
+    -d '{"machine":"%[12]s","timeout_seconds":30,"output_files":["out.mp4"],"ffmpeg_commands":["-f lavfi -i testsrc=duration=3 -c:v libx264 {{out.mp4}}"]}' \
+    '%[2]s/api/ffmpeg?wait=true'
 
 Ctrl-C stops everything.
 `, time.Since(started).Round(time.Second), c.GatewayURLs[0], c.GatewayURLs[1], c.APIKey,
 		strings.Join(c.EtcdEndpoints, " "), c.NomadAddr, c.NomadClients[0].Name+", "+c.NomadClients[1].Name,
-		c.MinIO.Endpoint, c.MinIO.Bucket, abs(dir), c.PublicURL)
+		c.MinIO.Endpoint, c.MinIO.Bucket, abs(dir), c.PublicURL,
+		cluster.WarmPool, cluster.WarmMaxJobSeconds, cluster.WarmRunners, cluster.WarmJobID)
 	<-ctx.Done()
 	return nil
 }

@@ -2,8 +2,9 @@
 // one machine: a 3-member etcd cluster, a Nomad server with two client agents,
 // MinIO, two gateways with no shared disk and two dispatchers, each its own
 // process on loopback ports, each gateway and dispatcher with its own config file
-// rendered from one template. Tests kill and restart its processes to inject
-// faults; `make cluster` starts it for a person to try.
+// rendered from one template, and the warm runners of pool WarmPool (Nomad's
+// service job mediajobs-short-warm, docs/warm.md). Tests kill and restart its
+// processes to inject faults; `make cluster` starts it for a person to try.
 package cluster
 
 import (
@@ -25,6 +26,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -43,8 +45,9 @@ type Options struct {
 	GatewayAddrs [2]string
 	// APIKey is the "dev" account's key (default: a new one).
 	APIKey string
-	// ClientCPU is each Nomad client's compute in MHz (default 2000): with the
-	// pool's 500 MHz, four jobs run at a time per client.
+	// ClientCPU is each Nomad client's compute in MHz (default 2200): four of the
+	// cpu pool's 500 MHz jobs run at a time per client, beside one warm runner
+	// (WarmRunnerCPU).
 	ClientCPU int
 	// ExtraHCL is appended to every gateway's and dispatcher's config.
 	ExtraHCL string
@@ -77,9 +80,19 @@ type Cluster struct {
 	lb   *http.Server
 }
 
+// The warm pool every gateway and dispatcher configures (docs/warm.md): jobs on
+// machine WarmPool whose timeout_seconds is at most WarmMaxJobSeconds run on
+// its WarmRunners long-lived runners, which lease them through PublicURL.
+const (
+	WarmPool          = "short"
+	WarmRunners       = 2
+	WarmMaxJobSeconds = 60
+	WarmRunnerCPU     = 200 // MHz per runner
+)
+
 // Start brings the whole cluster up and returns once every gateway answers
-// /readyz, both Nomad clients are ready, and a dispatcher leads. On an error,
-// what was started is stopped.
+// /readyz, both Nomad clients are ready, a dispatcher leads and the warm
+// runners wait for work. On an error, what was started is stopped.
 func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if o.Self == "" {
 		if o.Self, err = os.Executable(); err != nil {
@@ -87,7 +100,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		}
 	}
 	if o.ClientCPU == 0 {
-		o.ClientCPU = 2000
+		o.ClientCPU = 4*500 + WarmRunnerCPU
 	}
 	for _, b := range []struct{ name, path string }{{"mediajobs", o.Mediajobs}, {"nomad", o.Nomad}, {"minio", o.MinIO}} {
 		if b.path == "" {
@@ -216,6 +229,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 			cfg, err := c.render(configData{
 				Listen: gw[i], Public: c.PublicURL, Secret: secret, Endpoints: c.EtcdEndpoints, Prefix: c.Prefix,
 				Nomad: c.NomadAddr, Storage: c.MinIO.URL(), Dir: dir, Runner: o.Mediajobs, Extra: o.ExtraHCL,
+				WarmPool: WarmPool, WarmRunners: WarmRunners, WarmMaxJob: WarmMaxJobSeconds, WarmCPU: WarmRunnerCPU,
 			})
 			if err != nil {
 				return c, err
@@ -247,12 +261,20 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 		return c, err
 	}
 	say("gateways %s behind %s; dispatchers up, one leading", strings.Join(c.GatewayURLs, ", "), c.PublicURL)
+	// The leader registers the warm job; its runners then lease through the
+	// load balancer with their workload identities.
+	if err := c.WaitWarm(ctx, 120*time.Second); err != nil {
+		return c, err
+	}
+	say("%d warm runners of pool %q (Nomad job %s) wait for work", WarmRunners, WarmPool, WarmJobID)
 	return c, nil
 }
 
 type configData struct {
 	Listen, Public, Secret, Prefix, Nomad, Storage, Dir, Runner, Extra string
 	Endpoints                                                          []string
+	WarmPool                                                           string
+	WarmRunners, WarmMaxJob, WarmCPU                                   int
 }
 
 // configTemplate is every gateway's and dispatcher's config: the same but for
@@ -292,6 +314,20 @@ pool "cpu" {
   runner_command = {{q .Runner}}
   cpu            = 500
   memory         = 128
+}
+# Short jobs run on long-lived warm runners (docs/warm.md); a runner that stops
+# renewing loses its job after lease_ttl.
+pool {{q .WarmPool}} {
+  runner_command = {{q .Runner}}
+  cpu            = 500
+  memory         = 128
+  warm {
+    count           = {{.WarmRunners}}
+    max_job_seconds = {{.WarmMaxJob}}
+    cpu             = {{.WarmCPU}}
+    memory          = 256
+    lease_ttl       = "3s"
+  }
 }
 {{.Extra}}
 `))
@@ -439,6 +475,18 @@ func (c *Cluster) WaitGateway(ctx context.Context, i int, timeout time.Duration)
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK, fmt.Errorf("readyz: %s", resp.Status)
+	})
+}
+
+// WarmJobID is the Nomad service job of WarmPool's runners.
+var WarmJobID = jobspecs.WarmJobID(WarmPool)
+
+// WaitWarm waits until all WarmRunners runners wait for work (each holds a
+// poll, so its idle key is in etcd).
+func (c *Cluster) WaitWarm(ctx context.Context, timeout time.Duration) error {
+	return poll(ctx, timeout, fmt.Sprintf("%d warm runners waiting for work", WarmRunners), func() (bool, error) {
+		idle, err := c.Store.WarmIdleRunners(ctx, WarmPool)
+		return len(idle) == WarmRunners, err
 	})
 }
 

@@ -15,11 +15,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
 	"github.com/mediajobs/mediajobs/testenv/cluster"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -34,12 +36,18 @@ func TestMain(m *testing.M) {
 // its native rate (-re), so the jobs take wall time, not CPU.
 const jobSeconds = 4
 
+// shortTimeout is the timeout_seconds of the jobs on the warm pool: at most its
+// max_job_seconds, so they run on its warm runners.
+const shortTimeout = 30
+
 // TestClusterSurvivesFaults runs 50 jobs of a few seconds through the two
 // gateways of a real multi-process cluster while it kills -9, in turn, the
-// leading dispatcher, a gateway, an etcd member and a Nomad client with work on
-// it. Afterwards every job has succeeded exactly once, every output downloads
-// through either gateway, every webhook was delivered once, and Nomad runs
-// nothing. Each fault's recovery time is logged.
+// leading dispatcher, a gateway, an etcd member, a warm runner with a job and a
+// Nomad client with work on it. One job in three is short enough for the warm
+// pool (docs/warm.md). Afterwards every job has succeeded exactly once, some on
+// warm runners, every output downloads through either gateway, every webhook
+// was delivered once, and Nomad runs nothing but the warm runners, which hold
+// no job. Each fault's recovery time is logged.
 func TestClusterSurvivesFaults(t *testing.T) {
 	for _, b := range []string{"ffmpeg", "ffprobe", "bwrap"} {
 		testenv.Binary(t, b)
@@ -97,20 +105,29 @@ func TestClusterSurvivesFaults(t *testing.T) {
 
 	api0 := client{base: c.GatewayURLs[0], key: c.APIKey}
 	api1 := client{base: c.GatewayURLs[1], key: c.APIKey}
-	var ids []string
+	var ids, shortIDs []string
 	create := func(via client, n int) {
 		for i := 0; i < n; i++ {
 			tag := fmt.Sprintf("j%02d", len(ids))
-			id, err := via.create(map[string]any{
+			body := map[string]any{
 				"input_files":     map[string]string{"in": inputs.URL + "/clip.mp4?job=" + tag},
 				"output_files":    []string{"out.mp4"},
 				"ffmpeg_commands": []string{"-re -i {{in}} -c copy {{out.mp4}}"},
 				"webhook_url":     hookSrv.URL + "/" + tag,
-			})
+			}
+			// One in three, in every wave, fits the warm pool.
+			short := len(ids)%3 == 2
+			if short {
+				body["machine"], body["timeout_seconds"] = cluster.WarmPool, shortTimeout
+			}
+			id, err := via.create(body)
 			if err != nil {
 				t.Fatalf("create %s via %s: %v", tag, via.base, err)
 			}
 			ids = append(ids, id)
+			if short {
+				shortIDs = append(shortIDs, id)
+			}
 		}
 	}
 	// The first wave alternates between the gateways.
@@ -178,22 +195,66 @@ func TestClusterSurvivesFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	report("gateway1 restarted", "until /readyz answers 200", time.Since(t1))
-	create(api0, 10) // 50 in all
+	create(api0, 5)
 
-	// 4. A Nomad client with allocations dies with its tasks, as a machine would.
-	// Its work is lost: Nomad keeps the allocations "unknown" (our jobspecs'
-	// disconnect block) and the dispatcher runs those jobs again elsewhere after
-	// disconnect_grace (10s here); the node's own allocations never publish.
-	var victim int
-	var lostJobs []string
-	testenv.Eventually(t, 90*time.Second, "a Nomad client running jobs", func() bool {
-		for i := range c.NomadClients {
-			if lostJobs = jobsOnNode(t, c, i); len(lostJobs) > 0 {
-				victim = i
+	// 4. A warm runner dies with a job (kill -9 of its process, as a crash). The
+	// runner Nomad restarts in place gives the job up at its first poll, or its
+	// lease lapses (lease_ttl 3s): either way it runs again, once, as attempt 2.
+	// The job is one that just started, so it cannot finish before the kill.
+	var warmVictim *mj.Job
+	var warmPid int
+	testenv.Eventually(t, 90*time.Second, "a short job just started on a warm runner", func() bool {
+		jobs, _ := c.Store.Jobs(ctx, shortIDs)
+		for _, j := range jobs {
+			if j == nil || j.Status != mj.StatusRunning || j.Attempt != 1 || j.Worker == nil || j.Worker.Path != mj.WorkerWarm ||
+				j.AttemptStartedAt == nil || time.Since(*j.AttemptStartedAt) > 2*time.Second {
+				continue
+			}
+			if pids := testenv.ProcessesWith("NOMAD_ALLOC_ID="+j.Worker.AllocationID, "runner", "-warm"); len(pids) == 1 {
+				warmVictim, warmPid = j, pids[0]
 				return true
 			}
 		}
 		return false
+	})
+	t0 = time.Now()
+	if err := syscall.Kill(warmPid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 60*time.Second, "the killed warm runner's job to run again", func() bool {
+		j, err := c.Store.Job(ctx, warmVictim.ID)
+		return err == nil && (j.Attempt >= 2 || j.Status.Terminal())
+	})
+	report("kill -9 warm runner with a job", "until its job runs again (attempt 2)", time.Since(t0))
+	testenv.Eventually(t, 90*time.Second, "the killed warm runner's job to finish", func() bool { return w.isTerminal(warmVictim.ID) })
+	report("", "until it finished", time.Since(t0))
+	if j, err := c.Store.Job(ctx, warmVictim.ID); err != nil || j.Status != mj.StatusSucceeded || j.Attempt != 2 {
+		t.Errorf("the job of the killed warm runner: %+v (%v); want succeeded on attempt 2", j, err)
+	}
+	testenv.Eventually(t, 60*time.Second, "Nomad to restart the killed warm runner", func() bool {
+		return len(testenv.ProcessesWith("NOMAD_ALLOC_ID="+warmVictim.Worker.AllocationID, "runner", "-warm")) == 1
+	})
+	report("", "until Nomad restarted the runner", time.Since(t0))
+	create(api0, 5) // 50 in all: fresh work for the next fault
+
+	// 5. A Nomad client with allocations dies with its tasks, as a machine would.
+	// Its work is lost: Nomad keeps the allocations "unknown" (our jobspecs'
+	// disconnect block) and the dispatcher runs those jobs again elsewhere after
+	// disconnect_grace (10s here); the node's own allocations never publish. A
+	// warm runner there loses its job when its lease lapses, and its allocation
+	// is replaced on the other client. A client with a busy warm runner is
+	// preferred, when there is one.
+	var victim, lostWarm int
+	var lostJobs []string
+	testenv.Eventually(t, 90*time.Second, "a Nomad client running jobs", func() bool {
+		victim, lostJobs, lostWarm = -1, nil, 0
+		for i := range c.NomadClients {
+			jobs, warm := jobsOnNode(t, c, i, shortIDs)
+			if len(jobs) > 0 && (victim < 0 || warm > 0) {
+				victim, lostJobs, lostWarm = i, jobs, warm
+			}
+		}
+		return victim >= 0
 	})
 	t0 = time.Now()
 	c.NomadClients[victim].Kill()
@@ -205,7 +266,7 @@ func TestClusterSurvivesFaults(t *testing.T) {
 		}
 		return true
 	})
-	report(fmt.Sprintf("kill -9 %s with %d jobs", c.NomadClients[victim].Name, len(lostJobs)), "until they are dispatched again (attempt 2)", time.Since(t0))
+	report(fmt.Sprintf("kill -9 %s with %d jobs (%d warm)", c.NomadClients[victim].Name, len(lostJobs), lostWarm), "until they run again (attempt 2)", time.Since(t0))
 	testenv.Eventually(t, 3*time.Minute, "the lost node's jobs to finish elsewhere", func() bool {
 		for _, id := range lostJobs {
 			if !w.isTerminal(id) {
@@ -226,10 +287,14 @@ func TestClusterSurvivesFaults(t *testing.T) {
 
 	// Afterwards.
 	testenv.Eventually(t, 4*time.Minute, "every job terminal", func() bool { return w.terminalCountOf(ids) == len(ids) })
+	paths := map[string]int{}
 	for i, id := range ids {
 		j, err := []client{api0, api1}[i%2].job(id)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if j.Machine == cluster.WarmPool && j.Worker != nil {
+			paths[j.Worker.Path]++
 		}
 		if j.Status != "succeeded" {
 			t.Errorf("job %s: %s: %s", id, j.Status, j.ErrorMessage)
@@ -253,6 +318,10 @@ func TestClusterSurvivesFaults(t *testing.T) {
 			t.Errorf("job %s: out.mp4 downloads differ between the gateways (%d and %d bytes)", id, len(got[0]), len(got[1]))
 		}
 	}
+	t.Logf("%d short jobs: %d ran last on a warm runner, %d dispatched", len(shortIDs), paths[mj.WorkerWarm], paths[mj.WorkerDispatch])
+	if paths[mj.WorkerWarm] == 0 {
+		t.Errorf("no short job ran on a warm runner (worker.path of %d short jobs: %v)", len(shortIDs), paths)
+	}
 	for _, p := range w.problems(ids) {
 		t.Error(p)
 	}
@@ -260,15 +329,20 @@ func TestClusterSurvivesFaults(t *testing.T) {
 	for _, p := range hooks.problems(ids) {
 		t.Error(p)
 	}
+	// Nomad runs nothing for the jobs: no dispatched child (of either pool) and no
+	// runner process. The warm service job's allocations are not counted: they
+	// run by design, between jobs; they must hold no run.
 	var live, procs []string
+	var runs map[string]store.WarmRun
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		live, procs = liveChildren(t, c.Nomad), runnerProcs(ids)
-		if len(live) == 0 && len(procs) == 0 {
+		runs, err = c.Store.WarmRuns(ctx)
+		if len(live) == 0 && len(procs) == 0 && err == nil && len(runs) == 0 {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after 2m, Nomad children not dead:\n%s\nrunner processes: %v", strings.Join(live, "\n"), procs)
+			t.Fatalf("after 2m, Nomad children not dead:\n%s\nrunner processes: %v\nwarm runs: %v (%v)", strings.Join(live, "\n"), procs, runs, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -287,6 +361,8 @@ type client struct{ base, key string }
 type jobView struct {
 	ID           string            `json:"id"`
 	Status       string            `json:"status"`
+	Machine      string            `json:"machine"`
+	Worker       *mj.Worker        `json:"worker"`
 	ErrorMessage string            `json:"error_message"`
 	OutputFiles  map[string]string `json:"output_files"`
 	Outputs      map[string]struct {
@@ -519,15 +595,21 @@ func (h *receiver) problems(ids []string) []string {
 	return out
 }
 
-// children lists the dispatched children of the cpu pool's parameterized job.
+// children lists the dispatched children of both pools' parameterized jobs (a
+// short job that waited spill_after for a warm runner is dispatched too). The
+// warm pool's service job is not one.
 func children(t *testing.T, n *api.Client) []*api.JobListStub {
 	t.Helper()
-	jobs, _, err := n.Jobs().List(&api.QueryOptions{Prefix: "mediajobs-cpu/dispatch-"})
-	if err != nil {
-		t.Logf("list nomad jobs: %v", err)
-		return nil
+	var out []*api.JobListStub
+	for _, pool := range []string{"cpu", cluster.WarmPool} {
+		jobs, _, err := n.Jobs().List(&api.QueryOptions{Prefix: "mediajobs-" + pool + "/dispatch-"})
+		if err != nil {
+			t.Logf("list nomad jobs: %v", err)
+			return nil
+		}
+		out = append(out, jobs...)
 	}
-	return jobs
+	return out
 }
 
 // liveChildren lists the children that run or may still run, with their
@@ -573,17 +655,20 @@ func countRunning(t *testing.T, n *api.Client) int {
 	return k
 }
 
-// jobsOnNode lists the mediajobs job ids with a running allocation on client i.
-func jobsOnNode(t *testing.T, c *cluster.Cluster, i int) []string {
+// jobsOnNode lists the mediajobs job ids with a running allocation on client i:
+// dispatched children, and the jobs of warm (of those in warm) running on a warm
+// runner there, whose number it returns too.
+func jobsOnNode(t *testing.T, c *cluster.Cluster, i int, warm []string) ([]string, int) {
 	node, err := c.NodeID(i)
 	if err != nil {
-		return nil
+		return nil, 0
 	}
 	allocs, _, err := c.Nomad.Nodes().Allocations(node, nil)
 	if err != nil {
-		return nil
+		return nil, 0
 	}
 	var ids []string
+	runners := map[string]bool{}
 	for _, a := range allocs {
 		if a.ClientStatus != api.AllocClientStatusRunning || a.Job == nil || a.Job.Meta == nil {
 			continue
@@ -591,8 +676,21 @@ func jobsOnNode(t *testing.T, c *cluster.Cluster, i int) []string {
 		if id := a.Job.Meta["mediajobs_job_id"]; id != "" {
 			ids = append(ids, id)
 		}
+		if a.JobID == cluster.WarmJobID {
+			runners[a.ID] = true
+		}
 	}
-	return ids
+	busy := 0
+	if len(runners) > 0 {
+		jobs, _ := c.Store.Jobs(context.Background(), warm)
+		for _, j := range jobs {
+			if j != nil && j.Status == mj.StatusRunning && j.Worker != nil && j.Worker.Path == mj.WorkerWarm && runners[j.Worker.AllocationID] {
+				ids = append(ids, j.ID)
+				busy++
+			}
+		}
+	}
+	return ids, busy
 }
 
 // runnerProcs lists processes Nomad started for one of the jobs ids (by the

@@ -1,0 +1,431 @@
+package dispatcher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/store"
+	"github.com/mediajobs/mediajobs/testenv"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Warm pools' dispatcher side (warm.go, docs/warm.md) on a real etcd and a
+// local blob store, with no Nomad: which chosen jobs wait for a runner or go to
+// Nomad, the hand-over to waiting runners, and how the end of a run (a done
+// key, a lapsed lease, a timeout) is applied.
+
+type warmEnv struct {
+	t     *testing.T
+	d     *Dispatcher
+	s     *store.Store
+	blobs *blob.Bucket
+	pool  *config.Pool
+	ctx   context.Context
+}
+
+// newWarmEnv is a dispatcher (not running) of one warm pool "cpu": jobs with a
+// timeout up to 60 s fit, 3 attempts, spill_after 30s.
+func newWarmEnv(t *testing.T) *warmEnv {
+	s, _ := testenv.Etcd(t)
+	cfg := config.Default()
+	cfg.Pools = []*config.Pool{{Name: "cpu", MaxAttempts: 3, Warm: &config.Warm{Count: 2, MaxJobSeconds: 60, LeaseTTL: "3s", SpillAfter: "30s"}}}
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	blobs, err := blob.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &Dispatcher{Config: cfg, Store: s, Blobs: blobs, Signer: blob.Signer{Secret: []byte("test"), Base: "http://127.0.0.1:1"},
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d.defaults()
+	return &warmEnv{t: t, d: d, s: s, blobs: blobs, pool: cfg.Pools[0], ctx: context.Background()}
+}
+
+// job stores a queued job of the pool with timeout seconds, queued at.
+func (e *warmEnv) job(timeout int, queued time.Time) store.QueueEntry {
+	e.t.Helper()
+	id := uuid.NewString()
+	j := &mj.Job{ID: id, AccountID: "acct", Machine: "cpu", Status: mj.StatusQueued, CreatedAt: queued, QueuedAt: queued, TimeoutSeconds: timeout,
+		InputFiles: map[string]string{"in": "http://127.0.0.1:1/a.mp4"}, FFmpegCommands: []string{"-i {{in}} {{out.mp4}}"}, OutputNames: []string{"out.mp4"}}
+	if err := e.s.CreateJob(e.ctx, j); err != nil {
+		e.t.Fatal(err)
+	}
+	return store.QueueEntry{Account: "acct", ID: id, QueuedAt: queued}
+}
+
+func (e *warmEnv) get(id string) *mj.Job {
+	e.t.Helper()
+	j, err := e.s.Job(e.ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return j
+}
+
+// waiting makes a runner of allocation alloc wait for work, as a poll does:
+// its idle key under a fresh lease.
+func (e *warmEnv) waiting(alloc string) store.WarmIdle {
+	e.t.Helper()
+	g, err := e.s.Client().Grant(e.ctx, 60)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if _, err := e.s.PutWarmIdle(e.ctx, store.WarmIdle{Pool: "cpu", Alloc: alloc, Lease: int64(g.ID), Since: time.Now().UTC()}); err != nil {
+		e.t.Fatal(err)
+	}
+	idle, err := e.s.WarmIdleRunners(e.ctx, "cpu")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, w := range idle {
+		if w.Alloc == alloc {
+			return w
+		}
+	}
+	e.t.Fatalf("runner %s is not listed as waiting: %v", alloc, idle)
+	return store.WarmIdle{}
+}
+
+// handed hands the job of entry to a new waiting runner and returns its run.
+func (e *warmEnv) handed(entry store.QueueEntry) store.WarmRun {
+	e.t.Helper()
+	w := e.waiting(uuid.NewString())
+	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, []store.WarmIdle{w}); len(rest) != 0 {
+		e.t.Fatalf("job %s was not handed to the waiting runner", entry.ID)
+	}
+	run, err := e.s.WarmRunOf(e.ctx, "cpu", w.Alloc)
+	if err != nil || run == nil {
+		e.t.Fatalf("no run key after the hand-over: %v", err)
+	}
+	return *run
+}
+
+// queued tells whether id is in the pool's queue.
+func (e *warmEnv) queued(id string) bool {
+	e.t.Helper()
+	entries, _, err := e.s.PoolQueue(e.ctx, "cpu")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return slices.ContainsFunc(entries, func(q store.QueueEntry) bool { return q.ID == id })
+}
+
+// retried asserts id went back to the queue as attempt 2, off run.
+func (e *warmEnv) retriedOnce(id string, why string) {
+	e.t.Helper()
+	j := e.get(id)
+	if j.Attempt != 2 || j.NomadJobID != "" || j.Worker != nil || j.Status != mj.StatusRunning || !strings.Contains(j.StatusDetail, why) || !e.queued(id) {
+		e.t.Fatalf("%s: want attempt 2, queued again: %s attempt %d child %q worker %+v queued %v %q", why, j.Status, j.Attempt, j.NomadJobID, j.Worker, e.queued(id), j.StatusDetail)
+	}
+}
+
+// finish ends run as its runner does (POST /warm/done) and returns the done key.
+func (e *warmEnv) finish(run store.WarmRun, outcome string) store.WarmDone {
+	e.t.Helper()
+	if err := e.s.FinishWarmRun(e.ctx, store.WarmDone{Run: run.Run, JobID: run.JobID, Attempt: run.Attempt, Pool: "cpu", Alloc: run.Alloc, Outcome: outcome}); err != nil {
+		e.t.Fatal(err)
+	}
+	wd, err := e.s.WarmDoneOf(e.ctx, run.Run)
+	if err != nil || wd == nil {
+		e.t.Fatalf("no done key: %v", err)
+	}
+	return *wd
+}
+
+func (e *warmEnv) doneKey(run string) bool {
+	e.t.Helper()
+	wd, err := e.s.WarmDoneOf(e.ctx, run)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return wd != nil
+}
+
+// forNomad: on a warm pool with live runners, a job that fits waits (up to
+// spill_after since it was queued); the rest go to Nomad within its window; every
+// chosen job not dispatched is refunded, once.
+func TestWarmForNomadHoldsFittingJobs(t *testing.T) {
+	e := newWarmEnv(t)
+	now := time.Now().UTC()
+	young := e.job(30, now)
+	old := e.job(30, now.Add(-time.Minute)) // past spill_after
+	long := e.job(600, now)                 // longer than max_job_seconds
+	young2 := e.job(60, now)                // exactly max_job_seconds
+	untimed := e.job(0, now)                // no timeout: never warm
+	chosen := []store.QueueEntry{young, old, long, young2, untimed}
+	name := map[string]string{young.ID: "young", old.ID: "old", long.ID: "long", young2.ID: "young2", untimed.ID: "untimed"}
+	names := func(ids []string) []string {
+		out := make([]string, len(ids))
+		for i, id := range ids {
+			out[i] = name[id]
+		}
+		return out
+	}
+	warm, spillNow := e.pool, *e.pool
+	spillNow.Warm = &config.Warm{MaxJobSeconds: 60, SpillAfterD: 0}
+	plain := *e.pool
+	plain.Warm = nil
+	for _, tc := range []struct {
+		what     string
+		pool     *config.Pool
+		nomad    int
+		live     bool
+		dispatch []string
+	}{
+		{"runners live, a wide window", warm, 10, true, []string{"old", "long", "untimed"}},
+		{"runners live, a window of one", warm, 1, true, []string{"old"}},
+		{"no runner live", warm, 10, false, []string{"young", "old", "long", "young2", "untimed"}},
+		{"no runner live, a window of two", warm, 2, false, []string{"young", "old"}},
+		{"spill_after 0s", &spillNow, 10, true, []string{"young", "old", "long", "young2", "untimed"}},
+		{"no warm block", &plain, 10, true, []string{"young", "old", "long", "young2", "untimed"}},
+		{"a closed window", warm, 0, true, nil},
+	} {
+		var refunded []string
+		ids := e.d.forNomad(e.ctx, tc.pool, chosen, tc.nomad, tc.live, func(q store.QueueEntry) { refunded = append(refunded, q.ID) })
+		if got := names(ids); !slices.Equal(got, tc.dispatch) {
+			t.Errorf("%s: to Nomad %v, want %v", tc.what, got, tc.dispatch)
+		}
+		// Every chosen job is dispatched or refunded, never both, never twice.
+		all := append(slices.Clone(ids), refunded...)
+		slices.Sort(all)
+		want := []string{young.ID, old.ID, long.ID, young2.ID, untimed.ID}
+		slices.Sort(want)
+		if !slices.Equal(all, want) {
+			t.Errorf("%s: dispatched %v and refunded %v are not the chosen jobs, each once", tc.what, names(ids), names(refunded))
+		}
+	}
+}
+
+// handWarm hands the chosen jobs that fit to the waiting runners in order: each
+// becomes running there with a run key under the runner's lease; a runner whose
+// idle key went is passed over; a job too long, or one with no runner left, is
+// returned for Nomad.
+func TestWarmHandWarm(t *testing.T) {
+	e := newWarmEnv(t)
+	now := time.Now().UTC()
+	fit1, long, fit2, fit3 := e.job(30, now), e.job(600, now), e.job(60, now), e.job(10, now)
+	gone, r1, r2 := e.waiting("alloc-gone"), e.waiting("alloc-1"), e.waiting("alloc-2")
+	// The first runner stopped waiting after the pass listed it (its poll ended).
+	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(gone.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1, long, fit2, fit3}, []store.WarmIdle{gone, r1, r2})
+	if !slices.Equal(idsOf(rest), []string{long.ID, fit3.ID}) {
+		t.Fatalf("returned for Nomad %v, want the long job and the one no runner was left for %v", idsOf(rest), []string{long.ID, fit3.ID})
+	}
+	for _, tc := range []struct {
+		id string
+		w  store.WarmIdle
+	}{{fit1.ID, r1}, {fit2.ID, r2}} {
+		run, err := e.s.WarmRunOf(e.ctx, "cpu", tc.w.Alloc)
+		if err != nil || run == nil || run.JobID != tc.id || run.Attempt != 1 || run.Lease != tc.w.Lease || run.Alloc != tc.w.Alloc {
+			t.Fatalf("run key of %s: %+v %v", tc.w.Alloc, run, err)
+		}
+		var m mj.Manifest
+		if err := json.Unmarshal(run.Manifest, &m); err != nil || m.JobID != tc.id || m.Attempt != 1 || m.UploadURL == "" || m.TimeoutSeconds == 0 {
+			t.Fatalf("manifest of the run: %s %v", run.Manifest, err)
+		}
+		j := e.get(tc.id)
+		if j.Status != mj.StatusRunning || j.NomadJobID != store.WarmChild(run.Run) || j.Attempt != 1 || j.StartedAt == nil || j.AttemptStartedAt == nil ||
+			j.Worker == nil || j.Worker.Path != mj.WorkerWarm || j.Worker.AllocationID != tc.w.Alloc || j.Worker.NomadJobID != "mediajobs-cpu-warm" ||
+			!strings.Contains(j.StatusDetail, tc.w.Alloc) || e.queued(tc.id) {
+			t.Fatalf("job handed to %s: %s child %q attempt %d worker %+v %q queued %v", tc.w.Alloc, j.Status, j.NomadJobID, j.Attempt, j.Worker, j.StatusDetail, e.queued(tc.id))
+		}
+	}
+	if run, _ := e.s.WarmRunOf(e.ctx, "cpu", gone.Alloc); run != nil {
+		t.Fatalf("a runner that stopped waiting got a job: %+v", run)
+	}
+	if idle, _ := e.s.WarmIdleRunners(e.ctx, "cpu"); len(idle) != 0 {
+		t.Fatalf("runners that got jobs still wait: %v", idle)
+	}
+	for _, id := range []string{long.ID, fit3.ID} {
+		if j := e.get(id); j.Status != mj.StatusQueued || j.NomadJobID != "" || !e.queued(id) {
+			t.Fatalf("a job returned for Nomad changed: %s %q queued %v", j.Status, j.NomadJobID, e.queued(id))
+		}
+	}
+	// A job handed over already is not handed again.
+	r3 := e.waiting("alloc-3")
+	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1}, []store.WarmIdle{r3}); len(rest) != 0 {
+		t.Fatalf("a job already running was returned: %v", idsOf(rest))
+	}
+	if run, _ := e.s.WarmRunOf(e.ctx, "cpu", r3.Alloc); run != nil {
+		t.Fatalf("a job already running was handed to a second runner: %+v", run)
+	}
+}
+
+func idsOf(q []store.QueueEntry) []string {
+	out := make([]string, len(q))
+	for i, e := range q {
+		out[i] = e.ID
+	}
+	return out
+}
+
+// A run reported: the result under the run's own prefix is applied, its outputs
+// published from there, and the done key goes. A run that said it reported and
+// left nothing readable is retried.
+func TestWarmDoneReported(t *testing.T) {
+	e := newWarmEnv(t)
+	now := time.Now().UTC()
+	entry := e.job(30, now)
+	run := e.handed(entry)
+	prefix := "jobs/" + entry.ID + "/1/" + run.Run + "/"
+	// A result at the attempt's prefix, not the run's, is not this run's.
+	e.put(runScope(entry.ID, 1)+"result.json", mj.Result{JobID: entry.ID, Attempt: 1, ErrorMessage: "not this run's"})
+	e.put(prefix+"result.json", mj.Result{JobID: entry.ID, Attempt: 1, Succeeded: true, InputBytes: 7,
+		Outputs: []mj.Output{{Name: "out.mp4", Size: 5}}})
+	wd := e.finish(run, "reported")
+	e.d.applyWarmDone(e.ctx, e.s, wd)
+	j := e.get(entry.ID)
+	if j.Status != mj.StatusSucceeded || j.TotalInputBytes != 7 || len(j.Outputs) != 1 || j.Outputs[0].Key != prefix+"outputs/out.mp4" || j.TotalOutputBytes != 5 {
+		t.Fatalf("after a reported run: %s %q outputs %+v", j.Status, j.ErrorMessage, j.Outputs)
+	}
+	if j.Worker == nil || j.Worker.Path != mj.WorkerWarm || j.Worker.AllocationID != run.Alloc {
+		t.Fatalf("the worker of a warm job that succeeded: %+v", j.Worker)
+	}
+	if e.doneKey(run.Run) {
+		t.Fatal("the done key outlived its application")
+	}
+
+	// Reported, and nothing readable: retried, as a runner that ended without a result.
+	entry2 := e.job(30, now)
+	run2 := e.handed(entry2)
+	e.d.applyWarmDone(e.ctx, e.s, e.finish(run2, "reported"))
+	e.retriedOnce(entry2.ID, "gave it back without a result")
+	if e.doneKey(run2.Run) {
+		t.Fatal("the done key outlived its application")
+	}
+}
+
+func (e *warmEnv) put(key string, r mj.Result) {
+	e.t.Helper()
+	b, _ := json.Marshal(r)
+	if _, err := e.blobs.Put(e.ctx, key, bytes.NewReader(b), 0); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// A run given back ("stopped": its allocation is stopping) runs again as the
+// next attempt, once, however often its done key is applied.
+func TestWarmDoneStoppedRetriesOnce(t *testing.T) {
+	e := newWarmEnv(t)
+	entry := e.job(30, time.Now().UTC())
+	run := e.handed(entry)
+	wd := e.finish(run, "stopped")
+	e.d.applyWarmDone(e.ctx, e.s, wd)
+	e.retriedOnce(entry.ID, "gave it back without a result")
+	if e.doneKey(run.Run) {
+		t.Fatal("the done key outlived its application")
+	}
+	e.d.applyWarmDone(e.ctx, e.s, wd) // a replay: the watch and a sweep both saw it
+	e.retriedOnce(entry.ID, "gave it back without a result")
+	// The next attempt is handed over as any job.
+	run2 := e.handed(entry)
+	if j := e.get(entry.ID); run2.Attempt != 2 || j.Attempt != 2 || j.NomadJobID != store.WarmChild(run2.Run) || !strings.HasPrefix(j.StatusDetail, "attempt 2") {
+		t.Fatalf("attempt 2 handed over: run %+v job attempt %d child %q %q", run2, j.Attempt, j.NomadJobID, j.StatusDetail)
+	}
+}
+
+// A run whose lease lapsed with no done key runs again, once; one that wrote
+// its done key before the lease went is not retried for the lapse.
+func TestWarmLapsedRetriesOnce(t *testing.T) {
+	e := newWarmEnv(t)
+	now := time.Now().UTC()
+	entry := e.job(30, now)
+	run := e.handed(entry)
+	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := e.s.WarmRunOf(e.ctx, "cpu", run.Alloc); r != nil {
+		t.Fatalf("the run key outlived its lease: %+v", r)
+	}
+	e.d.warmLapsed(e.ctx, e.s, run)
+	e.retriedOnce(entry.ID, "stopped renewing its lease")
+	e.d.warmLapsed(e.ctx, e.s, run) // the watch's event and a sweep
+	e.retriedOnce(entry.ID, "stopped renewing its lease")
+
+	// Done first, then the lease went (the gateway revokes it after done).
+	entry2 := e.job(30, now)
+	run2 := e.handed(entry2)
+	wd := e.finish(run2, "stopped")
+	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run2.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	e.d.warmLapsed(e.ctx, e.s, run2)
+	if j := e.get(entry2.ID); j.Attempt != 1 || j.NomadJobID != store.WarmChild(run2.Run) {
+		t.Fatalf("a run that reported was retried for its lapse: attempt %d child %q %q", j.Attempt, j.NomadJobID, j.StatusDetail)
+	}
+	e.d.applyWarmDone(e.ctx, e.s, wd)
+	e.retriedOnce(entry2.ID, "gave it back without a result")
+}
+
+// The sweep catches what the watch missed: a run key gone with no done key (the
+// job runs again), a done key not applied; a live run is left alone.
+func TestWarmSweepFindsMissedEnds(t *testing.T) {
+	e := newWarmEnv(t)
+	now := time.Now().UTC()
+	lapsed, live, ended := e.job(30, now), e.job(30, now), e.job(30, now)
+	lapsedRun, liveRun, endedRun := e.handed(lapsed), e.handed(live), e.handed(ended)
+	// Its key went while no dispatcher watched.
+	if _, err := e.s.Client().Delete(e.ctx, e.s.WarmRunKey("cpu", lapsedRun.Alloc)); err != nil {
+		t.Fatal(err)
+	}
+	e.finish(endedRun, "stopped")
+	if rev := e.d.warmSweep(e.ctx, e.s); rev == 0 {
+		t.Fatal("the sweep failed a read")
+	}
+	e.retriedOnce(lapsed.ID, "stopped renewing its lease")
+	e.retriedOnce(ended.ID, "gave it back without a result")
+	if e.doneKey(endedRun.Run) {
+		t.Fatal("the sweep left the done key it applied")
+	}
+	if j := e.get(live.ID); j.Status != mj.StatusRunning || j.Attempt != 1 || j.NomadJobID != store.WarmChild(liveRun.Run) {
+		t.Fatalf("the sweep moved a live run: %s attempt %d child %q %q", j.Status, j.Attempt, j.NomadJobID, j.StatusDetail)
+	}
+	// Swept again: nothing is retried twice.
+	e.d.warmSweep(e.ctx, e.s)
+	e.retriedOnce(lapsed.ID, "stopped renewing its lease")
+	e.retriedOnce(ended.ID, "gave it back without a result")
+}
+
+// A warm job still running past its timeout and the grace is failed by the
+// sweep; its run key stays (the runner's next renewal stops it).
+func TestWarmTimedOut(t *testing.T) {
+	e := newWarmEnv(t)
+	entry := e.job(30, time.Now().UTC())
+	run := e.handed(entry)
+	started := *e.get(entry.ID).AttemptStartedAt
+	deadline := started.Add(30*time.Second + e.d.TimeoutGrace)
+	clock := deadline.Add(-5 * time.Second)
+	e.d.clock = func() time.Time { return clock }
+	e.d.warmSweep(e.ctx, e.s)
+	if j := e.get(entry.ID); j.Status != mj.StatusRunning {
+		t.Fatalf("failed before its timeout and the grace: %s %q", j.Status, j.ErrorMessage)
+	}
+	clock = deadline.Add(5 * time.Second)
+	e.d.warmSweep(e.ctx, e.s)
+	j := e.get(entry.ID)
+	if j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "past its timeout") || j.Attempt != 1 || j.FinishedAt == nil {
+		t.Fatalf("past its timeout and the grace: %s attempt %d %q", j.Status, j.Attempt, j.ErrorMessage)
+	}
+	if r, _ := e.s.WarmRunOf(e.ctx, "cpu", run.Alloc); r == nil {
+		t.Fatal("the run key of a timed-out job went with it")
+	}
+	// Its lapse afterwards changes nothing.
+	e.d.warmLapsed(e.ctx, e.s, run)
+	if j := e.get(entry.ID); j.Status != mj.StatusFailed || j.Attempt != 1 {
+		t.Fatalf("a lapse after the timeout: %s attempt %d", j.Status, j.Attempt)
+	}
+}
