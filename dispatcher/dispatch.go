@@ -83,7 +83,7 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 	// The same fair-share choice serves both paths: the jobs that fit go to the
 	// waiting warm runners first, the rest to Nomad within its window.
 	if len(idle) > 0 {
-		chosen = d.handWarm(ctx, pool, chosen, idle)
+		chosen = d.handWarm(ctx, pool, chosen, idle, refund)
 	}
 	return d.dispatchIDs(ctx, pool, d.forNomad(ctx, pool, chosen, nomad, busy+len(idle) > 0, refund))
 }

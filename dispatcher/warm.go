@@ -68,7 +68,7 @@ func fitsWarm(pool *config.Pool, j *mj.Job) bool {
 
 // handWarm gives the chosen jobs that fit to the idle runners, in order, and
 // returns the others.
-func (d *Dispatcher) handWarm(ctx context.Context, pool *config.Pool, chosen []store.QueueEntry, idle []store.WarmIdle) (rest []store.QueueEntry) {
+func (d *Dispatcher) handWarm(ctx context.Context, pool *config.Pool, chosen []store.QueueEntry, idle []store.WarmIdle, refund func(store.QueueEntry)) (rest []store.QueueEntry) {
 	ws := d.Store.(warmStore)
 	for _, e := range chosen {
 		for {
@@ -87,7 +87,9 @@ func (d *Dispatcher) handWarm(ctx context.Context, pool *config.Pool, chosen []s
 			case errors.Is(err, errNotWarm):
 				rest = append(rest, e)
 			case errors.Is(err, errSkip), mj.ErrorCode(err) == mj.ENotFound:
+				refund(e)
 			default:
+				refund(e) // not started: its share is not spent
 				d.Log.Warn("hand a job to a warm runner; it waits for the next pass", "job", e.ID, "err", err)
 			}
 			break
@@ -231,6 +233,14 @@ func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 // key is gone with no done key (a lapse the watch did not see), and of those past
 // their timeout. It returns the etcd revision it read at, 0 when a read failed.
 func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
+	// The watch that follows starts after this revision, before everything read
+	// below: an event in between is seen twice (harmless), never missed.
+	first, err := d.Store.Client().Get(ctx, ws.WarmDonePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	if err != nil {
+		d.Log.Warn("warm: read", "err", err)
+		return 0
+	}
+	rev := first.Header.Revision
 	dones, err := ws.WarmDoneRuns(ctx)
 	if err != nil {
 		d.Log.Warn("warm: list ended runs", "err", err)
@@ -259,11 +269,6 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 		d.Log.Warn("warm: list runs", "err", err)
 		return 0
 	}
-	resp, err := d.Store.Client().Get(ctx, ws.WarmDonePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
-	if err != nil {
-		return 0
-	}
-	rev := resp.Header.Revision
 	now := d.now()
 	for _, j := range jobs {
 		if j == nil {
@@ -282,7 +287,8 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 				}
 				continue
 			}
-			d.warmLapsed(ctx, ws, store.WarmRun{Run: run, JobID: j.ID, Attempt: j.Attempt, Pool: j.Machine, Alloc: workerAlloc(j)})
+			// Whether it started is unknown now: it counts as an attempt.
+			d.warmLapsed(ctx, ws, store.WarmRun{Run: run, JobID: j.ID, Attempt: j.Attempt, Pool: j.Machine, Alloc: workerAlloc(j), Started: true})
 		case attemptStart(j) != nil && d.timedOut(j, now):
 			d.warmTimedOut(ctx, j, r)
 		}
@@ -307,6 +313,11 @@ func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.W
 	if wd.Outcome == "reported" {
 		var err error
 		if r, err = d.resultAt(ctx, wd.JobID, wd.Attempt, prefix); err != nil {
+			if j, jerr := d.Store.Job(ctx, wd.JobID); mj.ErrorCode(jerr) == mj.ENotFound ||
+				jerr == nil && (j.Status.Terminal() || j.NomadJobID != child) {
+				ws.DeleteWarmDone(ctx, wd.Run) // the job went on (or away) without it
+				return
+			}
 			d.resultUnreadable(ctx, wd.JobID, wd.Attempt, child, err)
 			return // the done key stays: read again at the next sweep
 		}
@@ -346,13 +357,27 @@ func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.W
 // warmLapsed ends the attempt of a run whose lease lapsed without a report: the
 // runner was killed, lost its node or was cut off. The job goes back to the
 // queue as a new attempt (exactly once: conditioned on the job still being on
-// this run), or fails after its last.
+// this run), or fails after its last. A run whose runner never renewed its
+// lease never started (its runner went away as its poll was answered): the job
+// goes back to the queue on the same attempt, which did not run.
 func (d *Dispatcher) warmLapsed(ctx context.Context, ws warmStore, r store.WarmRun) {
 	if wd, err := ws.WarmDoneOf(ctx, r.Run); err != nil || wd != nil {
 		return // it reported after all (applied from its done key), or etcd cannot say
 	}
-	d.Log.Warn("warm runner's lease lapsed; retrying its job", "job", r.JobID, "run", r.Run, "alloc", r.Alloc)
-	d.lost(ctx, r.JobID, store.WarmChild(r.Run), fmt.Sprintf("its warm runner (Nomad allocation %s) stopped renewing its lease (killed, its node lost, or cut off from the service)", r.Alloc))
+	child := store.WarmChild(r.Run)
+	if r.Started {
+		d.lost(ctx, r.JobID, child, fmt.Sprintf("its warm runner (Nomad allocation %s) stopped renewing its lease (killed, its node lost, or cut off from the service)", r.Alloc))
+		return
+	}
+	j, err := d.Store.UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
+		if j.Status.Terminal() || j.NomadJobID != child {
+			return errSkip
+		}
+		j.NomadJobID, j.DispatchedAt, j.Worker, j.AttemptStartedAt = "", nil, nil, nil
+		j.StatusDetail = fmt.Sprintf("waiting: the warm runner it was handed to (Nomad allocation %s) went away before it started it", r.Alloc)
+		return nil
+	})
+	d.applied(ctx, r.JobID, child, j, err)
 }
 
 // warmTimedOut fails a warm job still running past its timeout and the grace:

@@ -102,7 +102,7 @@ func (e *warmEnv) waiting(alloc string) store.WarmIdle {
 func (e *warmEnv) handed(entry store.QueueEntry) store.WarmRun {
 	e.t.Helper()
 	w := e.waiting(uuid.NewString())
-	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, []store.WarmIdle{w}); len(rest) != 0 {
+	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, []store.WarmIdle{w}, func(store.QueueEntry) {}); len(rest) != 0 {
 		e.t.Fatalf("job %s was not handed to the waiting runner", entry.ID)
 	}
 	run, err := e.s.WarmRunOf(e.ctx, "cpu", w.Alloc)
@@ -221,7 +221,7 @@ func TestWarmHandWarm(t *testing.T) {
 	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(gone.Lease)); err != nil {
 		t.Fatal(err)
 	}
-	rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1, long, fit2, fit3}, []store.WarmIdle{gone, r1, r2})
+	rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1, long, fit2, fit3}, []store.WarmIdle{gone, r1, r2}, func(store.QueueEntry) {})
 	if !slices.Equal(idsOf(rest), []string{long.ID, fit3.ID}) {
 		t.Fatalf("returned for Nomad %v, want the long job and the one no runner was left for %v", idsOf(rest), []string{long.ID, fit3.ID})
 	}
@@ -257,7 +257,7 @@ func TestWarmHandWarm(t *testing.T) {
 	}
 	// A job handed over already is not handed again.
 	r3 := e.waiting("alloc-3")
-	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1}, []store.WarmIdle{r3}); len(rest) != 0 {
+	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1}, []store.WarmIdle{r3}, func(store.QueueEntry) {}); len(rest) != 0 {
 		t.Fatalf("a job already running was returned: %v", idsOf(rest))
 	}
 	if run, _ := e.s.WarmRunOf(e.ctx, "cpu", r3.Alloc); run != nil {
@@ -345,6 +345,11 @@ func TestWarmLapsedRetriesOnce(t *testing.T) {
 	now := time.Now().UTC()
 	entry := e.job(30, now)
 	run := e.handed(entry)
+	// The runner renewed once: it has the job (gateway/warm.go warmRenew).
+	if err := e.s.MarkWarmStarted(e.ctx, &run); err != nil {
+		t.Fatal(err)
+	}
+	run.Started = true
 	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run.Lease)); err != nil {
 		t.Fatal(err)
 	}
@@ -369,6 +374,24 @@ func TestWarmLapsedRetriesOnce(t *testing.T) {
 	}
 	e.d.applyWarmDone(e.ctx, e.s, wd)
 	e.retriedOnce(entry2.ID, "gave it back without a result")
+
+	// Its runner never renewed: it went away as its poll was answered. The job
+	// goes back on the same attempt, once, and is handed to the next runner.
+	entry3 := e.job(30, now)
+	run3 := e.handed(entry3)
+	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run3.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		e.d.warmLapsed(e.ctx, e.s, run3)
+		j := e.get(entry3.ID)
+		if j.Attempt != 1 || j.NomadJobID != "" || !strings.Contains(j.StatusDetail, "went away before it started it") {
+			t.Fatalf("an unstarted run's lapse: attempt %d child %q %q; want attempt 1, back in the queue", j.Attempt, j.NomadJobID, j.StatusDetail)
+		}
+	}
+	if next := e.handed(entry3); next.Attempt != 1 {
+		t.Fatalf("handed again as attempt %d; want 1", next.Attempt)
+	}
 }
 
 // The sweep catches what the watch missed: a run key gone with no done key (the

@@ -130,7 +130,9 @@ func (g *Gateway) authKey(c *fiber.Ctx, hash string) (mj.APIKey, error) {
 	// Concurrent requests with one uncached key (a client's burst as its key's
 	// cache entry expires) make one attempt: each of them taking a token of the
 	// failure limit would turn a good key's burst into 429s.
-	v, err, _ := g.authFlight.Do(hash, func() (any, error) {
+	// Shared only by requests from one client address (one failure budget),
+	// under a context of its own: no caller's deadline ends the others' lookup.
+	v, err, _ := g.authFlight.Do(g.clientAddr(c).String()+" "+hash, func() (any, error) {
 		attempt, err := g.beginAuth(c)
 		if err != nil {
 			return mj.APIKey{}, err
@@ -139,7 +141,9 @@ func (g *Gateway) authKey(c *fiber.Ctx, hash string) (mj.APIKey, error) {
 			return mj.APIKey{}, errBadKey
 		}
 		gen := g.badKeys.generation()
-		key, err := g.lookupKey(c.UserContext(), hash)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(c.UserContext()), max(g.Config.Server.RequestTimeoutD, 10*time.Second))
+		defer cancel()
+		key, err := g.lookupKey(ctx, hash)
 		switch {
 		case err == errBadKey:
 			g.badKeys.put(hash, now, gen)

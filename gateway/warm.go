@@ -14,6 +14,7 @@ import (
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/workload"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -54,6 +55,7 @@ type warmStore interface {
 	WarmRunOf(ctx context.Context, pool, alloc string) (*store.WarmRun, error)
 	WarmRunKey(pool, alloc string) string
 	FinishWarmRun(ctx context.Context, d store.WarmDone) error
+	MarkWarmStarted(ctx context.Context, r *store.WarmRun) error
 	Client() *clientv3.Client
 }
 
@@ -87,14 +89,17 @@ type WarmLease struct {
 
 // warmCaller is a verified runner and its pool.
 type warmCaller struct {
-	pool  *config.Pool
+	pool  string       // the runner's pool
+	warm  *config.Warm // its warm block; nil once removed (renew and done still work)
 	alloc string
 	req   warmRequest
 	ws    warmStore
 }
 
-// warmCall authenticates a runner's request and reads its body.
-func (g *Gateway) warmCall(c *fiber.Ctx) (*warmCaller, error) {
+// warmCall authenticates a runner's request and reads its body. Only a poll
+// needs the pool to be warm now: runs handed out before its warm block was
+// removed still renew and report.
+func (g *Gateway) warmCall(c *fiber.Ctx, poll bool) (*warmCaller, error) {
 	ws, ok := g.Store.(warmStore)
 	if g.Warm == nil || !ok {
 		return nil, mj.Errorf(mj.EUnavailable, "this server admits no warm runners (no Nomad workload identity verifier is configured)")
@@ -116,17 +121,20 @@ func (g *Gateway) warmCall(c *fiber.Ctx) (*warmCaller, error) {
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, mj.Errorf(mj.EValidation, "the request must be a JSON object with \"pool\": %v", err)
 	}
-	pool := g.Config.Pool(req.Pool)
-	if pool == nil || pool.Warm == nil {
+	var warm *config.Warm
+	if pool := g.Config.Pool(req.Pool); pool != nil {
+		warm = pool.Warm
+	}
+	if poll && warm == nil || req.Pool == "" {
 		return nil, mj.Errorf(mj.ENotFound, "pool %q has no warm runners", mj.Clip(req.Pool, 64))
 	}
-	if want := jobspecs.WarmJobID(pool.Name); claims.JobID != want {
-		return nil, mj.Errorf(mj.EForbidden, "the identity is of Nomad job %q, not of pool %s's warm runners (%s)", claims.JobID, pool.Name, want)
+	if want := jobspecs.WarmJobID(req.Pool); claims.JobID != want {
+		return nil, mj.Errorf(mj.EForbidden, "the identity is of Nomad job %q, not of pool %s's warm runners (%s)", claims.JobID, mj.Clip(req.Pool, 64), want)
 	}
 	if ns := g.nomadNamespace(); claims.Namespace != "" && claims.Namespace != ns {
 		return nil, mj.Errorf(mj.EForbidden, "the identity is of Nomad namespace %q, not %q", claims.Namespace, ns)
 	}
-	return &warmCaller{pool: pool, alloc: claims.AllocationID, req: req, ws: ws}, nil
+	return &warmCaller{pool: req.Pool, warm: warm, alloc: claims.AllocationID, req: req, ws: ws}, nil
 }
 
 func (g *Gateway) nomadNamespace() string {
@@ -139,7 +147,7 @@ func (g *Gateway) nomadNamespace() string {
 // warmPoll waits for a job for the runner, under a fresh etcd lease it keeps
 // alive while it waits.
 func (g *Gateway) warmPoll(c *fiber.Ctx) error {
-	w, err := g.warmCall(c)
+	w, err := g.warmCall(c, true)
 	if err != nil {
 		return err
 	}
@@ -156,17 +164,23 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 	cli := w.ws.Client()
 	// A run this allocation still holds is one its runner lost (the process
 	// restarted in place): its lease goes now, and the job is run again.
-	if old, err := w.ws.WarmRunOf(ctx, w.pool.Name, w.alloc); err != nil {
+	if old, err := w.ws.WarmRunOf(ctx, w.pool, w.alloc); err != nil {
 		return err
 	} else if old != nil {
 		cli.Revoke(ctx, clientv3.LeaseID(old.Lease))
 	}
-	ttl := w.pool.Warm.LeaseTTLD
+	ttl := w.warm.LeaseTTLD
 	grant, err := cli.Grant(ctx, int64(max(ttl/time.Second, 1)))
 	if err != nil {
 		return fmt.Errorf("grant warm lease: %w", err)
 	}
 	lease := grant.ID
+	handed := false
+	defer func() {
+		if !handed { // no job went out under it: it goes now, not a TTL later
+			cli.Revoke(context.WithoutCancel(ctx), lease)
+		}
+	}()
 	wait, stop := context.WithTimeout(ctx, min(warmPollWait, max(g.Config.Server.RequestTimeoutD-3*time.Second, time.Second)))
 	defer stop()
 	alive, err := cli.KeepAlive(wait, lease)
@@ -177,29 +191,32 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 		for range alive { // drained until wait ends
 		}
 	}()
-	rev, err := w.ws.PutWarmIdle(ctx, store.WarmIdle{Pool: w.pool.Name, Alloc: w.alloc, Lease: int64(lease), Since: g.Now().UTC()})
+	rev, err := w.ws.PutWarmIdle(ctx, store.WarmIdle{Pool: w.pool, Alloc: w.alloc, Lease: int64(lease), Since: g.Now().UTC()})
 	if err != nil {
-		cli.Revoke(context.WithoutCancel(ctx), lease)
 		return err
 	}
 	run := g.waitRun(wait, w, rev)
 	stop() // the runner renews from here on; a wait that ends with no job ends its lease
 	if run == nil {
-		if run, err = w.ws.StopWaiting(context.WithoutCancel(ctx), w.pool.Name, w.alloc, rev); err != nil {
+		if run, err = w.ws.StopWaiting(context.WithoutCancel(ctx), w.pool, w.alloc, rev); err != nil {
 			return err
 		}
 	}
 	if run == nil || run.Lease != int64(lease) {
-		cli.Revoke(context.WithoutCancel(ctx), lease)
 		return c.SendStatus(fiber.StatusNoContent)
 	}
+	// The runner renews from here: the TTL starts afresh as it gets the job.
+	if _, err := cli.KeepAliveOnce(context.WithoutCancel(ctx), lease); err != nil {
+		return fmt.Errorf("keep warm lease: %w", err)
+	}
+	handed = true
 	return c.JSON(WarmLease{Run: run.Run, Lease: run.Lease, TTLSeconds: int(ttl / time.Second), JobID: run.JobID, Attempt: run.Attempt, Manifest: run.Manifest})
 }
 
 // waitRun watches the runner's run key from rev until a run is put there or ctx
 // ends.
 func (g *Gateway) waitRun(ctx context.Context, w *warmCaller, rev int64) *store.WarmRun {
-	key := w.ws.WarmRunKey(w.pool.Name, w.alloc)
+	key := w.ws.WarmRunKey(w.pool, w.alloc)
 	for resp := range w.ws.Client().Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(rev+1)) {
 		for _, ev := range resp.Events {
 			if ev.Type != clientv3.EventTypePut {
@@ -229,20 +246,30 @@ func errLeaseGone(run string) error {
 // warmRenew keeps a run's lease alive, then waits a moment for its job to be
 // cancelled or to go on without it.
 func (g *Gateway) warmRenew(c *fiber.Ctx) error {
-	w, err := g.warmCall(c)
+	w, err := g.warmCall(c, false)
 	if err != nil {
 		return err
 	}
 	ctx := c.UserContext()
-	run, err := w.ws.WarmRunOf(ctx, w.pool.Name, w.alloc)
+	run, err := w.ws.WarmRunOf(ctx, w.pool, w.alloc)
 	if err != nil {
 		return err
 	}
 	if run == nil || run.Run != w.req.Run || run.Lease != w.req.Lease {
 		return errLeaseGone(w.req.Run)
 	}
-	if _, err := w.ws.Client().KeepAliveOnce(ctx, clientv3.LeaseID(run.Lease)); err != nil {
+	if _, err := w.ws.Client().KeepAliveOnce(ctx, clientv3.LeaseID(run.Lease)); errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return errLeaseGone(w.req.Run)
+	} else if err != nil {
+		// etcd busy or away: the runner tries again within its TTL.
+		return mj.Errorf(mj.EUnavailable, "could not renew the lease: %v", err)
+	}
+	if !run.Started {
+		// The runner has the job: a lapse from now on is an attempt that ran
+		// (dispatcher/warm.go warmLapsed).
+		if err := w.ws.MarkWarmStarted(ctx, run); err != nil && !errors.Is(err, store.ErrWarmGone) {
+			return err
+		}
 	}
 	child := store.WarmChild(run.Run)
 	gone := func(j *mj.Job) bool { return j.Status.Terminal() || j.NomadJobID != child }
@@ -265,7 +292,7 @@ func (g *Gateway) warmRenew(c *fiber.Ctx) error {
 // warmDone records the end of a run: the runner uploaded its result (outcome
 // "reported"), or gives the job back without one.
 func (g *Gateway) warmDone(c *fiber.Ctx) error {
-	w, err := g.warmCall(c)
+	w, err := g.warmCall(c, false)
 	if err != nil {
 		return err
 	}
@@ -277,14 +304,14 @@ func (g *Gateway) warmDone(c *fiber.Ctx) error {
 	ctx := c.UserContext()
 	// The lease revoked below is the run's own: one a request names could be
 	// another runner's.
-	cur, err := w.ws.WarmRunOf(ctx, w.pool.Name, w.alloc)
+	cur, err := w.ws.WarmRunOf(ctx, w.pool, w.alloc)
 	if err != nil {
 		return err
 	}
 	if cur == nil || cur.Run != w.req.Run || cur.Lease != w.req.Lease {
 		return errLeaseGone(w.req.Run)
 	}
-	err = w.ws.FinishWarmRun(ctx, store.WarmDone{Run: w.req.Run, JobID: w.req.JobID, Attempt: w.req.Attempt, Pool: w.pool.Name, Alloc: w.alloc,
+	err = w.ws.FinishWarmRun(ctx, store.WarmDone{Run: w.req.Run, JobID: w.req.JobID, Attempt: w.req.Attempt, Pool: w.pool, Alloc: w.alloc,
 		Outcome: w.req.Outcome, Why: mj.Clip(w.req.Why, 500)})
 	if errors.Is(err, store.ErrWarmGone) {
 		return errLeaseGone(w.req.Run)

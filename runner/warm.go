@@ -109,17 +109,23 @@ func (w *Warm) run(ctx context.Context, l *lease) {
 			w.Ran(l.Run)
 		}
 	}()
-	m, err := w.manifest(ctx, l)
-	if err != nil {
-		w.done(ctx, l, "fault", err.Error())
-		return
-	}
 	// The job stops when the service says so (cancelled, lease lost) or when
-	// this runner is stopped; not when a poll's context would.
+	// this runner is stopped. Renewing starts first: fetching a large manifest
+	// may take a while, and the lease's TTL runs from the hand-over.
 	jctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
 	renewed := make(chan struct{})
 	go func() { defer close(renewed); w.renew(jctx, l, stop) }()
+	m, err := w.manifest(jctx, l)
+	if err != nil {
+		lost := errors.Is(context.Cause(jctx), errLeaseLost)
+		stop(nil)
+		<-renewed
+		if !lost {
+			w.done(context.WithoutCancel(ctx), l, "fault", err.Error())
+		}
+		return
+	}
 	r := &Runner{FFmpeg: w.FFmpeg, FFprobe: w.FFprobe, WorkDir: dir, Log: w.Log, RunID: l.Run, Sandbox: &sandbox.Bwrap{Path: w.Bwrap}}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		stop(nil)

@@ -51,7 +51,11 @@ type WarmRun struct {
 	Alloc    string          `json:"alloc"`
 	Lease    int64           `json:"lease"`
 	Manifest json.RawMessage `json:"manifest"`
-	Rev      int64           `json:"-"`
+	// Started: the runner renewed the lease once, so it has the job. A run that
+	// lapses before is one its runner never got (it went away while its poll
+	// was answered): the attempt did not run.
+	Started bool  `json:"started,omitempty"`
+	Rev     int64 `json:"-"`
 }
 
 // WarmDone is a run that ended on its runner's word.
@@ -172,6 +176,9 @@ func (s *Store) OfferWarm(ctx context.Context, id string, w WarmIdle, run *WarmR
 		cmps := []clientv3.Cmp{
 			clientv3.Compare(clientv3.ModRevision(s.jobKey(id)), "=", rev),
 			clientv3.Compare(clientv3.ModRevision(idleKey), "=", w.Rev),
+			// Never over a run the runner still holds (the dispatcher would see
+			// no delete of it): its next poll ends that one first.
+			clientv3.Compare(clientv3.CreateRevision(s.WarmRunKey(w.Pool, w.Alloc)), "=", 0),
 		}
 		ops = append(ops, clientv3.OpDelete(idleKey),
 			clientv3.OpPut(s.WarmRunKey(w.Pool, w.Alloc), string(mustJSON(run)), clientv3.WithLease(clientv3.LeaseID(w.Lease))))
@@ -190,10 +197,30 @@ func (s *Store) OfferWarm(ctx context.Context, id string, w WarmIdle, run *WarmR
 		if len(g.Kvs) == 0 || g.Kvs[0].ModRevision != w.Rev {
 			return nil, ErrWarmGone
 		}
+		if r, err := s.WarmRunOf(ctx, w.Pool, w.Alloc); err != nil || r != nil {
+			return nil, ErrWarmGone // busy after all: the next runner
+		}
 		if attempt >= 50 {
 			return nil, mj.Errorf(mj.EConflict, "job %s is being changed concurrently; try again", id)
 		}
 	}
+}
+
+// MarkWarmStarted records that r's runner has its job (Started), if r is still
+// the run its key holds; ErrWarmGone if not.
+func (s *Store) MarkWarmStarted(ctx context.Context, r *WarmRun) error {
+	c := *r
+	c.Started = true
+	key := s.WarmRunKey(r.Pool, r.Alloc)
+	resp, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", r.Rev)).
+		Then(clientv3.OpPut(key, string(mustJSON(c)), clientv3.WithLease(clientv3.LeaseID(r.Lease)))).Commit()
+	if err != nil {
+		return fmt.Errorf("mark a warm run started: %w", err)
+	}
+	if !resp.Succeeded {
+		return ErrWarmGone
+	}
+	return nil
 }
 
 // FinishWarmRun records that a runner's run ended (d.Run must be the run its

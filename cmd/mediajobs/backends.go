@@ -127,6 +127,13 @@ func (b *backends) gateway(ctx context.Context, log *slog.Logger) *fiber.App {
 // nomadClients are the Nomad API clients of the config: one for bounded calls,
 // one for the event stream.
 func nomadClients(cfg *config.Config) (calls *api.Client, stream *api.Client, err error) {
+	calls, stream, _, err = nomadClientsHTTP(cfg)
+	return calls, stream, err
+}
+
+// nomadClientsHTTP is nomadClients, with the HTTP client of the bounded calls
+// (Nomad's TLS settings applied; nil on a unix socket) for other calls to Nomad.
+func nomadClientsHTTP(cfg *config.Config) (calls *api.Client, stream *api.Client, hc *http.Client, err error) {
 	nc := api.DefaultConfig() // NOMAD_ADDR, NOMAD_TOKEN, ... then the HCL on top
 	n := cfg.Nomad
 	if n.Address != "" {
@@ -148,7 +155,7 @@ func nomadClients(cfg *config.Config) (calls *api.Client, stream *api.Client, er
 	c := *nc
 	events, err := api.NewClient(nc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("nomad client: %w", err)
+		return nil, nil, nil, fmt.Errorf("nomad client: %w", err)
 	}
 	if !strings.HasPrefix(c.Address, "unix:") { // a socket keeps the api's own client; contexts bound its calls
 		tr := cleanhttp.DefaultPooledTransport()
@@ -156,14 +163,14 @@ func nomadClients(cfg *config.Config) (calls *api.Client, stream *api.Client, er
 		c.HttpClient = &http.Client{Timeout: dispatcher.NomadTimeout, Transport: tr}
 		// NewClient configures TLS only on a client it makes itself.
 		if err := api.ConfigureTLS(c.HttpClient, c.TLSConfig); err != nil {
-			return nil, nil, fmt.Errorf("nomad client TLS: %w", err)
+			return nil, nil, nil, fmt.Errorf("nomad client TLS: %w", err)
 		}
 	}
 	client, err := api.NewClient(&c)
 	if err != nil {
-		return nil, nil, fmt.Errorf("nomad client: %w", err)
+		return nil, nil, nil, fmt.Errorf("nomad client: %w", err)
 	}
-	return client, events, nil
+	return client, events, c.HttpClient, nil
 }
 
 func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) {

@@ -22,7 +22,7 @@ func warmAuth(cfg *config.Config) (*gateway.WarmAuth, error) {
 	if !warm {
 		return nil, nil
 	}
-	client, _, err := nomadClients(cfg)
+	client, _, hc, err := nomadClientsHTTP(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -31,7 +31,8 @@ func warmAuth(cfg *config.Config) (*gateway.WarmAuth, error) {
 		return nil, fmt.Errorf("nomad address %q: warm runners need Nomad's HTTP API to check their identities", addr)
 	}
 	return &gateway.WarmAuth{
-		Verifier: &workload.Verifier{JWKSURL: strings.TrimSuffix(addr, "/") + "/.well-known/jwks.json", Audience: "mediajobs"},
+		// Nomad's own TLS settings (a private CA, client certificates) apply.
+		Verifier: &workload.Verifier{JWKSURL: strings.TrimSuffix(addr, "/") + "/.well-known/jwks.json", Audience: "mediajobs", HTTP: hc},
 		Allocs:   nomadAllocs{client.Allocations()},
 	}, nil
 }

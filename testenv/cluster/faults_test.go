@@ -140,7 +140,7 @@ func TestClusterSurvivesFaults(t *testing.T) {
 	testenv.Eventually(t, 90*time.Second, "jobs running on Nomad", running(4))
 	var recovery []string
 	report := func(fault, what string, d time.Duration) {
-		line := fmt.Sprintf("%-40s %-48s %6.1f s", fault, what, d.Seconds())
+		line := fmt.Sprintf("%-44s %-48s %6.1f s", fault, what, d.Seconds())
 		recovery = append(recovery, line)
 		t.Log(line)
 	}
@@ -226,15 +226,15 @@ func TestClusterSurvivesFaults(t *testing.T) {
 		return err == nil && (j.Attempt >= 2 || j.Status.Terminal())
 	})
 	report("kill -9 warm runner with a job", "until its job runs again (attempt 2)", time.Since(t0))
-	testenv.Eventually(t, 90*time.Second, "the killed warm runner's job to finish", func() bool { return w.isTerminal(warmVictim.ID) })
-	report("", "until it finished", time.Since(t0))
-	if j, err := c.Store.Job(ctx, warmVictim.ID); err != nil || j.Status != mj.StatusSucceeded || j.Attempt != 2 {
-		t.Errorf("the job of the killed warm runner: %+v (%v); want succeeded on attempt 2", j, err)
-	}
 	testenv.Eventually(t, 60*time.Second, "Nomad to restart the killed warm runner", func() bool {
 		return len(testenv.ProcessesWith("NOMAD_ALLOC_ID="+warmVictim.Worker.AllocationID, "runner", "-warm")) == 1
 	})
 	report("", "until Nomad restarted the runner", time.Since(t0))
+	testenv.Eventually(t, 90*time.Second, "the killed warm runner's job to finish", func() bool { return w.isTerminal(warmVictim.ID) })
+	report("", "until the job finished", time.Since(t0))
+	if j, err := c.Store.Job(ctx, warmVictim.ID); err != nil || j.Status != mj.StatusSucceeded || j.Attempt != 2 {
+		t.Errorf("the job of the killed warm runner: %+v (%v); want succeeded on attempt 2", j, err)
+	}
 	create(api0, 5) // 50 in all: fresh work for the next fault
 
 	// 5. A Nomad client with allocations dies with its tasks, as a machine would.
