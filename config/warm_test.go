@@ -13,7 +13,7 @@ func TestWarmDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	w := c.Pool("cpu").Warm
-	if w == nil || w.Count != 2 || w.Min != 0 || w.Max != 10 || w.MaxJobSeconds != 120 || w.CPU != 500 || w.Memory != 512 || w.Disk != 300 || w.LeaseTTL != "10s" || w.LeaseTTLD != 10*time.Second {
+	if w == nil || w.Count != 2 || w.Min != 0 || w.Max != 10 || w.MaxJobSeconds != 120 || w.CPU != 500 || w.Memory != 512 || w.Disk != 300 || w.LeaseTTL != "10s" || w.LeaseTTLD != 10*time.Second || w.SpillAfterD != 30*time.Second {
 		t.Fatalf("warm defaults: %+v", w)
 	}
 	if c.Pool("plain").Warm != nil {
@@ -78,6 +78,8 @@ func TestWarmRefusals(t *testing.T) {
 		{"pool \"cpu\" {\n  warm {\n    lease_ttl = \"6m\"\n  }\n}\n", `w.hcl:3,5: Invalid lease_ttl`, ""},
 		{"pool \"cpu\" {\n  warm {\n    lease_ttl = \"soon\"\n  }\n}\n", `w.hcl:3,5: Invalid duration`, "lease_ttl"},
 		{"pool \"cpu\" {\n  warm {\n    lease_ttl = \"\"\n  }\n}\n", `w.hcl:3,5: Invalid duration`, "lease_ttl"},
+		{"pool \"cpu\" {\n  warm {\n    spill_after = \"2h\"\n  }\n}\n", `w.hcl:3,5: Invalid spill_after`, ""},
+		{"pool \"cpu\" {\n  warm {\n    spill_after = \"-1s\"\n  }\n}\n", `w.hcl:3,5: Invalid spill_after`, ""},
 		{"pool \"cpu\" {\n  warm {\n    bogus = 1\n  }\n}\n", `w.hcl:3,5: Unsupported argument`, ""},
 		{"pool \"cpu\" {\n  warm {}\n  warm {}\n}\n", `w.hcl:3,3: Duplicate warm block`, ""},
 		// Pool "cpu"'s warm runners are mediajobs-cpu-warm: no pool may be called cpu-warm.
