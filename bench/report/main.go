@@ -19,6 +19,11 @@
 //     in ./dispatcher): a reconcile pass over 10,000 active jobs and events applied
 //     per second, each the new way beside the old way in the same process, with
 //     their targets (≤ 2 s, ≥ 5,000 events/s).
+//   - fair share between accounts (BenchmarkDispatcherFairPass and
+//     BenchmarkDispatcherFairness in ./dispatcher): a fair dispatch pass beside the
+//     first-in-first-out pass over the same queue (target ≤ 1.5 ×), Jain's index of
+//     backlogged accounts' started jobs (≥ 0.95), and the slots others' jobs took
+//     while a quiet account's one job waited (≤ 1).
 //   - warm pools (BenchmarkWarmLatency and BenchmarkWarmBurst in ./bench/e2e): a
 //     trivial job's latency on a warm pool beside raw Nomad's (target: median
 //     ≤ 0.3 s), and a burst of jobs created at once on the warm pool beside the
@@ -147,6 +152,10 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 	for _, n := range ScaleBenchmarks {
 		scale = scale || res[n] != nil
 	}
+	fair := false
+	for _, n := range FairBenchmarks {
+		fair = fair || res[n] != nil
+	}
 	complete, met = true, true
 	printed := false
 	sep := func() {
@@ -155,7 +164,7 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 		}
 		printed = true
 	}
-	if gw || !e2e && !warm && !cost && !tr && !scale {
+	if gw || !e2e && !warm && !cost && !tr && !scale && !fair {
 		sep()
 		complete, met = GatewayTable(w, res)
 	}
@@ -167,6 +176,11 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 	if scale {
 		sep()
 		c, m := ScaleTable(w, res)
+		complete, met = complete && c, met && m
+	}
+	if fair {
+		sep()
+		c, m := FairTable(w, res)
 		complete, met = complete && c, met && m
 	}
 	if e2e {
@@ -373,6 +387,69 @@ func ScaleTable(w io.Writer, res Result) (complete, met bool) {
 	} else {
 		complete, met = false, false
 		fmt.Fprintln(w, "| Nomad events applied | – | – | – | – | missing (BenchmarkDispatcherEvents) |")
+	}
+	return complete, met
+}
+
+// FairBenchmarks are the dispatcher's fair-share benchmarks (./dispatcher,
+// fair_bench_test.go); make bench's -bench Dispatcher runs them with the scale ones.
+var FairBenchmarks = []string{"DispatcherFairPass", "DispatcherFairness"}
+
+// The fair-share targets (docs/scheduling.md): a fair pass costs at most 1.5 × the
+// first-in-first-out pass over the same queue, backlogged accounts get their share
+// (Jain's index ≥ 0.95), and a quiet account's job waits for at most one slot
+// taken by others' jobs.
+const (
+	TargetFairPassRatio = 1.5
+	TargetJainIndex     = 0.95
+	TargetQuietSlots    = 1
+)
+
+// FairTable writes the fair-share table: the fair pass beside the FIFO pass of the
+// same run (the ratio the median of the per-round ones), Jain's index, and a quiet
+// account's wait, each figure the median over the rounds.
+func FairTable(w io.Writer, res Result) (complete, met bool) {
+	complete, met = true, true
+	verdict := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		met = false
+		return "**missed**"
+	}
+	missing := func(what, bench string) {
+		complete, met = false, false
+		fmt.Fprintf(w, "| %s | – | – | – | – | missing (Benchmark%s) |\n", what, bench)
+	}
+	fmt.Fprintln(w, "| fair share between accounts | mediajobs | baseline (same run) | figure | target | result |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---|")
+	if r := res["DispatcherFairPass"]; has(r, "fair-s", "fifo-s") {
+		ratio, rs := Ratio(r["fair-s"], r["fifo-s"])
+		if has(r, "fair/fifo") { // the benchmark's own ratio: its total times over b.N passes
+			ratio, rs = Median(r["fair/fifo"]), spread(r["fair/fifo"], 2)
+		}
+		fmt.Fprintf(w, "| a dispatch pass, %.0f queued jobs, %.0f dispatched (s) | fair share: %s | first in first out over the same queue: %s | %.2f ×%s | ≤ %.1f × | %s |\n",
+			Median(r["queued"]), Median(r["dispatched/pass"]), fmtVals(r["fair-s"], 3), fmtVals(r["fifo-s"], 3),
+			ratio, rs, TargetFairPassRatio, verdict(ratio <= TargetFairPassRatio))
+	} else {
+		missing("a dispatch pass, fair share beside FIFO", "DispatcherFairPass")
+	}
+	r := res["DispatcherFairness"]
+	if has(r, "jain-index") {
+		jain := Median(r["jain-index"])
+		fmt.Fprintf(w, "| Jain's index of the backlogged accounts' started jobs | %s | – | %.3f | ≥ %.2f | %s |\n",
+			fmtVals(r["jain-index"], 3), jain, TargetJainIndex, verdict(jain >= TargetJainIndex))
+	} else {
+		missing("Jain's index of the backlogged accounts' started jobs", "DispatcherFairness")
+	}
+	if has(r, "quiet-wait-slots") {
+		// The dispatches are context: others' jobs handed to Nomad after the quiet
+		// job's create and before it; the slots are what it waited for.
+		slots := Median(r["quiet-wait-slots"])
+		fmt.Fprintf(w, "| a quiet account's one job: others' jobs that took a slot between its create and its start | %s slots (others dispatched after its create, before it: %s) | – | %g slots | ≤ %d | %s |\n",
+			fmtVals(r["quiet-wait-slots"], 0), fmtVals(r["quiet-wait-dispatches"], 0), slots, TargetQuietSlots, verdict(slots <= TargetQuietSlots))
+	} else {
+		missing("a quiet account's one job", "DispatcherFairness")
 	}
 	return complete, met
 }

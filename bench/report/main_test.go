@@ -301,3 +301,64 @@ func TestWarmTable(t *testing.T) {
 		t.Errorf("tables:\n%s", out.String())
 	}
 }
+
+const fairSample = `pkg: github.com/mediajobs/mediajobs/dispatcher
+BenchmarkDispatcherFairPass-2   	       1	 265984009 ns/op	       256.0 dispatched/pass	         0.2000 fair-s	         1.000 fair/fifo	         0.2000 fifo-s	     10000 queued
+BenchmarkDispatcherFairness-2   	       1	2768377665 ns/op	         0.990 jain-index	         2.000 quiet-wait-dispatches	         1.000 quiet-wait-slots
+BenchmarkDispatcherFairPass-2   	       1	 265984009 ns/op	       256.0 dispatched/pass	         0.2500 fair-s	         1.250 fair/fifo	         0.2000 fifo-s	     10000 queued
+BenchmarkDispatcherFairness-2   	       1	2768377665 ns/op	         1.000 jain-index	         1.000 quiet-wait-dispatches	         0.000 quiet-wait-slots
+BenchmarkDispatcherFairPass-2   	       1	 265984009 ns/op	       256.0 dispatched/pass	         0.2600 fair-s	         1.300 fair/fifo	         0.2000 fifo-s	     10000 queued
+BenchmarkDispatcherFairness-2   	       1	2768377665 ns/op	         0.980 jain-index	         2.000 quiet-wait-dispatches	         1.000 quiet-wait-slots
+PASS
+`
+
+func TestFairTable(t *testing.T) {
+	res, failed, err := Parse(strings.NewReader(fairSample), nil)
+	if err != nil || failed {
+		t.Fatal(err, failed)
+	}
+	var out strings.Builder
+	complete, met := Table(&out, res)
+	if !complete || !met {
+		t.Fatalf("complete=%v met=%v\n%s", complete, met, out.String())
+	}
+	if strings.Contains(out.String(), "CreateJob") || strings.Contains(out.String(), "reconcile pass") {
+		t.Errorf("other suites' tables printed:\n%s", out.String())
+	}
+	for _, want := range []string{
+		"| a dispatch pass, 10000 queued jobs, 256 dispatched (s) | fair share: 0.250 (0.200–0.260) | first in first out over the same queue: 0.200 (0.200–0.200) | 1.25 × (1.00–1.30) | ≤ 1.5 × | met |",
+		"| Jain's index of the backlogged accounts' started jobs | 0.990 (0.980–1.000) | – | 0.990 | ≥ 0.95 | met |",
+		"| 1 (0–1) slots (others dispatched after its create, before it: 2 (1–2)) | – | 1 slots | ≤ 1 | met |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// A dearer pass, an unfair share and a longer wait miss their targets.
+	slow := strings.NewReplacer("1.250 fair/fifo", "1.600 fair/fifo", "1.300 fair/fifo", "1.700 fair/fifo",
+		"0.990 jain-index", "0.900 jain-index", "1.000 jain-index", "0.800 jain-index",
+		"0.000 quiet-wait-slots", "3.000 quiet-wait-slots", "1.000 quiet-wait-slots", "2.000 quiet-wait-slots").Replace(fairSample)
+	res, _, _ = Parse(strings.NewReader(slow), nil)
+	out.Reset()
+	if complete, met := Table(&out, res); !complete || met {
+		t.Fatalf("complete=%v met=%v\n%s", complete, met, out.String())
+	}
+	for _, want := range []string{"| 1.60 × (1.00–1.70) | ≤ 1.5 × | **missed** |", "| 0.900 | ≥ 0.95 | **missed** |", "| 2 slots | ≤ 1 | **missed** |"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+
+	// With the scale benchmarks, as make bench's -bench Dispatcher runs them: both
+	// tables, the scale one first; the fairness benchmark missing: incomplete.
+	res, _, _ = Parse(strings.NewReader(scaleSample+strings.Split(fairSample, "\n")[1]), nil)
+	out.Reset()
+	if complete, _ := Table(&out, res); complete {
+		t.Fatalf("missing DispatcherFairness reported complete:\n%s", out.String())
+	}
+	s, f := strings.Index(out.String(), "reconcile pass"), strings.Index(out.String(), "a dispatch pass, 10000 queued jobs")
+	if s < 0 || f < s || !strings.Contains(out.String(), "missing (BenchmarkDispatcherFairness)") || strings.Contains(out.String(), "CreateJob") {
+		t.Errorf("tables:\n%s", out.String())
+	}
+}
