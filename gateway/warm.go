@@ -183,6 +183,9 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 	}()
 	wait, stop := context.WithTimeout(ctx, min(warmPollWait, max(g.Config.Server.RequestTimeoutD-3*time.Second, time.Second)))
 	defer stop()
+	// A gateway shutting down answers its waiting runners at once (204): they
+	// poll another, and its shutdown is not held up by them.
+	defer context.AfterFunc(g.streamCtx(), stop)()
 	alive, err := cli.KeepAlive(wait, lease)
 	if err != nil {
 		return fmt.Errorf("keep warm lease: %w", err)
@@ -275,6 +278,7 @@ func (g *Gateway) warmRenew(c *fiber.Ctx) error {
 	gone := func(j *mj.Job) bool { return j.Status.Terminal() || j.NomadJobID != child }
 	wctx, cancel := context.WithTimeout(ctx, warmRenewWait)
 	defer cancel()
+	defer context.AfterFunc(g.streamCtx(), cancel)()
 	j, err := g.Store.WaitJob(wctx, run.JobID, gone)
 	switch {
 	case mj.ErrorCode(err) == mj.ENotFound:

@@ -567,3 +567,30 @@ func TestWarmDoneRevokesOnlyItsOwnLease(t *testing.T) {
 	}
 	w.noTokenLeaked()
 }
+
+// A gateway shutting down answers its waiting runners at once (204) rather than
+// when their polls' waits end (15 s): its shutdown is not held up by them.
+func TestWarmPollEndsAtShutdown(t *testing.T) {
+	w := newWarmHarness(t)
+	w.gw.Config.Server.RequestTimeoutD = time.Minute // a poll would wait 15 s
+	polled := w.poll(tokA)
+	if _, ans, ok := w.idleOf(allocA, 0, polled); !ok {
+		t.Fatalf("the poll answered before it waited: HTTP %d %s", ans.status, ans.body)
+	}
+	w.gw.StopStreams() // what the server's shutdown does first
+	var ans pollAnswer
+	testenv.Eventually(t, 5*time.Second, "the waiting poll to answer at shutdown", func() bool {
+		select {
+		case ans = <-polled:
+			return true
+		default:
+			return false
+		}
+	})
+	if ans.status != 204 {
+		t.Fatalf("a poll ended by shutdown: HTTP %d %s", ans.status, ans.body)
+	}
+	if idle, err := w.s.WarmIdleRunners(context.Background(), "cpu"); err != nil || len(idle) != 0 {
+		t.Fatalf("the runner still waits after shutdown: %v %v", idle, err)
+	}
+}

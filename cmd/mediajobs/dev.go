@@ -60,12 +60,13 @@ mediajobs dev is up.
   etcd       embedded, data in %[3]s
   Nomad      %[4]s (UI: %[4]s/ui/jobs)%[6]s
 %[5]s
-Try it (a 3-second test pattern, encoded on Nomad; waits for the result):
+Try it (a 3-second test pattern, encoded by a warm runner: a timeout of at
+most 2 minutes lets one take it; waits for the result):
   curl -s -H "Authorization: Bearer %[2]s" -H "Content-Type: application/json" \
-    -d '{"output_files":["out.mp4"],"ffmpeg_commands":["-f lavfi -i testsrc=duration=3 -c:v libx264 {{out.mp4}}"]}' \
+    -d '{"timeout_seconds":60,"output_files":["out.mp4"],"ffmpeg_commands":["-f lavfi -i testsrc=duration=3 -c:v libx264 {{out.mp4}}"]}' \
     '%[1]s/api/ffmpeg?wait=true'
 or from this binary, with live progress:
-  bin/mediajobs run -o out.mp4 -- -f lavfi -i testsrc=duration=3 -c:v libx264 outputs/out.mp4
+  bin/mediajobs run --timeout 60s -o out.mp4 -- -f lavfi -i testsrc=duration=3 -c:v libx264 outputs/out.mp4
 
 `, s.URL, s.APIKey, cfg.Etcd.DataDir, nomadAddr(cfg), devListeners(cfg), nomadPendingLine(opts.NomadPending))
 	})
