@@ -72,7 +72,7 @@ E2ECOUNT   ?= 3
 SCALECOUNT ?= 3
 
 .PHONY: bench
-bench: ## gateway create/GET beside raw etcd and bare fiber, 200 MB transfers beside MinIO's client; the dispatcher at 10,000 jobs beside its old path; on Nomad: job latency and throughput beside raw Nomad, webhooks (docs/benchmarks.md)
+bench: ## gateway create/GET beside raw etcd and bare fiber, 200 MB transfers beside MinIO's client; the dispatcher at 10,000 jobs beside its old path, fair share; on Nomad: job latency and throughput beside raw Nomad, warm pools, webhooks (docs/benchmarks.md)
 	$(GO) build -o bin/bench-report ./bench/report
 	{ for i in $$(seq $(BENCHCOUNT)); do $(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -count=1 ./bench/ 2>&1; done; \
 	  for i in $$(seq $(SCALECOUNT)); do $(GO) test -run '^$$' -bench Dispatcher -benchtime=1x -count=1 -timeout=30m ./dispatcher/ 2>&1; done; \
