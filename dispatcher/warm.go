@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -198,20 +199,21 @@ func (d *Dispatcher) warmLoop(ctx context.Context) {
 			for _, ev := range resp.Events {
 				key := string(ev.Kv.Key)
 				switch {
-				case ev.Type == clientv3.EventTypePut && hasPrefix(key, ws.WarmDonePrefix()):
+				case ev.Type == clientv3.EventTypePut && strings.HasPrefix(key, ws.WarmDonePrefix()):
 					done[key[len(ws.WarmDonePrefix()):]] = true
 				}
 			}
 			for _, ev := range resp.Events {
 				key := string(ev.Kv.Key)
 				switch {
-				case ev.Type == clientv3.EventTypePut && !hasPrefix(key, ws.WarmDonePrefix()) && !hasPrefix(key, ws.WarmRunPrefix()):
+				case ev.Type == clientv3.EventTypePut && !strings.HasPrefix(key, ws.WarmDonePrefix()) && !strings.HasPrefix(key, ws.WarmRunPrefix()):
 					d.wake() // a runner waits: a pass may hand it a job
-				case ev.Type == clientv3.EventTypePut && hasPrefix(key, ws.WarmDonePrefix()):
-					if wd, err := ws.WarmDoneOf(ctx, key[len(ws.WarmDonePrefix()):]); err == nil && wd != nil {
-						d.applyWarmDone(ctx, ws, *wd)
+				case ev.Type == clientv3.EventTypePut && strings.HasPrefix(key, ws.WarmDonePrefix()):
+					var wd store.WarmDone // the event holds it: no read
+					if json.Unmarshal(ev.Kv.Value, &wd) == nil && wd.Run != "" {
+						d.applyWarmDone(ctx, ws, wd)
 					}
-				case ev.Type == clientv3.EventTypeDelete && hasPrefix(key, ws.WarmRunPrefix()) && ev.PrevKv != nil:
+				case ev.Type == clientv3.EventTypeDelete && strings.HasPrefix(key, ws.WarmRunPrefix()) && ev.PrevKv != nil:
 					var r store.WarmRun
 					if err := json.Unmarshal(ev.PrevKv.Value, &r); err != nil || done[r.Run] {
 						continue
@@ -226,8 +228,6 @@ func (d *Dispatcher) warmLoop(ctx context.Context) {
 
 // warmResync is how often warmLoop goes over every warm key again.
 const warmResync = 10 * time.Second
-
-func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 // warmSweep applies every done key, and ends the attempts of warm jobs whose run
 // key is gone with no done key (a lapse the watch did not see), and of those past

@@ -32,32 +32,36 @@ func Render(pool *config.Pool, runnerCommand string) (Rendered, error) {
 		return Rendered{}, fmt.Errorf("no jobspec for driver %q", pool.Driver)
 	}
 	cmd := pool.RunnerCommand
-	if cmd == "" {
-		cmd = runnerCommand
-	}
 	if pool.Driver == "docker" && pool.RunnerCommand == "" {
 		cmd = "/usr/local/bin/mediajobs" // where the worker image has it
+	}
+	vars := poolVars(pool, cmd, runnerCommand)
+	vars["image"] = quote(pool.Image)
+	vars["cpu"], vars["memory"], vars["disk"] = strconv.Itoa(pool.CPU), strconv.Itoa(pool.Memory), strconv.Itoa(pool.Disk)
+	return Rendered{JobID: JobID(pool.Name), HCL: string(src), Variables: varFile(vars)}, nil
+}
+
+// poolVars are the variables both jobspecs of a pool take from it: where its
+// jobs are placed, what they run (cmd, else runnerCommand) and how.
+func poolVars(pool *config.Pool, cmd, runnerCommand string) map[string]string {
+	if cmd == "" {
+		cmd = runnerCommand
 	}
 	gpu := config.GPU{}
 	if pool.GPU != nil {
 		gpu = *pool.GPU
 	}
-	vars := map[string]string{
+	return map[string]string{
 		"pool":              quote(pool.Name),
 		"runner_command":    quote(cmd),
-		"image":             quote(pool.Image),
 		"datacenters":       list(pool.Datacenters),
 		"node_pool":         quote(pool.NodePool),
-		"cpu":               strconv.Itoa(pool.CPU),
-		"memory":            strconv.Itoa(pool.Memory),
-		"disk":              strconv.Itoa(pool.Disk),
 		"constraints":       constraints(pool.Constraints),
 		"gpu_count":         strconv.Itoa(gpu.Count),
 		"gpu_min_memory_mb": strconv.Itoa(gpu.MinMemoryMB),
 		"gpu_model":         quote(gpu.Model),
 		"sandbox":           quote(pool.Sandbox),
 	}
-	return Rendered{JobID: JobID(pool.Name), HCL: string(src), Variables: varFile(vars)}, nil
 }
 
 // JobID is the Nomad ID of a pool's parameterized job.
@@ -82,32 +86,10 @@ func RenderWarm(pool *config.Pool, runnerCommand, controlURL string) (Rendered, 
 	if err != nil {
 		return Rendered{}, err
 	}
-	cmd := pool.RunnerCommand
-	if cmd == "" {
-		cmd = runnerCommand
-	}
-	gpu := config.GPU{}
-	if pool.GPU != nil {
-		gpu = *pool.GPU
-	}
-	vars := map[string]string{
-		"pool":              quote(pool.Name),
-		"runner_command":    quote(cmd),
-		"control_url":       quote(controlURL),
-		"datacenters":       list(pool.Datacenters),
-		"node_pool":         quote(pool.NodePool),
-		"count":             strconv.Itoa(w.Count),
-		"min":               strconv.Itoa(w.Min),
-		"max":               strconv.Itoa(w.Max),
-		"cpu":               strconv.Itoa(w.CPU),
-		"memory":            strconv.Itoa(w.Memory),
-		"disk":              strconv.Itoa(w.Disk),
-		"sandbox":           quote(pool.Sandbox),
-		"constraints":       constraints(pool.Constraints),
-		"gpu_count":         strconv.Itoa(gpu.Count),
-		"gpu_min_memory_mb": strconv.Itoa(gpu.MinMemoryMB),
-		"gpu_model":         quote(gpu.Model),
-	}
+	vars := poolVars(pool, pool.RunnerCommand, runnerCommand)
+	vars["control_url"] = quote(controlURL)
+	vars["count"], vars["min"], vars["max"] = strconv.Itoa(w.Count), strconv.Itoa(w.Min), strconv.Itoa(w.Max)
+	vars["cpu"], vars["memory"], vars["disk"] = strconv.Itoa(w.CPU), strconv.Itoa(w.Memory), strconv.Itoa(w.Disk)
 	return Rendered{JobID: WarmJobID(pool.Name), HCL: string(src), Variables: varFile(vars)}, nil
 }
 

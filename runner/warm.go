@@ -130,10 +130,10 @@ func (w *Warm) run(ctx context.Context, l *lease) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		stop(nil)
 		<-renewed
-		w.done(ctx, l, "fault", err.Error())
+		w.done(context.WithoutCancel(ctx), l, "fault", err.Error())
 		return
 	}
-	res, err := r.Run(jctx, m)
+	_, err = r.Run(jctx, m)
 	lost := errors.Is(context.Cause(jctx), errLeaseLost)
 	stop(nil)
 	<-renewed
@@ -142,10 +142,7 @@ func (w *Warm) run(ctx context.Context, l *lease) {
 		fmt.Fprintf(w.Log, "warm runner: job %s: %v; nothing reported\n", l.JobID, errLeaseLost)
 	case errors.Is(err, ErrStopped):
 		w.done(context.WithoutCancel(ctx), l, "stopped", "the warm runner was stopped")
-	case err != nil && res == nil:
-		w.done(context.WithoutCancel(ctx), l, "fault", err.Error())
-	case err != nil:
-		// The result could not be uploaded: nothing to apply.
+	case err != nil: // the result could not be uploaded: nothing to apply
 		w.done(context.WithoutCancel(ctx), l, "fault", err.Error())
 	default:
 		w.done(context.WithoutCancel(ctx), l, "reported", "")
