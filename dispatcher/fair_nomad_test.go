@@ -26,6 +26,9 @@ import (
 //     of a's is dispatched between b's create and b's first dispatch.
 //   - Accounts of weights 2 and 1, both backlogged: their started jobs go 2:1.
 func TestFairShareOnNomad(t *testing.T) {
+	// Made before the rig, so it is removed after the agent (and the runners
+	// still writing results into it) has stopped.
+	dir := t.TempDir()
 	r := newNomadRig(t, &config.Pool{Name: "cpu", MaxAttempts: 1, DispatchLookahead: 1})
 	node := r.agent.Client.Nodes()
 	stubs, _, err := node.List(nil)
@@ -41,7 +44,6 @@ func TestFairShareOnNomad(t *testing.T) {
 		free -= int64(n.ReservedResources.Memory.MemoryMB)
 	}
 	r.cfg.Pools[0].Memory = int(free / 3) // three fit, a fourth does not
-	dir := t.TempDir()
 	if r.blobs, err = blob.NewLocal(filepath.Join(dir, "blobs")); err != nil {
 		t.Fatal(err)
 	}
