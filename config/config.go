@@ -357,10 +357,11 @@ type Pool struct {
 	// Default DefaultMaxInFlight; -1: no cap.
 	MaxInFlight int `hcl:"max_in_flight,optional"`
 	// DispatchLookahead is how many of this pool's children may wait in Nomad for
-	// a node (dispatched, not placed) before the dispatcher stops handing it more:
-	// the backlog waits in the etcd queue, where fair share decides its order
-	// (docs/scheduling.md). The window grows to an eighth of the pool's running
-	// children on a large pool. Default DefaultDispatchLookahead.
+	// a node (dispatched, not placed) before the dispatcher stops handing it more,
+	// until Nomad has said the pool is full (then one waits): the backlog waits in
+	// the etcd queue, where fair share decides its order (docs/scheduling.md). The
+	// window grows to an eighth of the pool's running children on a large pool.
+	// Default DefaultDispatchLookahead.
 	DispatchLookahead int `hcl:"dispatch_lookahead,optional"`
 	// QueueLimit is how long a dispatched job may wait for Nomad to place it before
 	// it fails with the placement reason.

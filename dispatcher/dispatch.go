@@ -89,19 +89,22 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 }
 
 // dispatchIDs dispatches ids in order (dispatchConcurrency at a time) and reports
-// whether any dispatch failed.
+// whether any dispatch failed. The first goes alone, before the others: it is the
+// one fair share ranks first (often a newcomer's), and Nomad places a full pool's
+// children in the order their evaluations were created, which concurrent
+// dispatches would leave to chance.
 func (d *Dispatcher) dispatchIDs(ctx context.Context, pool *config.Pool, ids []string) bool {
 	var failed, down atomic.Bool
 	sem := make(chan struct{}, dispatchConcurrency)
 	var wg sync.WaitGroup
-	for _, id := range ids {
+	for i, id := range ids {
 		sem <- struct{}{}
 		if down.Load() || ctx.Err() != nil {
 			<-sem // Nomad is unreachable: the pass stops, the queue waits in etcd
 			break
 		}
 		wg.Add(1)
-		go func() {
+		one := func() {
 			defer func() { <-sem; wg.Done() }()
 			err := d.dispatch(ctx, id)
 			if err == nil {
@@ -134,7 +137,12 @@ func (d *Dispatcher) dispatchIDs(ctx context.Context, pool *config.Pool, ids []s
 				j.StatusDetail = detail
 				return nil
 			})
-		}()
+		}
+		if i == 0 {
+			one()
+		} else {
+			go one()
+		}
 	}
 	wg.Wait()
 	return failed.Load()

@@ -163,6 +163,8 @@ type Dispatcher struct {
 	// (poolPasses, fair.go).
 	passesMu sync.Mutex
 	passes   map[string]map[string]float64
+	// room is each pool's room in Nomad, as far as known (fair.go).
+	room poolRoom
 }
 
 // NomadTimeout bounds every Nomad call, on top of the leader's context: a
@@ -274,6 +276,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.passesMu.Lock()
 		d.passes = nil
 		d.passesMu.Unlock()
+		d.room.reset()
 		lctx, cancel := context.WithCancel(ctx)
 		// Every store write made while leading is conditioned on the election key:
 		// a paused leader whose session expired cannot write after the next took over.

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
 )
@@ -664,6 +665,13 @@ func (d *Dispatcher) placementFailed(ctx context.Context, child string, failed m
 		}
 		return nil
 	})
+	if capacity {
+		// Whether or not the job changed: a child Nomad has no room for says the
+		// pool is full (the window, fair.go).
+		if pool, _, ok := strings.Cut(strings.TrimPrefix(child, jobspecs.JobID("")), "/"); ok {
+			d.room.full(pool)
+		}
+	}
 	if err == nil {
 		cause := "infeasible"
 		if capacity {

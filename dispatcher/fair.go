@@ -2,6 +2,7 @@ package dispatcher
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/nomad/api"
@@ -110,12 +111,67 @@ type nomadSummaries interface {
 }
 
 // window is how many more children a pool may take now: Nomad holds pending
-// (dispatched, not yet placed: waiting for a node) of them and runs running, and
-// no more than the pool's lookahead, or an eighth of its running children when
-// that is more, may wait in Nomad, so a backlog waits in the etcd queue, where
+// (dispatched, not yet placed: waiting for a node) of them and runs running.
+//
+// room is the pool's room in Nomad as far as the dispatcher knows it (see
+// poolRoom): when known, the pool is full at room children, and the window keeps
+// just one child (one more per 64 of room) waiting for the next slot beyond it,
+// so a newcomer's job waits for at most that many slots. When not known, no more
+// than the pool's lookahead, or an eighth of its running children when that is
+// more, may wait in Nomad. Either way a backlog waits in the etcd queue, where
 // fair share orders it.
-func window(pool *config.Pool, pending, running int) int {
+func window(pool *config.Pool, pending, running int, room int, known bool) int {
+	if known {
+		return room + 1 + room/64 - running - pending
+	}
 	return max(pool.DispatchLookahead, running/8) - pending
+}
+
+// poolRoom is how many children of a pool Nomad has room for, learnt from Nomad
+// itself: when a child cannot be placed for lack of resources (its evaluation's
+// placement failure, from the event stream or reconcile), the pool's room is what
+// it was running then. Each pass raises it to what runs now, since a pool that
+// runs more has at least that room (a node joined, or other work left it), so
+// the estimate follows capacity up one window at a time and down at the next
+// failure. A new leader starts without it.
+type poolRoom struct {
+	mu   sync.Mutex
+	seen map[string]int // running children at each pool's last pass
+	room map[string]int // pools whose room is known
+}
+
+// full records that Nomad had no room for one more child of pool: its room is
+// what the last pass saw running.
+func (r *poolRoom) full(pool string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.room == nil {
+		r.room = map[string]int{}
+	}
+	r.room[pool] = r.seen[pool]
+}
+
+// observe records what a pass saw running and returns the pool's room.
+func (r *poolRoom) observe(pool string, running int) (room int, known bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen == nil {
+		r.seen = map[string]int{}
+	}
+	r.seen[pool] = running
+	if room, known = r.room[pool]; known && running > room {
+		room = running
+		r.room[pool] = room
+	}
+	return room, known
+}
+
+// reset forgets every pool's room (a new term: Nomad's cluster may have changed
+// while another leader dispatched).
+func (r *poolRoom) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.seen, r.room = nil, nil
 }
 
 // poolWindow is the pool's window given inFlight, the jobs etcd's active set
@@ -136,7 +192,8 @@ func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight
 		return 0, false
 	}
 	running := int(sum.Children.Running)
-	return window(pool, max(inFlight-running, 0), running), true
+	room, known := d.room.observe(pool.Name, running)
+	return window(pool, max(inFlight-running, 0), running, room, known), true
 }
 
 // fairPass reads what a pass of the pool chooses from and returns the ids of the

@@ -114,7 +114,8 @@ type fairnessResult struct {
 
 // fairnessRun runs a pool of slots slots with the default dispatch_lookahead:
 // passes run, and Nomad places pending children (oldest first) while a slot is
-// free, until a pass hands Nomad nothing more; then one to three running jobs
+// free and reports the first it has no room for (a failed placement, as its event
+// stream does), until a pass hands Nomad nothing more; then one to three running jobs
 // end, at random. Once half of starts jobs have started, a quiet account queues
 // one job. It returns Jain's index of the backlogged accounts' started jobs once
 // starts have started, and the quiet account's wait.
@@ -134,6 +135,8 @@ func fairnessRun(b *testing.B, accounts, backlog, slots, starts int) fairnessRes
 	rng := rand.New(rand.NewPCG(1, 2))
 	var running, startOrder []string // children holding a slot; all that took one, in order
 	quietD, quietS := -1, -1
+	blocked := map[string]bool{}
+	noRoom := map[string]*api.AllocationMetric{"ffmpeg": {NodesEvaluated: 1, NodesExhausted: 1, DimensionExhausted: map[string]int{"memory": 1}}}
 	for len(startOrder) < starts {
 		for {
 			before := len(e.n.dispatched())
@@ -141,12 +144,17 @@ func fairnessRun(b *testing.B, accounts, backlog, slots, starts int) fairnessRes
 				b.Fatal("pass failed")
 			}
 			for _, c := range e.n.dispatched() {
-				if len(running) >= slots {
-					break
+				if !e.pendingChild(c) {
+					continue
 				}
-				if e.pendingChild(c) {
+				if len(running) < slots {
 					e.n.setChild(c, &api.AllocationListStub{ID: allocID(int64(len(startOrder))), ClientStatus: "running", TaskStates: runnerState(time.Now())})
 					running, startOrder = append(running, c), append(startOrder, c)
+				} else if !blocked[c] {
+					// No room: Nomad's evaluation of the child fails for lack of
+					// resources, and the event stream says so.
+					blocked[c] = true
+					e.d.placementFailed(ctx, c, noRoom)
 				}
 			}
 			if len(e.n.dispatched()) == before {

@@ -146,16 +146,58 @@ func TestPoolPassesNewcomerStartsAtTheFloor(t *testing.T) {
 
 func TestWindow(t *testing.T) {
 	p := &config.Pool{DispatchLookahead: 4}
-	for _, tc := range []struct{ pending, running, want int }{
-		{0, 0, 4},   // an idle pool takes the lookahead
-		{4, 0, 0},   // that many waiting for a node: no more
-		{6, 2, -2},  // more waiting than the window (dispatched before): none
-		{1, 3, 3},   // one waiting: the rest of the lookahead
-		{0, 80, 10}, // a large pool keeps an eighth of its running ones waiting
-		{10, 80, 0},
+	for _, tc := range []struct {
+		pending, running int
+		room             int
+		known            bool
+		want             int
+	}{
+		{0, 0, 0, false, 4},   // an idle pool takes the lookahead
+		{4, 0, 0, false, 0},   // that many waiting for a node: no more
+		{6, 2, 0, false, -2},  // more waiting than the window (dispatched before): none
+		{1, 3, 0, false, 3},   // one waiting: the rest of the lookahead
+		{0, 80, 0, false, 10}, // a large pool keeps an eighth of its running ones waiting
+		{10, 80, 0, false, 0},
+		// Nomad said the pool is full at room: one child waits beyond it.
+		{1, 3, 3, true, 0},     // full, one waiting: none
+		{0, 3, 3, true, 1},     // its waiting child was placed: one more
+		{0, 1, 3, true, 3},     // two slots freed: them and one waiting
+		{0, 0, 0, true, 1},     // no room at all: one waits in Nomad, the rest in etcd
+		{4, 0, 3, true, 0},     // waiting ones placed before: none
+		{2, 128, 128, true, 1}, // a large pool keeps one more waiting per 64 of room
 	} {
-		if got := window(p, tc.pending, tc.running); got != tc.want {
-			t.Errorf("window(pending %d, running %d) = %d, want %d", tc.pending, tc.running, got, tc.want)
+		if got := window(p, tc.pending, tc.running, tc.room, tc.known); got != tc.want {
+			t.Errorf("window(pending %d, running %d, room %d %v) = %d, want %d", tc.pending, tc.running, tc.room, tc.known, got, tc.want)
 		}
+	}
+}
+
+// The room follows what Nomad says: unknown until a child cannot be placed, then
+// what ran at the last pass; raised by a pass that sees more running; forgotten
+// with the term.
+func TestPoolRoom(t *testing.T) {
+	var r poolRoom
+	if _, known := r.observe("cpu", 5); known {
+		t.Fatal("known before any placement failure")
+	}
+	r.full("cpu")
+	if room, known := r.observe("cpu", 4); !known || room != 5 {
+		t.Fatalf("after a failure at 5 running: %d %v", room, known)
+	}
+	if room, _ := r.observe("cpu", 7); room != 7 {
+		t.Fatalf("7 running: room %d", room)
+	}
+	if _, known := r.observe("gpu", 1); known {
+		t.Fatal("another pool's room known")
+	}
+	r.full("cpu") // fewer fit now (a node left): what ran at the last pass
+	r.observe("cpu", 2)
+	r.full("cpu")
+	if room, _ := r.observe("cpu", 2); room != 2 {
+		t.Fatalf("room %d after a failure at 2 running", room)
+	}
+	r.reset()
+	if _, known := r.observe("cpu", 2); known {
+		t.Fatal("known after reset")
 	}
 }
