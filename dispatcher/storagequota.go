@@ -19,7 +19,9 @@ import (
 
 // storageCounter is what the store keeps of storage held (*store.Store has it).
 type storageCounter interface {
-	CountStorage(ctx context.Context, account, obj string, h store.Held, defaults store.Limits, within bool) (store.Held, bool, error)
+	CountOutputs(ctx context.Context, j *mj.Job, h store.Held) (bool, error)
+	Tallies(ctx context.Context, limit int) ([]string, error)
+	DropTally(ctx context.Context, jobID string) error
 	ClaimTmpFile(ctx context.Context, account, id, key string, size int64, expires time.Time, maxUpload int64, defaults store.Limits) error
 	ReleaseExpired(ctx context.Context, now time.Time, del func(blob string) error) (int, error)
 }
@@ -43,7 +45,8 @@ func limitDefaults(l *config.Limits) store.Limits {
 
 // countOutputs counts a succeeded job's outputs against its account's storage
 // until output_retention has passed (once: applying a result again counts
-// nothing).
+// nothing). The job's terminal write left a tally/ entry, which the count
+// settles; the janitor counts what a dispatcher that stopped in between left.
 func (d *Dispatcher) countOutputs(ctx context.Context, j *mj.Job) {
 	sc, ok := d.Store.(storageCounter)
 	held := j.TotalOutputBytes - mj.SentOnlyBytes(j.Outputs) // not those only sent to a destination
@@ -51,9 +54,38 @@ func (d *Dispatcher) countOutputs(ctx context.Context, j *mj.Job) {
 		return
 	}
 	h := store.Held{Bytes: held, Expires: j.FinishedAt.Add(d.Config.Storage.Retention)}
-	if _, _, err := sc.CountStorage(ctx, j.AccountID, store.OutputsObject(j.ID), h, store.Limits{}, false); err != nil {
-		d.Log.Warn("count outputs against the account's storage", "job", j.ID, "err", err)
+	if _, err := sc.CountOutputs(ctx, j, h); err != nil {
+		d.Log.Warn("count outputs against the account's storage; the janitor counts them", "job", j.ID, "err", err)
 	}
+}
+
+// tallyPage is how many uncounted jobs one sweep counts at most.
+const tallyPage = 500
+
+// countLeftOutputs counts the outputs of succeeded jobs whose count did not
+// happen when their result was applied (the dispatcher stopped, etcd failed).
+func (d *Dispatcher) countLeftOutputs(ctx context.Context, sc storageCounter) {
+	ids, err := sc.Tallies(ctx, tallyPage)
+	if err != nil || len(ids) == 0 {
+		if err != nil {
+			d.Log.Warn("janitor: list outputs to count", "err", err)
+		}
+		return
+	}
+	jobs, errs := d.Store.Jobs(ctx, ids)
+	for i, id := range ids {
+		switch {
+		case errs[i] != nil && mj.ErrorCode(errs[i]) == mj.ENotFound:
+			sc.DropTally(ctx, id)
+		case errs[i] != nil:
+			d.Log.Warn("janitor: read a job whose outputs are to count", "job", id, "err", errs[i])
+		case jobs[i].Status != mj.StatusSucceeded || jobs[i].TotalOutputBytes-mj.SentOnlyBytes(jobs[i].Outputs) <= 0 || jobs[i].FinishedAt == nil:
+			sc.DropTally(ctx, id) // nothing to count
+		default:
+			d.countOutputs(ctx, jobs[i])
+		}
+	}
+	d.Log.Info("janitor: counted outputs left uncounted", "jobs", len(ids))
 }
 
 // sweepStorage gives back the storage of expired records (deleting their
@@ -74,6 +106,7 @@ func (d *Dispatcher) sweepStorage(ctx context.Context, now time.Time) {
 		}
 		return nil
 	}
+	d.countLeftOutputs(ctx, sc)
 	if n, err := sc.ReleaseExpired(ctx, now, del); err != nil {
 		d.Log.Warn("janitor: release expired storage", "err", err, "released", n)
 	} else if n > 0 {

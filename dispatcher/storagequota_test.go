@@ -106,3 +106,53 @@ func janitorStorage(t *testing.T, blobs *blob.Bucket, dir string) {
 		t.Fatalf("after output_retention: held %d", held())
 	}
 }
+
+// A dispatcher that stops between a job's terminal write and the count of its
+// outputs leaves them uncounted only until the janitor's next sweep, which
+// counts them once.
+func TestJanitorCountsOutputsLeftUncounted(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	cfg := config.Default()
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	blobs, _ := blob.NewLocal(t.TempDir())
+	d := &Dispatcher{Config: cfg, Store: s, Blobs: blobs, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	ctx := context.Background()
+	now := time.Now().UTC()
+	j := &mj.Job{ID: "00000000-0000-4000-8000-00000000a001", AccountID: "acct", Status: mj.StatusQueued, Machine: "cpu",
+		FFmpegCommands: []string{"-version"}, CreatedAt: now, QueuedAt: now}
+	if err := s.CreateJob(ctx, j); err != nil {
+		t.Fatal(err)
+	}
+	// The terminal write alone, as the dispatcher's apply makes it.
+	if _, err := s.UpdateJob(ctx, j.ID, func(j *mj.Job) error {
+		j.Status, j.FinishedAt, j.TotalOutputBytes = mj.StatusSucceeded, &now, 700
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	held := func() int64 {
+		_, u, _, err := s.AccountLimits(ctx, "acct", store.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.StorageBytes
+	}
+	if held() != 0 {
+		t.Fatalf("held %d before the sweep", held())
+	}
+	for range 2 {
+		d.Sweep(ctx, now)
+		if held() != 700 {
+			t.Fatalf("after the sweep: held %d; want 700", held())
+		}
+	}
+	if ids, _ := s.Tallies(ctx, 10); len(ids) != 0 {
+		t.Fatalf("left to count: %v", ids)
+	}
+	d.Sweep(ctx, now.Add(cfg.Storage.Retention+time.Minute))
+	if held() != 0 {
+		t.Fatalf("after output_retention: held %d", held())
+	}
+}

@@ -26,7 +26,12 @@ import (
 //   - held/<account>/<object>: what one object counted and until when it is held
 //     ({"bytes","expires","blob"}). It makes counting idempotent (an object is
 //     counted once) and tells the janitor exactly what to give back, and which
-//     blob to delete, when it expires.
+//     blob to delete, when it expires;
+//   - heldexp/<expires>/<account>/<object>: the same record under its expiry,
+//     written and deleted with it, so the janitor reads only what has expired;
+//   - tally/<job id>: a succeeded job whose outputs are still to be counted,
+//     written with its terminal state (store.go) and deleted by the count, so
+//     a dispatcher that stops in between leaves the count to the janitor.
 
 // Held is what one object (a temporary file, a job's outputs) counts against its
 // account's storage, until Expires.
@@ -59,6 +64,29 @@ func (s *Store) storageKey(account, obj string) string {
 // HeldPrefix holds one record per counted object (held/<account>/<object>).
 func (s *Store) HeldPrefix() string                 { return s.p + "held/" }
 func (s *Store) heldKey(account, obj string) string { return s.HeldPrefix() + account + "/" + obj }
+
+// heldExpPrefix indexes the held records by expiry.
+func (s *Store) heldExpPrefix() string { return s.p + "heldexp/" }
+func (s *Store) heldExpKey(account, obj string, exp time.Time) string {
+	return s.heldExpPrefix() + expStamp(exp) + "/" + account + "/" + obj
+}
+
+// expStamp is a time as a fixed-width UTC stamp: the keys sort in time order.
+func expStamp(t time.Time) string { return t.UTC().Format("20060102T150405.000000000Z") }
+
+// heldIndexedKey records that every held record has its heldexp/ entry (those of
+// a version before the index were given one, or released, by ReleaseExpired).
+func (s *Store) heldIndexedKey() string { return s.p + "migrations/heldexp" }
+
+// TallyPrefix holds the succeeded jobs whose outputs are still to be counted.
+func (s *Store) TallyPrefix() string          { return s.p + "tally/" }
+func (s *Store) tallyKey(jobID string) string { return s.TallyPrefix() + jobID }
+
+// tallied tells whether j's terminal write leaves its outputs to count: it
+// succeeded with outputs kept in the service's storage.
+func tallied(j *mj.Job) bool {
+	return j.Status == mj.StatusSucceeded && j.TotalOutputBytes-mj.SentOnlyBytes(j.Outputs) > 0
+}
 
 // storageRead is one reading of an account's storage counters.
 type storageRead struct {
@@ -117,13 +145,29 @@ func (s *Store) HeldObject(ctx context.Context, account, obj string) (h Held, ok
 // max_storage_bytes; without it the bytes count whatever the use (a finished
 // job's outputs: a job is never failed for its account's quota).
 func (s *Store) CountStorage(ctx context.Context, account, obj string, h Held, defaults Limits, within bool) (_ Held, counted bool, _ error) {
-	hk, sk := s.heldKey(account, obj), s.storageKey(account, obj)
+	return s.countStorage(ctx, account, obj, h, defaults, within, nil)
+}
+
+// CountOutputs counts a succeeded job's outputs, h, against its account's
+// storage whatever the account holds, once, and settles its tally/ entry in the
+// same transaction (or on its own, when they were counted already).
+func (s *Store) CountOutputs(ctx context.Context, j *mj.Job, h Held) (counted bool, err error) {
+	settle := clientv3.OpDelete(s.tallyKey(j.ID))
+	_, counted, err = s.countStorage(ctx, j.AccountID, OutputsObject(j.ID), h, Limits{}, false, &settle)
+	return counted, err
+}
+
+func (s *Store) countStorage(ctx context.Context, account, obj string, h Held, defaults Limits, within bool, settle *clientv3.Op) (_ Held, counted bool, _ error) {
+	hk, sk, ek := s.heldKey(account, obj), s.storageKey(account, obj), s.heldExpKey(account, obj, h.Expires)
 	rec, err := json.Marshal(h)
 	if err != nil {
 		return Held{}, false, err
 	}
 	for attempt := 0; attempt <= quotaAttempts; attempt++ {
 		if prior, ok, err := s.HeldObject(ctx, account, obj); err != nil || ok {
+			if err == nil && settle != nil {
+				_, err = s.cli.Txn(ctx).Then(*settle).Commit()
+			}
 			return prior, false, err
 		}
 		u, err := s.readUsage(ctx, account)
@@ -136,13 +180,18 @@ func (s *Store) CountStorage(ctx context.Context, account, obj string, h Held, d
 			}
 		}
 		shard := u.storage.shards[sk]
+		ops := []clientv3.Op{
+			clientv3.OpPut(sk, strconv.FormatInt(shard.value+h.Bytes, 10)),
+			clientv3.OpPut(hk, string(rec)),
+			clientv3.OpPut(ek, string(rec)),
+		}
+		if settle != nil {
+			ops = append(ops, *settle)
+		}
 		resp, err := s.cli.Txn(ctx).If(
 			clientv3.Compare(clientv3.CreateRevision(hk), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(sk), "=", shard.modRev),
-		).Then(
-			clientv3.OpPut(sk, strconv.FormatInt(shard.value+h.Bytes, 10)),
-			clientv3.OpPut(hk, string(rec)),
-		).Commit()
+		).Then(ops...).Commit()
 		if err != nil {
 			return Held{}, false, fmt.Errorf("count storage: %w", err)
 		}
@@ -153,6 +202,26 @@ func (s *Store) CountStorage(ctx context.Context, account, obj string, h Held, d
 	return Held{}, false, fmt.Errorf("count storage: too many concurrent updates of account %s", account)
 }
 
+// Tallies lists the succeeded jobs whose outputs are still to be counted, at
+// most limit.
+func (s *Store) Tallies(ctx context.Context, limit int) ([]string, error) {
+	resp, err := s.cli.Get(ctx, s.TallyPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)))
+	if err != nil {
+		return nil, fmt.Errorf("list outputs to count: %w", err)
+	}
+	ids := make([]string, len(resp.Kvs))
+	for i, kv := range resp.Kvs {
+		ids[i] = string(kv.Key[len(s.TallyPrefix()):])
+	}
+	return ids, nil
+}
+
+// DropTally deletes a job's tally/ entry without counting (its job is gone).
+func (s *Store) DropTally(ctx context.Context, jobID string) error {
+	_, err := s.cli.Delete(ctx, s.tallyKey(jobID))
+	return err
+}
+
 // heldPage is how many held records one read of ReleaseExpired takes.
 const heldPage = 500
 
@@ -160,30 +229,38 @@ const heldPage = 500
 // before now: it deletes each one's blob with del (which must treat a blob
 // already gone as deleted), then its record, adding its bytes to the account's
 // freed counter in the same transaction. A record whose blob could not be
-// deleted stays for the next sweep. The janitor is the only caller. It returns
-// how many records it released and the first error.
+// deleted stays for the next sweep. It reads only the expired part of the
+// expiry index (heldexp/). The janitor is the only caller. It returns how many
+// records it released and the first error.
 func (s *Store) ReleaseExpired(ctx context.Context, now time.Time, del func(blob string) error) (int, error) {
-	from, end := s.HeldPrefix(), clientv3.GetPrefixRangeEnd(s.HeldPrefix())
+	if ok, err := s.heldIndexed(ctx); err != nil || !ok {
+		if err != nil {
+			return 0, err
+		}
+		return s.releaseUnindexed(ctx, now, del)
+	}
+	prefix := s.heldExpPrefix()
+	from, end := prefix, prefix+expStamp(now)
 	n := 0
 	var first error
 	for {
 		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(heldPage))
 		if err != nil {
-			return n, fmt.Errorf("list held storage: %w", err)
+			return n, fmt.Errorf("list expired storage: %w", err)
 		}
 		for _, kv := range resp.Kvs {
+			// heldexp/<stamp>/<account>/<object>
+			_, rest, _ := strings.Cut(string(kv.Key[len(prefix):]), "/")
+			account, obj, _ := strings.Cut(rest, "/")
 			var h Held
-			if json.Unmarshal(kv.Value, &h) == nil && h.Expires.After(now) {
-				continue
-			}
+			json.Unmarshal(kv.Value, &h) // a damaged record is released with 0 bytes
 			if h.Blob != "" {
 				if err := del(h.Blob); err != nil {
 					first = cmp(first, err)
 					continue
 				}
 			}
-			account, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.HeldPrefix()), "/")
-			if err := s.release(ctx, account, string(kv.Key), kv.ModRevision, h.Bytes); err != nil {
+			if err := s.release(ctx, account, string(kv.Key), []string{string(kv.Key), s.heldKey(account, obj)}, kv.ModRevision, h.Bytes); err != nil {
 				first = cmp(first, err)
 				continue
 			}
@@ -196,6 +273,66 @@ func (s *Store) ReleaseExpired(ctx context.Context, now time.Time, del func(blob
 	}
 }
 
+// heldIndexed tells whether every held record has its expiry entry.
+func (s *Store) heldIndexed(ctx context.Context) (bool, error) {
+	resp, err := s.cli.Get(ctx, s.heldIndexedKey(), clientv3.WithCountOnly())
+	if err != nil {
+		return false, fmt.Errorf("read held storage: %w", err)
+	}
+	return resp.Count > 0, nil
+}
+
+// releaseUnindexed is ReleaseExpired over held/ itself, once, for the records of
+// a version before the expiry index: it releases the expired ones and indexes the
+// others, then records that the index is complete.
+func (s *Store) releaseUnindexed(ctx context.Context, now time.Time, del func(blob string) error) (int, error) {
+	from, end := s.HeldPrefix(), clientv3.GetPrefixRangeEnd(s.HeldPrefix())
+	n := 0
+	var first error
+	for {
+		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(heldPage))
+		if err != nil {
+			return n, fmt.Errorf("list held storage: %w", err)
+		}
+		for _, kv := range resp.Kvs {
+			account, obj, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.HeldPrefix()), "/")
+			var h Held
+			if json.Unmarshal(kv.Value, &h) == nil && h.Expires.After(now) {
+				ek := s.heldExpKey(account, obj, h.Expires)
+				// Indexed unless it changed (released) since it was read.
+				if _, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+					Then(clientv3.OpPut(ek, string(kv.Value))).Commit(); err != nil {
+					first = cmp(first, fmt.Errorf("index held storage: %w", err))
+				}
+				continue
+			}
+			if h.Blob != "" {
+				if err := del(h.Blob); err != nil {
+					first = cmp(first, err)
+					continue
+				}
+			}
+			if err := s.release(ctx, account, string(kv.Key), []string{string(kv.Key), s.heldExpKey(account, obj, h.Expires)}, kv.ModRevision, h.Bytes); err != nil {
+				first = cmp(first, err)
+				continue
+			}
+			n++
+		}
+		if !resp.More || len(resp.Kvs) == 0 {
+			break
+		}
+		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
+	}
+	if first == nil {
+		// Only once every record is indexed or released: a sweep that failed on
+		// one runs over held/ again.
+		if _, err := s.cli.Put(ctx, s.heldIndexedKey(), "1"); err != nil {
+			first = fmt.Errorf("record held storage indexed: %w", err)
+		}
+	}
+	return n, first
+}
+
 // cmp keeps the first error.
 func cmp(first, err error) error {
 	if first != nil {
@@ -204,9 +341,10 @@ func cmp(first, err error) error {
 	return err
 }
 
-// release deletes a held record as read (modRev) and adds its bytes to the
-// account's freed counter.
-func (s *Store) release(ctx context.Context, account, key string, modRev, bytes int64) error {
+// release deletes a held record and its expiry entry (keys), if read, the one of
+// them that was read, is unchanged (modRev), and adds its bytes to the account's
+// freed counter.
+func (s *Store) release(ctx context.Context, account, read string, keys []string, modRev, bytes int64) error {
 	fk := s.storageFreedKey(account)
 	for attempt := 0; attempt <= quotaAttempts; attempt++ {
 		fr, err := s.cli.Get(ctx, fk)
@@ -214,13 +352,14 @@ func (s *Store) release(ctx context.Context, account, key string, modRev, bytes 
 			return fmt.Errorf("release storage: %w", err)
 		}
 		freed, rev := counter(fr)
+		ops := []clientv3.Op{clientv3.OpPut(fk, strconv.FormatInt(freed+bytes, 10))}
+		for _, k := range keys {
+			ops = append(ops, clientv3.OpDelete(k))
+		}
 		resp, err := s.cli.Txn(ctx).If(
-			clientv3.Compare(clientv3.ModRevision(key), "=", modRev),
+			clientv3.Compare(clientv3.ModRevision(read), "=", modRev),
 			clientv3.Compare(clientv3.ModRevision(fk), "=", rev),
-		).Then(
-			clientv3.OpDelete(key),
-			clientv3.OpPut(fk, strconv.FormatInt(freed+bytes, 10)),
-		).Else(clientv3.OpGet(key, clientv3.WithCountOnly())).Commit()
+		).Then(ops...).Else(clientv3.OpGet(read, clientv3.WithCountOnly())).Commit()
 		if err != nil {
 			return fmt.Errorf("release storage: %w", err)
 		}

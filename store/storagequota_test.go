@@ -2,6 +2,8 @@ package store_test
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -195,5 +197,127 @@ func TestMaxInputBytesOnTheJob(t *testing.T) {
 	got, _ = s.Job(ctx, j.ID)
 	if got.MaxInputBytes != two || got.RecordBytes <= 0 {
 		t.Fatalf("the account's own max_input_bytes: %d (record %d)", got.MaxInputBytes, got.RecordBytes)
+	}
+}
+
+// The janitor's release reads the expiry index (heldexp/), written and deleted
+// with each held record, and only its expired part. Records of a version before
+// the index are released or indexed by the first sweep, once.
+func TestReleaseExpiredByIndex(t *testing.T) {
+	s, e := testenv.Etcd(t)
+	ctx := context.Background()
+	now := time.Now()
+	put := func(obj string, n int64, exp time.Time) { // as a version before the index wrote it
+		b, _ := json.Marshal(store.Held{Bytes: n, Expires: exp})
+		if _, err := e.Client.Put(ctx, s.HeldPrefix()+"a/"+obj, string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	count := func(prefix string) int64 {
+		r, err := e.Client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Count
+	}
+	held := func() int64 {
+		_, u, _, _ := s.AccountLimits(ctx, "a", store.Limits{})
+		return u.StorageBytes
+	}
+	none := func(string) error { return nil }
+	idx := strings.TrimSuffix(s.HeldPrefix(), "held/") + "heldexp/"
+	// Two counted by this version (so indexed), and two as a version before the
+	// index counted them (their entries removed).
+	for obj, h := range map[string]store.Held{
+		"new0": {Bytes: 100, Expires: now.Add(-time.Minute)}, "new1": {Bytes: 100, Expires: now.Add(time.Hour)},
+		"legacy0": {Bytes: 10, Expires: now.Add(-time.Hour)}, "legacy1": {Bytes: 20, Expires: now.Add(2 * time.Hour)},
+	} {
+		if _, _, err := s.CountStorage(ctx, "a", store.OutputsObject(obj), h, store.Limits{}, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := e.Client.Get(ctx, idx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range r.Kvs {
+		if strings.Contains(string(kv.Key), "legacy") {
+			e.Client.Delete(ctx, string(kv.Key))
+		}
+	}
+	if count(idx) != 2 || held() != 230 {
+		t.Fatalf("setup: %d index entries, %d held", count(idx), held())
+	}
+
+	// The first sweep goes over held/: the expired legacy ones go, the others are indexed.
+	if n, err := s.ReleaseExpired(ctx, now, none); n != 2 || err != nil {
+		t.Fatalf("first sweep released %d (%v); want 2", n, err)
+	}
+	if held() != 120 || count(s.HeldPrefix()) != 2 || count(idx) != 2 {
+		t.Fatalf("after the first sweep: held %d, %d records, %d index entries", held(), count(s.HeldPrefix()), count(idx))
+	}
+	// From now on only the index is read: a record without an entry is not seen.
+	put("job/unindexed", 1, now.Add(-time.Hour))
+	if n, err := s.ReleaseExpired(ctx, now, none); n != 0 || err != nil {
+		t.Fatalf("second sweep released %d (%v); want none", n, err)
+	}
+	if n, err := s.ReleaseExpired(ctx, now.Add(3*time.Hour), none); n != 2 || err != nil {
+		t.Fatalf("sweep after every expiry released %d (%v); want the 2 indexed", n, err)
+	}
+	if count(idx) != 0 || count(s.HeldPrefix()) != 1 {
+		t.Fatalf("left: %d index entries, %d records (want only the unindexed one)", count(idx), count(s.HeldPrefix()))
+	}
+}
+
+// A succeeded job's terminal write leaves its outputs to count (tally/); the count
+// settles it, once; a job that did not succeed, or kept nothing, leaves none.
+func TestOutputsTally(t *testing.T) {
+	s, e := testenv.Etcd(t)
+	ctx := context.Background()
+	now := time.Now().UTC()
+	finish := func(st mj.Status, bytes int64) *mj.Job {
+		j := newJob("a", now)
+		now = now.Add(time.Millisecond)
+		if err := s.CreateJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		nj, err := s.UpdateJob(ctx, j.ID, func(j *mj.Job) error {
+			fin := time.Now().UTC()
+			j.Status, j.FinishedAt, j.TotalOutputBytes = st, &fin, bytes
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return nj
+	}
+	ok := finish(mj.StatusSucceeded, 300)
+	finish(mj.StatusFailed, 300)
+	finish(mj.StatusSucceeded, 0)
+	ids, err := s.Tallies(ctx, 10)
+	if err != nil || len(ids) != 1 || ids[0] != ok.ID {
+		t.Fatalf("tallies %v %v; want only %s", ids, err, ok.ID)
+	}
+	h := store.Held{Bytes: 300, Expires: now.Add(time.Hour)}
+	for i, want := range []bool{true, false} {
+		if counted, err := s.CountOutputs(ctx, ok, h); err != nil || counted != want {
+			t.Fatalf("count %d: %v %v", i, counted, err)
+		}
+		if ids, _ := s.Tallies(ctx, 10); len(ids) != 0 {
+			t.Fatalf("count %d left %v", i, ids)
+		}
+	}
+	// Counted already, a tally left behind (a count that raced) is settled too.
+	if _, err := e.Client.Put(ctx, s.TallyPrefix()+ok.ID, ""); err != nil {
+		t.Fatal(err)
+	}
+	if counted, err := s.CountOutputs(ctx, ok, h); err != nil || counted {
+		t.Fatalf("again: %v %v", counted, err)
+	}
+	if ids, _ := s.Tallies(ctx, 10); len(ids) != 0 {
+		t.Fatalf("left %v", ids)
+	}
+	if _, u, _, _ := s.AccountLimits(ctx, "a", store.Limits{}); u.StorageBytes != 300 {
+		t.Fatalf("held %d; want 300", u.StorageBytes)
 	}
 }

@@ -169,6 +169,9 @@ func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 	}
 	if j.Status.Terminal() && (old == nil || !old.Status.Terminal()) {
 		ops = append(ops, clientv3.OpPut(s.doneKey(j), j.ID))
+		if tallied(j) { // its outputs are counted next (storagequota.go)
+			ops = append(ops, clientv3.OpPut(s.tallyKey(j.ID), ""))
+		}
 	}
 	if j.Status.Terminal() && j.WebhookURL != "" && (old == nil || !old.Status.Terminal()) {
 		ops = append(ops, clientv3.OpPut(s.outboxKey(j.ID), string(j.Status)))
