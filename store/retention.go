@@ -122,6 +122,7 @@ func (s *Store) deleteJobs(ctx context.Context, ids []string, done []*mvccpb.Key
 			clientv3.OpDelete(s.statusIndexKey(&j)),
 			clientv3.OpDelete(s.progressKey(j.ID)),
 			clientv3.OpDelete(s.outboxKey(j.ID)),
+			clientv3.OpDelete(s.tallyKey(j.ID)),
 			clientv3.OpDelete(doneKey),
 		}
 		if j.HasDestinations {
