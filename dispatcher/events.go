@@ -17,7 +17,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/blob"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
 )
@@ -650,9 +649,10 @@ func (d *Dispatcher) placementFailed(ctx context.Context, child string, failed m
 		return false
 	}
 	reason, capacity := placementReason(failed)
+	waiting, pool := false, "" // the child still waits: the failure is news, not a replay
 	j, err := d.update(ctx, id, func(j *mj.Job) error {
-		if j.Status.Terminal() || attemptStart(j) != nil || j.NomadJobID != child || j.Attempt != attempt ||
-			(j.PlacementReason == reason && j.WaitingForCapacity == capacity) {
+		waiting, pool = !j.Status.Terminal() && attemptStart(j) == nil && j.NomadJobID == child && j.Attempt == attempt, j.Machine
+		if !waiting || (j.PlacementReason == reason && j.WaitingForCapacity == capacity) {
 			return errSkip
 		}
 		j.PlacementReason, j.WaitingForCapacity = reason, capacity
@@ -665,12 +665,10 @@ func (d *Dispatcher) placementFailed(ctx context.Context, child string, failed m
 		}
 		return nil
 	})
-	if capacity {
-		// Whether or not the job changed: a child Nomad has no room for says the
-		// pool is full (the window, fair.go).
-		if pool, _, ok := strings.Cut(strings.TrimPrefix(child, jobspecs.JobID("")), "/"); ok {
-			d.room.full(pool)
-		}
+	if capacity && waiting {
+		// Whether or not the job changed: a waiting child Nomad has no room for
+		// says its pool is full (the window, fair.go).
+		d.room.full(pool, d.now())
 	}
 	if err == nil {
 		cause := "infeasible"

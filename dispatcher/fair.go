@@ -113,57 +113,96 @@ type nomadSummaries interface {
 // window is how many more children a pool may take now: Nomad holds pending
 // (dispatched, not yet placed: waiting for a node) of them and runs running.
 //
-// room is the pool's room in Nomad as far as the dispatcher knows it (see
-// poolRoom): when known, the pool is full at room children, and the window keeps
-// just one child (one more per 64 of room) waiting for the next slot beyond it,
-// so a newcomer's job waits for at most that many slots. When not known, no more
+// When the pool's room in Nomad is known (see poolRoom), the pool is full at
+// r.Room children, and the window keeps just one child (one more per 64 of room,
+// plus r.Extra while the room is found to grow) waiting for the next slot beyond
+// it, so a newcomer's job waits for about one slot. When it is not known, no more
 // than the pool's lookahead, or an eighth of its running children when that is
 // more, may wait in Nomad. Either way a backlog waits in the etcd queue, where
 // fair share orders it.
-func window(pool *config.Pool, pending, running int, room int, known bool) int {
-	if known {
-		return room + 1 + room/64 - running - pending
+func window(pool *config.Pool, pending, running int, r room) int {
+	if r.Known {
+		return r.Room + 1 + r.Room/64 + r.Extra - running - pending
 	}
 	return max(pool.DispatchLookahead, running/8) - pending
 }
 
-// poolRoom is how many children of a pool Nomad has room for, learnt from Nomad
-// itself: when a child cannot be placed for lack of resources (its evaluation's
-// placement failure, from the event stream or reconcile), the pool's room is what
-// it was running then. Each pass raises it to what runs now, since a pool that
-// runs more has at least that room (a node joined, or other work left it), so
-// the estimate follows capacity up one window at a time and down at the next
-// failure. A new leader starts without it.
+// room is what the dispatcher knows of a pool's room in Nomad.
+type room struct {
+	Known bool
+	// Room is how many children fit: what ran when Nomad last had no room for
+	// one more, or more since.
+	Room int
+	// Extra is how many more may wait while the room is found to grow: it
+	// doubles each pass that finds more running than Room, and is 0 again at
+	// the next placement failure.
+	Extra int
+}
+
+// poolRoom is how many children of each pool Nomad has room for, learnt from
+// Nomad itself. When a waiting child cannot be placed for lack of resources (its
+// evaluation's placement failure, from the event stream or reconcile), the pool
+// is full: its room is the most it ran in the last roomWindow or so, as the
+// passes saw it (Nomad evaluates every waiting child again as a slot frees, so
+// failures come when a pass may have just seen one running less). A pass that
+// finds more running raises the room (a node joined, other work left the
+// nodes), and lets more wait, twice as many each time, until Nomad has no room
+// again; a node that left shows at the failures after roomWindow. A new leader
+// starts without it.
 type poolRoom struct {
-	mu   sync.Mutex
-	seen map[string]int // running children at each pool's last pass
-	room map[string]int // pools whose room is known
+	mu    sync.Mutex
+	pools map[string]*roomState
 }
 
-// full records that Nomad had no room for one more child of pool: its room is
-// what the last pass saw running.
-func (r *poolRoom) full(pool string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.room == nil {
-		r.room = map[string]int{}
-	}
-	r.room[pool] = r.seen[pool]
+// roomWindow is how long what passes saw running counts towards the room.
+const roomWindow = 10 * time.Second
+
+type roomState struct {
+	room
+	// peak and prev are the most running seen in the current span of
+	// roomWindow (since since) and in the one before.
+	peak, prev int
+	since      time.Time
 }
 
-// observe records what a pass saw running and returns the pool's room.
-func (r *poolRoom) observe(pool string, running int) (room int, known bool) {
+func (r *poolRoom) state(pool string, now time.Time) *roomState {
+	if r.pools == nil {
+		r.pools = map[string]*roomState{}
+	}
+	st := r.pools[pool]
+	if st == nil {
+		st = &roomState{since: now}
+		r.pools[pool] = st
+	}
+	if age := now.Sub(st.since); age >= roomWindow {
+		st.prev = st.peak
+		if age >= 2*roomWindow {
+			st.prev = 0 // no pass in the span before: what it saw is older
+		}
+		st.peak, st.since = 0, now
+	}
+	return st
+}
+
+// full records that Nomad had no room for one more child of pool.
+func (r *poolRoom) full(pool string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.seen == nil {
-		r.seen = map[string]int{}
+	st := r.state(pool, now)
+	st.room = room{Known: true, Room: max(st.peak, st.prev)}
+}
+
+// observe records what a pass found running and returns the pool's room.
+func (r *poolRoom) observe(pool string, running, limit int, now time.Time) room {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.state(pool, now)
+	st.peak = max(st.peak, running)
+	if st.Known && running > st.Room {
+		st.Room = running
+		st.Extra = min(max(1, 2*st.Extra), limit)
 	}
-	r.seen[pool] = running
-	if room, known = r.room[pool]; known && running > room {
-		room = running
-		r.room[pool] = room
-	}
-	return room, known
+	return st.room
 }
 
 // reset forgets every pool's room (a new term: Nomad's cluster may have changed
@@ -171,7 +210,7 @@ func (r *poolRoom) observe(pool string, running int) (room int, known bool) {
 func (r *poolRoom) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seen, r.room = nil, nil
+	r.pools = nil
 }
 
 // poolWindow is the pool's window given inFlight, the jobs etcd's active set
@@ -192,8 +231,8 @@ func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight
 		return 0, false
 	}
 	running := int(sum.Children.Running)
-	room, known := d.room.observe(pool.Name, running)
-	return window(pool, max(inFlight-running, 0), running, room, known), true
+	r := d.room.observe(pool.Name, running, max(pool.DispatchLookahead, running/8), d.now())
+	return window(pool, max(inFlight-running, 0), running, r), true
 }
 
 // fairPass reads what a pass of the pool chooses from and returns the ids of the

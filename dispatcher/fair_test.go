@@ -146,58 +146,74 @@ func TestPoolPassesNewcomerStartsAtTheFloor(t *testing.T) {
 
 func TestWindow(t *testing.T) {
 	p := &config.Pool{DispatchLookahead: 4}
+	unknown := room{}
+	full := func(n, extra int) room { return room{Known: true, Room: n, Extra: extra} }
 	for _, tc := range []struct {
 		pending, running int
-		room             int
-		known            bool
+		room             room
 		want             int
 	}{
-		{0, 0, 0, false, 4},   // an idle pool takes the lookahead
-		{4, 0, 0, false, 0},   // that many waiting for a node: no more
-		{6, 2, 0, false, -2},  // more waiting than the window (dispatched before): none
-		{1, 3, 0, false, 3},   // one waiting: the rest of the lookahead
-		{0, 80, 0, false, 10}, // a large pool keeps an eighth of its running ones waiting
-		{10, 80, 0, false, 0},
-		// Nomad said the pool is full at room: one child waits beyond it.
-		{1, 3, 3, true, 0},     // full, one waiting: none
-		{0, 3, 3, true, 1},     // its waiting child was placed: one more
-		{0, 1, 3, true, 3},     // two slots freed: them and one waiting
-		{0, 0, 0, true, 1},     // no room at all: one waits in Nomad, the rest in etcd
-		{4, 0, 3, true, 0},     // waiting ones placed before: none
-		{2, 128, 128, true, 1}, // a large pool keeps one more waiting per 64 of room
+		{0, 0, unknown, 4},   // an idle pool takes the lookahead
+		{4, 0, unknown, 0},   // that many waiting for a node: no more
+		{6, 2, unknown, -2},  // more waiting than the window (dispatched before): none
+		{1, 3, unknown, 3},   // one waiting: the rest of the lookahead
+		{0, 80, unknown, 10}, // a large pool keeps an eighth of its running ones waiting
+		{10, 80, unknown, 0},
+		// Nomad said the pool is full at its room: one child waits beyond it.
+		{1, 3, full(3, 0), 0},     // full, one waiting: none
+		{0, 3, full(3, 0), 1},     // its waiting child was placed: one more
+		{0, 1, full(3, 0), 3},     // two slots freed: them and one waiting
+		{0, 0, full(0, 0), 1},     // no room at all: one waits in Nomad, the rest in etcd
+		{4, 0, full(3, 0), 0},     // waiting ones placed before: none
+		{2, 128, full(128, 0), 1}, // a large pool keeps one more waiting per 64 of room
+		{0, 5, full(5, 4), 5},     // the room grows: more wait
 	} {
-		if got := window(p, tc.pending, tc.running, tc.room, tc.known); got != tc.want {
-			t.Errorf("window(pending %d, running %d, room %d %v) = %d, want %d", tc.pending, tc.running, tc.room, tc.known, got, tc.want)
+		if got := window(p, tc.pending, tc.running, tc.room); got != tc.want {
+			t.Errorf("window(pending %d, running %d, %+v) = %d, want %d", tc.pending, tc.running, tc.room, got, tc.want)
 		}
 	}
 }
 
-// The room follows what Nomad says: unknown until a child cannot be placed, then
-// what ran at the last pass; raised by a pass that sees more running; forgotten
-// with the term.
+// The room follows what Nomad says: unknown until a waiting child cannot be
+// placed, then the most that passes saw running lately; raised, and more let
+// wait, by a pass that finds more running; lowered by a failure once the higher
+// figures are older than roomWindow; forgotten with the term.
 func TestPoolRoom(t *testing.T) {
 	var r poolRoom
-	if _, known := r.observe("cpu", 5); known {
+	t0 := time.Now()
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	if got := r.observe("cpu", 5, 4, at(0)); got.Known {
 		t.Fatal("known before any placement failure")
 	}
-	r.full("cpu")
-	if room, known := r.observe("cpu", 4); !known || room != 5 {
-		t.Fatalf("after a failure at 5 running: %d %v", room, known)
+	r.observe("cpu", 4, 4, at(1)) // a pass between a slot freeing and Nomad filling it
+	r.full("cpu", at(1))
+	r.full("cpu", at(1)) // failures in a row, as Nomad evaluates each waiting child again
+	if got := r.observe("cpu", 4, 4, at(2)); got != (room{true, 5, 0}) {
+		t.Fatalf("after failures with 5, then 4 seen running: %+v", got)
 	}
-	if room, _ := r.observe("cpu", 7); room != 7 {
-		t.Fatalf("7 running: room %d", room)
+	for i, want := range []room{{true, 6, 1}, {true, 7, 2}, {true, 8, 4}, {true, 9, 4}} {
+		if got := r.observe("cpu", want.Room, 4, at(3+float64(i))); got != want {
+			t.Fatalf("%d running: %+v, want %+v", want.Room, got, want)
+		}
 	}
-	if _, known := r.observe("gpu", 1); known {
+	if got := r.observe("gpu", 1, 4, at(7)); got.Known {
 		t.Fatal("another pool's room known")
 	}
-	r.full("cpu") // fewer fit now (a node left): what ran at the last pass
-	r.observe("cpu", 2)
-	r.full("cpu")
-	if room, _ := r.observe("cpu", 2); room != 2 {
-		t.Fatalf("room %d after a failure at 2 running", room)
+	r.full("cpu", at(7)) // Nomad has no room again
+	if got := r.observe("cpu", 9, 4, at(8)); got != (room{true, 9, 0}) {
+		t.Fatalf("after the next failure: %+v", got)
+	}
+	// Fewer fit now (a node left): once the passes that saw 9 are a window old,
+	// a failure sets what they see now.
+	for s := 9.0; s < 9+2*roomWindow.Seconds(); s++ {
+		r.observe("cpu", 2, 4, at(s))
+	}
+	r.full("cpu", at(9+2*roomWindow.Seconds()))
+	if got := r.observe("cpu", 2, 4, at(10+2*roomWindow.Seconds())); got.Room != 2 {
+		t.Fatalf("room %d after a node left", got.Room)
 	}
 	r.reset()
-	if _, known := r.observe("cpu", 2); known {
+	if got := r.observe("cpu", 2, 4, at(40)); got.Known {
 		t.Fatal("known after reset")
 	}
 }

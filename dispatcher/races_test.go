@@ -313,3 +313,24 @@ func TestReplacementResultIsApplied(t *testing.T) {
 		t.Fatalf("replacement's result: %s attempt %d %+v", j.Status, j.Attempt, j.Outputs)
 	}
 }
+
+// Only a child that still waits tells the dispatcher its pool is full: the
+// failed placement of a child that has started since (an event replayed after a
+// reconnect) leaves the pool's room unknown, so the window stays the lookahead.
+func TestReplayedPlacementFailureLeavesTheRoom(t *testing.T) {
+	started, waiting := "00000000-0000-4000-8000-0000000000e1", "00000000-0000-4000-8000-0000000000e2"
+	d, ctx := fixDispatcher(t, 1, &fakeJobs{children: map[string][]*api.AllocationListStub{}}, &fakeBlobs{})
+	at := time.Now().UTC()
+	fixJob(t, d, &mj.Job{ID: started, Machine: "cpu", Status: mj.StatusRunning, NomadJobID: child(started, 1), Attempt: 1, DispatchedAt: &at, StartedAt: &at})
+	fixJob(t, d, &mj.Job{ID: waiting, Machine: "cpu", Status: mj.StatusQueued, NomadJobID: child(waiting, 1), Attempt: 1, DispatchedAt: &at})
+	noRoom := map[string]*api.AllocationMetric{"ffmpeg": {NodesEvaluated: 1, NodesInPool: 1, NodesExhausted: 1, DimensionExhausted: map[string]int{"memory": 1}}}
+	d.room.observe("cpu", 6, 4, time.Now())
+	d.placementFailed(ctx, child(started, 1), noRoom)
+	if r := d.room.observe("cpu", 6, 4, time.Now()); r.Known {
+		t.Fatalf("a replayed failure set the room: %+v", r)
+	}
+	d.placementFailed(ctx, child(waiting, 1), noRoom)
+	if r := d.room.observe("cpu", 6, 4, time.Now()); !r.Known || r.Room != 6 {
+		t.Fatalf("a waiting child's failure: %+v; want room 6", r)
+	}
+}
