@@ -374,7 +374,8 @@ func TestSecondChildOfAnAttemptIsStopped(t *testing.T) {
 
 // A 500 that is Nomad refusing one dispatch (its RPC error has no code, so
 // Nomad's HTTP layer answers 500) is that job's trouble, not an outage: the
-// other queued jobs are still dispatched.
+// other queued jobs are still dispatched, and the refused one, refused again
+// for a minute, fails with Nomad's answer.
 func TestNomadRefusingOneDispatchStopsNoPool(t *testing.T) {
 	var dispatched sync.Map
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -412,6 +413,23 @@ func TestNomadRefusingOneDispatchStopsNoPool(t *testing.T) {
 	if j, _ := d.Store.Job(ctx, uuidN(2350)); j.Status != mj.StatusQueued || !strings.Contains(j.StatusDetail, "payload") || strings.Contains(j.StatusDetail, "waiting for Nomad") {
 		t.Fatalf("the refused job: %s %q", j.Status, j.StatusDetail)
 	}
+	// Refused again and again: it waits while the refusals are few or recent,
+	// then fails with Nomad's answer.
+	now := time.Now()
+	d.clock = func() time.Time { return now }
+	for range dispatchRefusals {
+		d.dispatchPool(ctx, pool)
+	}
+	if j, _ := d.Store.Job(ctx, uuidN(2350)); j.Status != mj.StatusQueued {
+		t.Fatalf("failed after %d refusals within a second: %s %q", dispatchRefusals+1, j.Status, j.ErrorMessage)
+	}
+	now = now.Add(dispatchRefusalSpan)
+	d.dispatchPool(ctx, pool)
+	j, _ := d.Store.Job(ctx, uuidN(2350))
+	if j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "Nomad refused") || !strings.Contains(j.ErrorMessage, "payload exceeds maximum size") {
+		t.Fatalf("after refusals over %s: %s %q", dispatchRefusalSpan, j.Status, j.ErrorMessage)
+	}
+	t.Logf("error_message: %s", j.ErrorMessage)
 }
 
 // The first sightings of an allocation's timed states are forgotten once it runs

@@ -109,6 +109,9 @@ func (d *Dispatcher) dispatchIDs(ctx context.Context, pool *config.Pool, ids []s
 			err := d.dispatch(ctx, id)
 			if err == nil {
 				d.nomadDown.Store(false)
+				d.refusalsMu.Lock()
+				delete(d.refusals, id)
+				d.refusalsMu.Unlock()
 				return
 			}
 			if ctx.Err() != nil || errors.Is(err, store.ErrNotLeader) {
@@ -128,6 +131,9 @@ func (d *Dispatcher) dispatchIDs(ctx context.Context, pool *config.Pool, ids []s
 				detail = "waiting for Nomad, which is unreachable or cannot take jobs now; the job is dispatched when it answers again"
 			} else {
 				d.Log.Warn("dispatch failed; will retry", "job", id, "err", err)
+				if d.refused(ctx, id, err) {
+					return // failed: Nomad kept refusing it
+				}
 			}
 			// Only a new detail is written: an outage costs no etcd write per pass.
 			d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
@@ -252,7 +258,13 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	}
 	if err != nil {
 		metrics.Dispatches.WithLabelValues(j.Machine, "error").Inc()
-		return fmt.Errorf("nomad dispatch: %w", err)
+		err = fmt.Errorf("nomad dispatch: %w", err)
+		if code := statusCode(err); code >= 400 && code != 404 && !nomadTrouble(err) {
+			// Nomad answered, and refused this job's dispatch (its own trouble: a
+			// payload or meta Nomad will not take). A 404 is the pool's parent job.
+			return &refusedError{err}
+		}
+		return err
 	}
 	metrics.Dispatches.WithLabelValues(j.Machine, "ok").Inc()
 	now := time.Now().UTC()
@@ -286,6 +298,68 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 		return nil
 	}
 	return err
+}
+
+// refusedError is a dispatch Nomad answered with a refusal of the job itself.
+type refusedError struct{ err error }
+
+func (e *refusedError) Error() string { return e.err.Error() }
+func (e *refusedError) Unwrap() error { return e.err }
+
+// A job whose dispatch Nomad refuses (not an outage: refusedError) is tried again
+// at each pass; once refused dispatchRefusals times over at least
+// dispatchRefusalSpan, it fails with Nomad's answer, rather than wait queued for
+// ever. The count is the leader's, in memory: a new leader counts afresh.
+const (
+	dispatchRefusals    = 5
+	dispatchRefusalSpan = time.Minute
+)
+
+type refusal struct {
+	first time.Time
+	n     int
+}
+
+// refused counts a failed dispatch of job id, and fails the job when Nomad has
+// refused it often and long enough. It reports whether it failed the job.
+func (d *Dispatcher) refused(ctx context.Context, id string, err error) bool {
+	var rf *refusedError
+	if !errors.As(err, &rf) {
+		return false
+	}
+	now := d.now()
+	d.refusalsMu.Lock()
+	if d.refusals == nil || len(d.refusals) > 10000 { // bounded: jobs cancelled meanwhile leave theirs
+		d.refusals = map[string]refusal{}
+	}
+	r, ok := d.refusals[id]
+	if !ok {
+		r.first = now
+	}
+	r.n++
+	d.refusals[id] = r
+	d.refusalsMu.Unlock()
+	if r.n < dispatchRefusals || now.Sub(r.first) < dispatchRefusalSpan {
+		return false
+	}
+	j, uerr := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+		if j.Status.Terminal() || j.NomadJobID != "" {
+			return errSkip
+		}
+		j.Status, j.FinishedAt, j.StatusDetail, j.PlacementReason = mj.StatusFailed, &now, "", ""
+		j.ErrorMessage = mj.Clip(fmt.Sprintf("Nomad refused to run the job (%d tries over %s): %v. Nothing ran; correct the job, or ask the operator about pool %q, and submit it again.",
+			r.n, now.Sub(r.first).Round(time.Second), strings.Join(strings.Fields(rf.err.Error()), " "), j.Machine), mj.MaxDetailBytes)
+		return nil
+	})
+	d.refusalsMu.Lock()
+	delete(d.refusals, id)
+	d.refusalsMu.Unlock()
+	if uerr != nil {
+		return errors.Is(uerr, errSkip)
+	}
+	metrics.Finished(j)
+	d.Log.Warn("failed a job Nomad kept refusing", "job", id, "tries", r.n, "err", rf.err)
+	return true
 }
 
 // parentGone tells a dispatch refused because the pool's parameterized job is

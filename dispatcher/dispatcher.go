@@ -165,6 +165,9 @@ type Dispatcher struct {
 	passes   map[string]map[string]float64
 	// room is each pool's room in Nomad, as far as known (fair.go).
 	room poolRoom
+	// refusals counts the dispatches Nomad refused, per job (dispatch.go).
+	refusalsMu sync.Mutex
+	refusals   map[string]refusal
 }
 
 // NomadTimeout bounds every Nomad call, on top of the leader's context: a
