@@ -455,3 +455,52 @@ func TestSightingsAreForgotten(t *testing.T) {
 		t.Fatalf("%d sightings past reportedKept, want 1", n)
 	}
 }
+
+// Refusals that are the pool's, the token's or the server's, not one job's, fail
+// no job however long they last: a denied token, throttling, a missing parent job
+// that cannot be registered again, and a refusal of every job of the pool (no
+// other job was taken meanwhile).
+func TestPoolWideRefusalsFailNoJob(t *testing.T) {
+	for name, answer := range map[string]struct {
+		code int
+		body string
+	}{
+		"denied":      {http.StatusForbidden, "Permission denied"},
+		"expired":     {http.StatusInternalServerError, "1 error occurred:\n\t* ACL token expired"},
+		"throttled":   {http.StatusTooManyRequests, "rate limited"},
+		"parent gone": {http.StatusInternalServerError, "parameterized job not found"},
+		"every job":   {http.StatusInternalServerError, "1 error occurred:\n\t* Dispatch payload exceeds maximum size; 20000 > 16384"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if !strings.HasSuffix(r.URL.Path, "/dispatch") {
+					http.Error(w, "no", http.StatusInternalServerError) // registering the pool again fails too
+					return
+				}
+				http.Error(w, answer.body, answer.code)
+			}))
+			defer srv.Close()
+			client, err := api.NewClient(&api.Config{Address: srv.URL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			d, ctx := fixDispatcher(t, 1, client.Jobs(), &fakeBlobs{})
+			pool := d.Config.Pools[0]
+			pool.DispatchLookahead, pool.MaxInFlight = 100, 100
+			for i := range 3 {
+				fixJob(t, d, &mj.Job{ID: uuidN(2370 + i), Status: mj.StatusQueued, Attempt: 1, QueuedAt: time.Now().Add(time.Duration(i) * time.Millisecond)})
+			}
+			now := time.Now()
+			d.clock = func() time.Time { return now }
+			for range 2 * dispatchRefusals {
+				d.dispatchPool(ctx, pool)
+				now = now.Add(dispatchRefusalSpan / 4)
+			}
+			for i := range 3 {
+				if j, _ := d.Store.Job(ctx, uuidN(2370+i)); j.Status != mj.StatusQueued {
+					t.Fatalf("job %d: %s %q", i, j.Status, j.ErrorMessage)
+				}
+			}
+		})
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 	"sync"
@@ -259,14 +260,13 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	if err != nil {
 		metrics.Dispatches.WithLabelValues(j.Machine, "error").Inc()
 		err = fmt.Errorf("nomad dispatch: %w", err)
-		if code := statusCode(err); code >= 400 && code != 404 && !nomadTrouble(err) {
-			// Nomad answered, and refused this job's dispatch (its own trouble: a
-			// payload or meta Nomad will not take). A 404 is the pool's parent job.
-			return &refusedError{err}
+		if refusedByNomad(err) {
+			return &refusedError{pool: j.Machine, err: err}
 		}
 		return err
 	}
 	metrics.Dispatches.WithLabelValues(j.Machine, "ok").Inc()
+	d.dispatchedOK(j.Machine)
 	now := time.Now().UTC()
 	child, recorded := resp.DispatchedJobID, false
 	_, err = d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
@@ -300,16 +300,39 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	return err
 }
 
-// refusedError is a dispatch Nomad answered with a refusal of the job itself.
-type refusedError struct{ err error }
+// refusedError is a dispatch Nomad answered with a refusal (refusedByNomad), which may
+// be the job's own trouble.
+type refusedError struct {
+	pool string
+	err  error
+}
 
 func (e *refusedError) Error() string { return e.err.Error() }
 func (e *refusedError) Unwrap() error { return e.err }
 
-// A job whose dispatch Nomad refuses (not an outage: refusedError) is tried again
-// at each pass; once refused dispatchRefusals times over at least
-// dispatchRefusalSpan, it fails with Nomad's answer, rather than wait queued for
-// ever. The count is the leader's, in memory: a new leader counts afresh.
+// refusedByNomad tells an answer of Nomad's that refuses a dispatch without saying the
+// server, the pool's parent job or the token is at fault: a 4xx or 500 other
+// than an outage (nomadTrouble), a missing or stopped parent job (parentGone),
+// an authorization error (401, 403, an expired token) or throttling (408, 429).
+func refusedByNomad(err error) bool {
+	code := statusCode(err)
+	if code < 400 || code > 500 || nomadTrouble(err) || parentGone(err) {
+		return false
+	}
+	switch code {
+	case 401, 403, 408, 429:
+		return false
+	}
+	return !tokenTrouble.MatchString(err.Error())
+}
+
+var tokenTrouble = regexp.MustCompile(`(?i)permission denied|acl token|token (expired|not found)|unauthori[sz]ed`)
+
+// A job whose dispatch Nomad refuses is tried again at each pass. Once refused
+// dispatchRefusals times over at least dispatchRefusalSpan, while other jobs of
+// its pool were dispatched since its first refusal (so the trouble is the job's,
+// not the pool's), it fails with Nomad's answer rather than wait queued for
+// ever. The counts are the leader's, in memory: a new leader counts afresh.
 const (
 	dispatchRefusals    = 5
 	dispatchRefusalSpan = time.Minute
@@ -320,8 +343,19 @@ type refusal struct {
 	n     int
 }
 
+// dispatchedOK records that Nomad took a dispatch of pool's now.
+func (d *Dispatcher) dispatchedOK(pool string) {
+	d.refusalsMu.Lock()
+	defer d.refusalsMu.Unlock()
+	if d.poolOK == nil {
+		d.poolOK = map[string]time.Time{}
+	}
+	d.poolOK[pool] = d.now()
+}
+
 // refused counts a failed dispatch of job id, and fails the job when Nomad has
-// refused it often and long enough. It reports whether it failed the job.
+// refused it often and long enough while taking the pool's others. It reports
+// whether it failed the job.
 func (d *Dispatcher) refused(ctx context.Context, id string, err error) bool {
 	var rf *refusedError
 	if !errors.As(err, &rf) {
@@ -329,8 +363,16 @@ func (d *Dispatcher) refused(ctx context.Context, id string, err error) bool {
 	}
 	now := d.now()
 	d.refusalsMu.Lock()
-	if d.refusals == nil || len(d.refusals) > 10000 { // bounded: jobs cancelled meanwhile leave theirs
+	if d.refusals == nil {
 		d.refusals = map[string]refusal{}
+	}
+	if len(d.refusals) > 1000 {
+		// Jobs cancelled while refused leave theirs: drop those long past the span.
+		for k, r := range d.refusals {
+			if now.Sub(r.first) > 10*dispatchRefusalSpan {
+				delete(d.refusals, k)
+			}
+		}
 	}
 	r, ok := d.refusals[id]
 	if !ok {
@@ -338,8 +380,9 @@ func (d *Dispatcher) refused(ctx context.Context, id string, err error) bool {
 	}
 	r.n++
 	d.refusals[id] = r
+	others := d.poolOK[rf.pool].After(r.first)
 	d.refusalsMu.Unlock()
-	if r.n < dispatchRefusals || now.Sub(r.first) < dispatchRefusalSpan {
+	if r.n < dispatchRefusals || now.Sub(r.first) < dispatchRefusalSpan || !others {
 		return false
 	}
 	j, uerr := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
@@ -347,8 +390,8 @@ func (d *Dispatcher) refused(ctx context.Context, id string, err error) bool {
 			return errSkip
 		}
 		j.Status, j.FinishedAt, j.StatusDetail, j.PlacementReason = mj.StatusFailed, &now, "", ""
-		j.ErrorMessage = mj.Clip(fmt.Sprintf("Nomad refused to run the job (%d tries over %s): %v. Nothing ran; correct the job, or ask the operator about pool %q, and submit it again.",
-			r.n, now.Sub(r.first).Round(time.Second), strings.Join(strings.Fields(rf.err.Error()), " "), j.Machine), mj.MaxDetailBytes)
+		j.ErrorMessage = mj.Clip(fmt.Sprintf("Nomad refused to run the job (%d tries over %s, while it took other jobs of pool %q): %s. Nothing ran; correct the job, or ask the operator, and submit it again.",
+			r.n, now.Sub(r.first).Round(time.Second), j.Machine, strings.Join(strings.Fields(rf.err.Error()), " ")), mj.MaxDetailBytes)
 		return nil
 	})
 	d.refusalsMu.Lock()

@@ -165,9 +165,11 @@ type Dispatcher struct {
 	passes   map[string]map[string]float64
 	// room is each pool's room in Nomad, as far as known (fair.go).
 	room poolRoom
-	// refusals counts the dispatches Nomad refused, per job (dispatch.go).
+	// refusals counts the dispatches Nomad refused, per job, and poolOK holds
+	// when each pool's last dispatch succeeded (dispatch.go).
 	refusalsMu sync.Mutex
 	refusals   map[string]refusal
+	poolOK     map[string]time.Time
 }
 
 // NomadTimeout bounds every Nomad call, on top of the leader's context: a
