@@ -170,6 +170,9 @@ type Dispatcher struct {
 	refusalsMu sync.Mutex
 	refusals   map[string]refusal
 	poolOK     map[string]time.Time
+	// tallyAfter is where the janitor's next page of uncounted outputs starts
+	// (storagequota.go; the janitor runs one sweep at a time).
+	tallyAfter string
 }
 
 // NomadTimeout bounds every Nomad call, on top of the leader's context: a

@@ -160,9 +160,9 @@ const roomWindow = 10 * time.Second
 type roomState struct {
 	room
 	// peak and prev are the most running seen in the current span of
-	// roomWindow (since since) and in the one before.
-	peak, prev int
-	since      time.Time
+	// roomWindow (since since) and in the one before; seen is the last pass.
+	peak, prev  int
+	since, seen time.Time
 }
 
 func (r *poolRoom) state(pool string, now time.Time) *roomState {
@@ -189,6 +189,9 @@ func (r *poolRoom) full(pool string, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.state(pool, now)
+	if st.seen.IsZero() || now.Sub(st.seen) > roomWindow {
+		return // no pass saw the pool lately (a new term, Nomad's summary unread): nothing to go by
+	}
 	st.room = room{Known: true, Room: max(st.peak, st.prev)}
 }
 
@@ -197,7 +200,7 @@ func (r *poolRoom) observe(pool string, running, limit int, now time.Time) room 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.state(pool, now)
-	st.peak = max(st.peak, running)
+	st.peak, st.seen = max(st.peak, running), now
 	if st.Known && running > st.Room {
 		st.Room = running
 		st.Extra = min(max(1, 2*st.Extra), limit)

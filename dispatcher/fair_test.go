@@ -182,8 +182,9 @@ func TestPoolRoom(t *testing.T) {
 	var r poolRoom
 	t0 := time.Now()
 	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	r.full("cpu", at(0)) // before any pass (a new term): nothing to go by
 	if got := r.observe("cpu", 5, 4, at(0)); got.Known {
-		t.Fatal("known before any placement failure")
+		t.Fatalf("known before any placement failure a pass could measure: %+v", got)
 	}
 	r.observe("cpu", 4, 4, at(1)) // a pass between a slot freeing and Nomad filling it
 	r.full("cpu", at(1))

@@ -20,7 +20,7 @@ import (
 // storageCounter is what the store keeps of storage held (*store.Store has it).
 type storageCounter interface {
 	CountOutputs(ctx context.Context, j *mj.Job, h store.Held) (bool, error)
-	Tallies(ctx context.Context, limit int) ([]string, error)
+	Tallies(ctx context.Context, after string, limit int) ([]string, error)
 	DropTally(ctx context.Context, jobID string) error
 	ClaimTmpFile(ctx context.Context, account, id, key string, size int64, expires time.Time, maxUpload int64, defaults store.Limits) error
 	ReleaseExpired(ctx context.Context, now time.Time, del func(blob string) error) (int, error)
@@ -63,13 +63,20 @@ func (d *Dispatcher) countOutputs(ctx context.Context, j *mj.Job) {
 const tallyPage = 500
 
 // countLeftOutputs counts the outputs of succeeded jobs whose count did not
-// happen when their result was applied (the dispatcher stopped, etcd failed).
+// happen when their result was applied (the dispatcher stopped, etcd failed),
+// a page a sweep, each sweep after the last one's (tallyAfter): a job that
+// cannot be read keeps its entry without holding up those behind it.
 func (d *Dispatcher) countLeftOutputs(ctx context.Context, sc storageCounter) {
-	ids, err := sc.Tallies(ctx, tallyPage)
-	if err != nil || len(ids) == 0 {
-		if err != nil {
-			d.Log.Warn("janitor: list outputs to count", "err", err)
-		}
+	ids, err := sc.Tallies(ctx, d.tallyAfter, tallyPage)
+	if err != nil {
+		d.Log.Warn("janitor: list outputs to count", "err", err)
+		return
+	}
+	d.tallyAfter = ""
+	if len(ids) == tallyPage {
+		d.tallyAfter = ids[len(ids)-1]
+	}
+	if len(ids) == 0 {
 		return
 	}
 	jobs, errs := d.Store.Jobs(ctx, ids)

@@ -148,7 +148,7 @@ func TestJanitorCountsOutputsLeftUncounted(t *testing.T) {
 			t.Fatalf("after the sweep: held %d; want 700", held())
 		}
 	}
-	if ids, _ := s.Tallies(ctx, 10); len(ids) != 0 {
+	if ids, _ := s.Tallies(ctx, "", 10); len(ids) != 0 {
 		t.Fatalf("left to count: %v", ids)
 	}
 	d.Sweep(ctx, now.Add(cfg.Storage.Retention+time.Minute))

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -74,8 +75,8 @@ func (s *Store) heldExpKey(account, obj string, exp time.Time) string {
 // expStamp is a time as a fixed-width UTC stamp: the keys sort in time order.
 func expStamp(t time.Time) string { return t.UTC().Format("20060102T150405.000000000Z") }
 
-// heldIndexedKey records that every held record has its heldexp/ entry (those of
-// a version before the index were given one, or released, by ReleaseExpired).
+// heldIndexedKey holds when ReleaseExpired last gave every held record without
+// one its heldexp/ entry (indexHeld).
 func (s *Store) heldIndexedKey() string { return s.p + "migrations/heldexp" }
 
 // TallyPrefix holds the succeeded jobs whose outputs are still to be counted.
@@ -202,10 +203,14 @@ func (s *Store) countStorage(ctx context.Context, account, obj string, h Held, d
 	return Held{}, false, fmt.Errorf("count storage: too many concurrent updates of account %s", account)
 }
 
-// Tallies lists the succeeded jobs whose outputs are still to be counted, at
-// most limit.
-func (s *Store) Tallies(ctx context.Context, limit int) ([]string, error) {
-	resp, err := s.cli.Get(ctx, s.TallyPrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)))
+// Tallies lists the succeeded jobs whose outputs are still to be counted, in id
+// order after after ("": from the first), at most limit.
+func (s *Store) Tallies(ctx context.Context, after string, limit int) ([]string, error) {
+	from := s.TallyPrefix()
+	if after != "" {
+		from = s.tallyKey(after) + "\x00"
+	}
+	resp, err := s.cli.Get(ctx, from, clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.TallyPrefix())), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(limit)))
 	if err != nil {
 		return nil, fmt.Errorf("list outputs to count: %w", err)
 	}
@@ -225,19 +230,22 @@ func (s *Store) DropTally(ctx context.Context, jobID string) error {
 // heldPage is how many held records one read of ReleaseExpired takes.
 const heldPage = 500
 
+// heldScanEvery is how often ReleaseExpired goes over held/ itself, to index
+// records written without their heldexp/ entry (by a version before the index,
+// still running during an upgrade).
+const heldScanEvery = 24 * time.Hour
+
 // ReleaseExpired gives back the storage of the objects whose records expired
 // before now: it deletes each one's blob with del (which must treat a blob
 // already gone as deleted), then its record, adding its bytes to the account's
 // freed counter in the same transaction. A record whose blob could not be
 // deleted stays for the next sweep. It reads only the expired part of the
-// expiry index (heldexp/). The janitor is the only caller. It returns how many
-// records it released and the first error.
+// expiry index (heldexp/), after indexing what held/ holds unindexed when that
+// was last done more than heldScanEvery ago. The janitor is the only caller. It
+// returns how many records it released and the first error.
 func (s *Store) ReleaseExpired(ctx context.Context, now time.Time, del func(blob string) error) (int, error) {
-	if ok, err := s.heldIndexed(ctx); err != nil || !ok {
-		if err != nil {
-			return 0, err
-		}
-		return s.releaseUnindexed(ctx, now, del)
+	if err := s.indexHeld(ctx, now); err != nil {
+		return 0, err
 	}
 	prefix := s.heldExpPrefix()
 	from, end := prefix, prefix+expStamp(now)
@@ -260,11 +268,14 @@ func (s *Store) ReleaseExpired(ctx context.Context, now time.Time, del func(blob
 					continue
 				}
 			}
-			if err := s.release(ctx, account, string(kv.Key), []string{string(kv.Key), s.heldKey(account, obj)}, kv.ModRevision, h.Bytes); err != nil {
+			released, err := s.release(ctx, account, kv, s.heldKey(account, obj), h.Bytes)
+			if err != nil {
 				first = cmp(first, err)
 				continue
 			}
-			n++
+			if released {
+				n++
+			}
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			return n, first
@@ -273,64 +284,47 @@ func (s *Store) ReleaseExpired(ctx context.Context, now time.Time, del func(blob
 	}
 }
 
-// heldIndexed tells whether every held record has its expiry entry.
-func (s *Store) heldIndexed(ctx context.Context) (bool, error) {
-	resp, err := s.cli.Get(ctx, s.heldIndexedKey(), clientv3.WithCountOnly())
+// indexHeld gives every held record without one its heldexp/ entry, when the
+// last time it did (the migrations/heldexp key's value) is more than
+// heldScanEvery before now.
+func (s *Store) indexHeld(ctx context.Context, now time.Time) error {
+	resp, err := s.cli.Get(ctx, s.heldIndexedKey())
 	if err != nil {
-		return false, fmt.Errorf("read held storage: %w", err)
+		return fmt.Errorf("read held storage: %w", err)
 	}
-	return resp.Count > 0, nil
-}
-
-// releaseUnindexed is ReleaseExpired over held/ itself, once, for the records of
-// a version before the expiry index: it releases the expired ones and indexes the
-// others, then records that the index is complete.
-func (s *Store) releaseUnindexed(ctx context.Context, now time.Time, del func(blob string) error) (int, error) {
+	if len(resp.Kvs) > 0 {
+		if at, err := time.Parse(time.RFC3339, string(resp.Kvs[0].Value)); err == nil && now.Sub(at) < heldScanEvery {
+			return nil
+		}
+	}
 	from, end := s.HeldPrefix(), clientv3.GetPrefixRangeEnd(s.HeldPrefix())
-	n := 0
-	var first error
 	for {
 		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(heldPage))
 		if err != nil {
-			return n, fmt.Errorf("list held storage: %w", err)
+			return fmt.Errorf("list held storage: %w", err)
 		}
 		for _, kv := range resp.Kvs {
 			account, obj, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.HeldPrefix()), "/")
 			var h Held
-			if json.Unmarshal(kv.Value, &h) == nil && h.Expires.After(now) {
-				ek := s.heldExpKey(account, obj, h.Expires)
-				// Indexed unless it changed (released) since it was read.
-				if _, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
-					Then(clientv3.OpPut(ek, string(kv.Value))).Commit(); err != nil {
-					first = cmp(first, fmt.Errorf("index held storage: %w", err))
-				}
-				continue
+			json.Unmarshal(kv.Value, &h) // a damaged record: indexed as expired long ago
+			ek := s.heldExpKey(account, obj, h.Expires)
+			// Unless it has its entry, or changed (was released) since it was read.
+			if _, err := s.cli.Txn(ctx).If(
+				clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
+				clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+			).Then(clientv3.OpPut(ek, string(kv.Value))).Commit(); err != nil {
+				return fmt.Errorf("index held storage: %w", err)
 			}
-			if h.Blob != "" {
-				if err := del(h.Blob); err != nil {
-					first = cmp(first, err)
-					continue
-				}
-			}
-			if err := s.release(ctx, account, string(kv.Key), []string{string(kv.Key), s.heldExpKey(account, obj, h.Expires)}, kv.ModRevision, h.Bytes); err != nil {
-				first = cmp(first, err)
-				continue
-			}
-			n++
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			break
 		}
 		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	if first == nil {
-		// Only once every record is indexed or released: a sweep that failed on
-		// one runs over held/ again.
-		if _, err := s.cli.Put(ctx, s.heldIndexedKey(), "1"); err != nil {
-			first = fmt.Errorf("record held storage indexed: %w", err)
-		}
+	if _, err := s.cli.Put(ctx, s.heldIndexedKey(), now.UTC().Format(time.RFC3339)); err != nil {
+		return fmt.Errorf("record held storage indexed: %w", err)
 	}
-	return n, first
+	return nil
 }
 
 // cmp keeps the first error.
@@ -341,36 +335,47 @@ func cmp(first, err error) error {
 	return err
 }
 
-// release deletes a held record and its expiry entry (keys), if read, the one of
-// them that was read, is unchanged (modRev), and adds its bytes to the account's
-// freed counter.
-func (s *Store) release(ctx context.Context, account, read string, keys []string, modRev, bytes int64) error {
+// release deletes an expiry entry as read (idx) and its held record, and adds
+// the record's bytes to the account's freed counter, if the record is still the
+// one the entry indexes. An entry whose record is gone or different (released
+// by a version before the index) is deleted without giving anything back: that
+// was done. It reports whether it gave the bytes back.
+func (s *Store) release(ctx context.Context, account string, idx *mvccpb.KeyValue, heldKey string, bytes int64) (bool, error) {
 	fk := s.storageFreedKey(account)
 	for attempt := 0; attempt <= quotaAttempts; attempt++ {
 		fr, err := s.cli.Get(ctx, fk)
 		if err != nil {
-			return fmt.Errorf("release storage: %w", err)
+			return false, fmt.Errorf("release storage: %w", err)
 		}
 		freed, rev := counter(fr)
-		ops := []clientv3.Op{clientv3.OpPut(fk, strconv.FormatInt(freed+bytes, 10))}
-		for _, k := range keys {
-			ops = append(ops, clientv3.OpDelete(k))
-		}
 		resp, err := s.cli.Txn(ctx).If(
-			clientv3.Compare(clientv3.ModRevision(read), "=", modRev),
+			clientv3.Compare(clientv3.ModRevision(string(idx.Key)), "=", idx.ModRevision),
+			clientv3.Compare(clientv3.Value(heldKey), "=", string(idx.Value)),
 			clientv3.Compare(clientv3.ModRevision(fk), "=", rev),
-		).Then(ops...).Else(clientv3.OpGet(read, clientv3.WithCountOnly())).Commit()
+		).Then(
+			clientv3.OpDelete(string(idx.Key)),
+			clientv3.OpDelete(heldKey),
+			clientv3.OpPut(fk, strconv.FormatInt(freed+bytes, 10)),
+		).Else(
+			clientv3.OpGet(string(idx.Key), clientv3.WithCountOnly()),
+			clientv3.OpGet(heldKey),
+		).Commit()
 		if err != nil {
-			return fmt.Errorf("release storage: %w", err)
+			return false, fmt.Errorf("release storage: %w", err)
 		}
 		if resp.Succeeded {
-			return nil
+			return true, nil
 		}
 		if resp.Responses[0].GetResponseRange().Count == 0 {
-			return nil // released meanwhile
+			return false, nil // released meanwhile
+		}
+		if h := resp.Responses[1].GetResponseRange().Kvs; len(h) == 0 || string(h[0].Value) != string(idx.Value) {
+			_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(idx.Key)), "=", idx.ModRevision)).
+				Then(clientv3.OpDelete(string(idx.Key))).Commit()
+			return false, err
 		}
 	}
-	return fmt.Errorf("release storage: too many concurrent updates of account %s", account)
+	return false, fmt.Errorf("release storage: too many concurrent updates of account %s", account)
 }
 
 // ClaimTmpFile counts a temporary file whose size was not declared, at its first

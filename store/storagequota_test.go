@@ -2,7 +2,7 @@ package store_test
 
 import (
 	"context"
-	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -201,18 +201,14 @@ func TestMaxInputBytesOnTheJob(t *testing.T) {
 }
 
 // The janitor's release reads the expiry index (heldexp/), written and deleted
-// with each held record, and only its expired part. Records of a version before
-// the index are released or indexed by the first sweep, once.
+// with each held record, and only its expired part. Records written without
+// their entry (by a version before the index) are indexed by the first sweep,
+// and by one a day after; an entry whose record a version before the index
+// released gives nothing back twice.
 func TestReleaseExpiredByIndex(t *testing.T) {
 	s, e := testenv.Etcd(t)
 	ctx := context.Background()
 	now := time.Now()
-	put := func(obj string, n int64, exp time.Time) { // as a version before the index wrote it
-		b, _ := json.Marshal(store.Held{Bytes: n, Expires: exp})
-		if _, err := e.Client.Put(ctx, s.HeldPrefix()+"a/"+obj, string(b)); err != nil {
-			t.Fatal(err)
-		}
-	}
 	count := func(prefix string) int64 {
 		r, err := e.Client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 		if err != nil {
@@ -226,8 +222,17 @@ func TestReleaseExpiredByIndex(t *testing.T) {
 	}
 	none := func(string) error { return nil }
 	idx := strings.TrimSuffix(s.HeldPrefix(), "held/") + "heldexp/"
-	// Two counted by this version (so indexed), and two as a version before the
-	// index counted them (their entries removed).
+	unindex := func(obj string) { // as a version before the index counted it
+		r, err := e.Client.Get(ctx, idx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, kv := range r.Kvs {
+			if strings.HasSuffix(string(kv.Key), "/"+obj) {
+				e.Client.Delete(ctx, string(kv.Key))
+			}
+		}
+	}
 	for obj, h := range map[string]store.Held{
 		"new0": {Bytes: 100, Expires: now.Add(-time.Minute)}, "new1": {Bytes: 100, Expires: now.Add(time.Hour)},
 		"legacy0": {Bytes: 10, Expires: now.Add(-time.Hour)}, "legacy1": {Bytes: 20, Expires: now.Add(2 * time.Hour)},
@@ -236,36 +241,46 @@ func TestReleaseExpiredByIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	r, err := e.Client.Get(ctx, idx, clientv3.WithPrefix(), clientv3.WithKeysOnly())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, kv := range r.Kvs {
-		if strings.Contains(string(kv.Key), "legacy") {
-			e.Client.Delete(ctx, string(kv.Key))
-		}
-	}
+	unindex("legacy0")
+	unindex("legacy1")
 	if count(idx) != 2 || held() != 230 {
 		t.Fatalf("setup: %d index entries, %d held", count(idx), held())
 	}
 
-	// The first sweep goes over held/: the expired legacy ones go, the others are indexed.
+	// The first sweep indexes what held/ holds unindexed, then releases the expired.
 	if n, err := s.ReleaseExpired(ctx, now, none); n != 2 || err != nil {
 		t.Fatalf("first sweep released %d (%v); want 2", n, err)
 	}
 	if held() != 120 || count(s.HeldPrefix()) != 2 || count(idx) != 2 {
 		t.Fatalf("after the first sweep: held %d, %d records, %d index entries", held(), count(s.HeldPrefix()), count(idx))
 	}
-	// From now on only the index is read: a record without an entry is not seen.
-	put("job/unindexed", 1, now.Add(-time.Hour))
-	if n, err := s.ReleaseExpired(ctx, now, none); n != 0 || err != nil {
+	// A record counted without its entry (an older gateway, mid-upgrade) is seen
+	// by the scan a day later, not by the sweeps in between.
+	if _, _, err := s.CountStorage(ctx, "a", store.TmpObject("late"), store.Held{Bytes: 5, Expires: now.Add(-time.Minute)}, store.Limits{}, false); err != nil {
+		t.Fatal(err)
+	}
+	unindex("late")
+	if n, err := s.ReleaseExpired(ctx, now.Add(time.Minute), none); n != 0 || err != nil {
 		t.Fatalf("second sweep released %d (%v); want none", n, err)
 	}
-	if n, err := s.ReleaseExpired(ctx, now.Add(3*time.Hour), none); n != 2 || err != nil {
-		t.Fatalf("sweep after every expiry released %d (%v); want the 2 indexed", n, err)
+	// legacy1's record is released the old way (deleted, its bytes given back)
+	// by a dispatcher of the version before: its entry gives nothing back again.
+	e.Client.Delete(ctx, s.HeldPrefix()+"a/job/legacy1")
+	freedKey := strings.TrimSuffix(s.HeldPrefix(), "held/") + "usage/a/storage_freed"
+	r, _ := e.Client.Get(ctx, freedKey)
+	freed := int64(0)
+	if len(r.Kvs) > 0 {
+		fmt.Sscan(string(r.Kvs[0].Value), &freed)
 	}
-	if count(idx) != 0 || count(s.HeldPrefix()) != 1 {
-		t.Fatalf("left: %d index entries, %d records (want only the unindexed one)", count(idx), count(s.HeldPrefix()))
+	e.Client.Put(ctx, freedKey, fmt.Sprint(freed+20))
+	if held() != 105 {
+		t.Fatalf("after the old release: held %d; want 105", held())
+	}
+	if n, err := s.ReleaseExpired(ctx, now.Add(25*time.Hour), none); n != 2 || err != nil {
+		t.Fatalf("sweep a day later released %d (%v); want new1 and late", n, err)
+	}
+	if held() != 0 || count(idx) != 0 || count(s.HeldPrefix()) != 0 {
+		t.Fatalf("left: held %d, %d index entries, %d records", held(), count(idx), count(s.HeldPrefix()))
 	}
 }
 
@@ -294,7 +309,7 @@ func TestOutputsTally(t *testing.T) {
 	ok := finish(mj.StatusSucceeded, 300)
 	finish(mj.StatusFailed, 300)
 	finish(mj.StatusSucceeded, 0)
-	ids, err := s.Tallies(ctx, 10)
+	ids, err := s.Tallies(ctx, "", 10)
 	if err != nil || len(ids) != 1 || ids[0] != ok.ID {
 		t.Fatalf("tallies %v %v; want only %s", ids, err, ok.ID)
 	}
@@ -303,7 +318,7 @@ func TestOutputsTally(t *testing.T) {
 		if counted, err := s.CountOutputs(ctx, ok, h); err != nil || counted != want {
 			t.Fatalf("count %d: %v %v", i, counted, err)
 		}
-		if ids, _ := s.Tallies(ctx, 10); len(ids) != 0 {
+		if ids, _ := s.Tallies(ctx, "", 10); len(ids) != 0 {
 			t.Fatalf("count %d left %v", i, ids)
 		}
 	}
@@ -314,7 +329,7 @@ func TestOutputsTally(t *testing.T) {
 	if counted, err := s.CountOutputs(ctx, ok, h); err != nil || counted {
 		t.Fatalf("again: %v %v", counted, err)
 	}
-	if ids, _ := s.Tallies(ctx, 10); len(ids) != 0 {
+	if ids, _ := s.Tallies(ctx, "", 10); len(ids) != 0 {
 		t.Fatalf("left %v", ids)
 	}
 	if _, u, _, _ := s.AccountLimits(ctx, "a", store.Limits{}); u.StorageBytes != 300 {
