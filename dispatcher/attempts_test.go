@@ -504,3 +504,57 @@ func TestPoolWideRefusalsFailNoJob(t *testing.T) {
 		})
 	}
 }
+
+// The job a pass ranks first reaches Nomad before the others, alone, which go 8
+// at a time: Nomad takes a full pool's waiting children roughly in the order
+// their evaluations were created. Nomad here holds the first dispatch open until
+// another arrives (at most 2 s): none does.
+func TestFirstRankedIsDispatchedFirst(t *testing.T) {
+	var mu sync.Mutex
+	var order []string
+	other := make(chan struct{}, 100)
+	overlapped := false
+	var first string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct{ Meta map[string]string }
+		json.NewDecoder(r.Body).Decode(&body)
+		id := body.Meta["mediajobs_job_id"]
+		mu.Lock()
+		order = append(order, id)
+		mu.Unlock()
+		if id == first {
+			select {
+			case <-other:
+				mu.Lock()
+				overlapped = true
+				mu.Unlock()
+			case <-time.After(2 * time.Second): // the bound of an absence
+			}
+		} else {
+			other <- struct{}{}
+		}
+		fmt.Fprintf(w, `{"DispatchedJobID":"mediajobs-cpu/dispatch-%s","EvalID":"e","EvalCreateIndex":1,"JobCreateIndex":1,"Index":1}`, id)
+	}))
+	defer srv.Close()
+	client, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, ctx := fixDispatcher(t, 1, client.Jobs(), &fakeBlobs{})
+	pool := d.Config.Pools[0]
+	var ids []string
+	for i := range 12 {
+		id := uuidN(2390 + i)
+		fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, Attempt: 1, QueuedAt: time.Now()})
+		ids = append(ids, id)
+	}
+	first = ids[0]
+	if d.dispatchIDs(ctx, pool, ids) {
+		t.Fatal("a dispatch failed")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(order) != len(ids) || order[0] != ids[0] || overlapped {
+		t.Fatalf("dispatched in the order %v (overlapping the first: %v); want %s first and alone", order, overlapped, ids[0])
+	}
+}
