@@ -1,6 +1,9 @@
 package mediajobs
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // Usage is what one job consumed (docs/usage.md): the wall and CPU (user + system)
 // time of its ffmpeg and ffprobe processes, GPU time on GPU pools (their wall time
@@ -37,4 +40,27 @@ func (u Usage) Bounded() Usage {
 func (u Usage) Add(o Usage) Usage {
 	return Usage{WallSeconds: u.WallSeconds + o.WallSeconds, CPUSeconds: u.CPUSeconds + o.CPUSeconds, GPUSeconds: u.GPUSeconds + o.GPUSeconds,
 		InputBytes: u.InputBytes + o.InputBytes, OutputBytes: u.OutputBytes + o.OutputBytes}
+}
+
+// AttemptStart is when the current attempt's worker started, or nil when it has
+// not (a retried attempt waiting for a node).
+func (j *Job) AttemptStart() *time.Time {
+	if j.AttemptStartedAt != nil || j.Attempt > 1 {
+		return j.AttemptStartedAt
+	}
+	return j.StartedAt // attempt 1, stored before AttemptStartedAt existed
+}
+
+// CancelledUsage is what a job cancelled at now consumed, as far as the service
+// knows without its worker's report (docs/usage.md): the wall time of its
+// current attempt since it started, and that times gpus as GPU time; nil when
+// the attempt had not started.
+func CancelledUsage(j *Job, now time.Time, gpus int) *Usage {
+	start := j.AttemptStart()
+	if start == nil {
+		return nil
+	}
+	wall := Seconds(now.Sub(*start).Seconds())
+	u := Usage{WallSeconds: wall, GPUSeconds: wall * float64(gpus)}.Bounded()
+	return &u
 }

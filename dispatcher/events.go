@@ -612,12 +612,7 @@ func (d *Dispatcher) timedOut(j *mj.Job, now time.Time) bool {
 
 // attemptStart is when the current attempt's worker started, or nil when it has not
 // (a retried attempt of a running job that waits for a node).
-func attemptStart(j *mj.Job) *time.Time {
-	if j.AttemptStartedAt != nil || j.Attempt > 1 {
-		return j.AttemptStartedAt
-	}
-	return j.StartedAt // attempt 1, stored before AttemptStartedAt existed
-}
+func attemptStart(j *mj.Job) *time.Time { return j.AttemptStart() }
 
 // refreshPlacement reads the child's latest evaluation and records its placement
 // failure, as the event stream would have; it reports whether the job changed. An

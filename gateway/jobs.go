@@ -211,6 +211,13 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 		}
 		now := g.Now().UTC()
 		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusCancelled, &now, "cancelled by the client"
+		// What the running attempt held until now counts (docs/usage.md); the
+		// store meters it with this write.
+		gpus := 0
+		if p := g.Config.Pool(j.Machine); p != nil {
+			gpus = p.GPUs()
+		}
+		j.Usage = mj.CancelledUsage(j, now, gpus)
 		return nil
 	})
 	if err != nil {
