@@ -215,6 +215,31 @@ const (
 	transferFileMode       = "mjfile"
 )
 
+// rows tracks what a table writer found: every row's figures present
+// (complete), and every target met.
+type rows struct {
+	w             io.Writer
+	cols          int // the table's columns
+	complete, met bool
+}
+
+func newRows(w io.Writer, cols int) *rows { return &rows{w: w, cols: cols, complete: true, met: true} }
+
+// verdict is a row's result column.
+func (t *rows) verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	t.met = false
+	return "**missed**"
+}
+
+// missing writes the row of a measure whose benchmark reported nothing.
+func (t *rows) missing(what, bench string) {
+	t.complete, t.met = false, false
+	fmt.Fprintf(t.w, "| %s |%s missing (Benchmark%s) |\n", what, strings.Repeat(" – |", t.cols-2), bench)
+}
+
 // TransferTable writes BenchmarkTransfer's tables: throughput against the
 // target, then CPU per GB and the bytes through the gateway.
 func TransferTable(w io.Writer, res Result) (complete, met bool) {
@@ -355,14 +380,7 @@ const (
 // old way from the same process, the speed-up (median of the per-round ratios) and
 // the target.
 func ScaleTable(w io.Writer, res Result) (complete, met bool) {
-	complete, met = true, true
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		met = false
-		return "**missed**"
-	}
+	tb := newRows(w, 6)
 	fmt.Fprintln(w, "| dispatcher, one leader | new | old (same run) | speed-up | target | result |")
 	fmt.Fprintln(w, "|---|---|---|---:|---:|---|")
 	if r := res["DispatcherReconcile"]; has(r, "new-s", "old-s") {
@@ -374,21 +392,19 @@ func ScaleTable(w io.Writer, res Result) (complete, met bool) {
 		newS := Median(r["new-s"])
 		fmt.Fprintf(w, "| reconcile pass, %.0f active jobs (s) | %s | %s%s | %.1f ×%s | ≤ %d s | %s |\n", Median(r["jobs"]),
 			fmtVals(r["new-s"], 2), fmtVals(r["old-s"], 2), calls, ratio, rs, TargetReconcileS,
-			verdict(newS <= TargetReconcileS && Median(r["jobs"]) >= scaleReconcileFor))
+			tb.verdict(newS <= TargetReconcileS && Median(r["jobs"]) >= scaleReconcileFor))
 	} else {
-		complete, met = false, false
-		fmt.Fprintln(w, "| reconcile pass | – | – | – | – | missing (BenchmarkDispatcherReconcile) |")
+		tb.missing("reconcile pass", "DispatcherReconcile")
 	}
 	if r := res["DispatcherEvents"]; has(r, "new-events/s", "old-events/s") {
 		ratio, rs := Ratio(r["new-events/s"], r["old-events/s"])
 		rate := Median(r["new-events/s"])
 		fmt.Fprintf(w, "| Nomad events applied (events/s, %.0f events) | %s | %s | %.1f ×%s | ≥ %d/s | %s |\n", Median(r["events"]),
-			fmtVals(r["new-events/s"], 0), fmtVals(r["old-events/s"], 0), ratio, rs, TargetEventsPerS, verdict(rate >= TargetEventsPerS))
+			fmtVals(r["new-events/s"], 0), fmtVals(r["old-events/s"], 0), ratio, rs, TargetEventsPerS, tb.verdict(rate >= TargetEventsPerS))
 	} else {
-		complete, met = false, false
-		fmt.Fprintln(w, "| Nomad events applied | – | – | – | – | missing (BenchmarkDispatcherEvents) |")
+		tb.missing("Nomad events applied", "DispatcherEvents")
 	}
-	return complete, met
+	return tb.complete, tb.met
 }
 
 // FairBenchmarks are the dispatcher's fair-share benchmarks (./dispatcher,
@@ -409,18 +425,7 @@ const (
 // same run (the ratio the median of the per-round ones), Jain's index, and a quiet
 // account's wait, each figure the median over the rounds.
 func FairTable(w io.Writer, res Result) (complete, met bool) {
-	complete, met = true, true
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		met = false
-		return "**missed**"
-	}
-	missing := func(what, bench string) {
-		complete, met = false, false
-		fmt.Fprintf(w, "| %s | – | – | – | – | missing (Benchmark%s) |\n", what, bench)
-	}
+	tb := newRows(w, 6)
 	fmt.Fprintln(w, "| fair share between accounts | mediajobs | baseline (same run) | figure | target | result |")
 	fmt.Fprintln(w, "|---|---|---|---:|---:|---|")
 	if r := res["DispatcherFairPass"]; has(r, "fair-s", "fifo-s") {
@@ -430,28 +435,28 @@ func FairTable(w io.Writer, res Result) (complete, met bool) {
 		}
 		fmt.Fprintf(w, "| a dispatch pass, %.0f queued jobs, %.0f dispatched (s) | fair share: %s | first in first out over the same queue: %s | %.2f ×%s | ≤ %.1f × | %s |\n",
 			Median(r["queued"]), Median(r["dispatched/pass"]), fmtVals(r["fair-s"], 3), fmtVals(r["fifo-s"], 3),
-			ratio, rs, TargetFairPassRatio, verdict(ratio <= TargetFairPassRatio))
+			ratio, rs, TargetFairPassRatio, tb.verdict(ratio <= TargetFairPassRatio))
 	} else {
-		missing("a dispatch pass, fair share beside FIFO", "DispatcherFairPass")
+		tb.missing("a dispatch pass, fair share beside FIFO", "DispatcherFairPass")
 	}
 	r := res["DispatcherFairness"]
 	if has(r, "jain-index") {
 		jain := Median(r["jain-index"])
 		fmt.Fprintf(w, "| Jain's index of the backlogged accounts' started jobs | %s | – | %.3f | ≥ %.2f | %s |\n",
-			fmtVals(r["jain-index"], 3), jain, TargetJainIndex, verdict(jain >= TargetJainIndex))
+			fmtVals(r["jain-index"], 3), jain, TargetJainIndex, tb.verdict(jain >= TargetJainIndex))
 	} else {
-		missing("Jain's index of the backlogged accounts' started jobs", "DispatcherFairness")
+		tb.missing("Jain's index of the backlogged accounts' started jobs", "DispatcherFairness")
 	}
 	if has(r, "quiet-wait-slots") {
 		// The dispatches are context: others' jobs handed to Nomad after the quiet
 		// job's create and before it; the slots are what it waited for.
 		slots := Median(r["quiet-wait-slots"])
 		fmt.Fprintf(w, "| a quiet account's one job: others' jobs that took a slot between its create and its start | %s slots (others dispatched after its create, before it: %s) | – | %g slots | ≤ %d | %s |\n",
-			fmtVals(r["quiet-wait-slots"], 0), fmtVals(r["quiet-wait-dispatches"], 0), slots, TargetQuietSlots, verdict(slots <= TargetQuietSlots))
+			fmtVals(r["quiet-wait-slots"], 0), fmtVals(r["quiet-wait-dispatches"], 0), slots, TargetQuietSlots, tb.verdict(slots <= TargetQuietSlots))
 	} else {
-		missing("a quiet account's one job", "DispatcherFairness")
+		tb.missing("a quiet account's one job", "DispatcherFairness")
 	}
-	return complete, met
+	return tb.complete, tb.met
 }
 
 // E2EBenchmarks are the benchmarks of ./bench/e2e.
@@ -468,28 +473,17 @@ const (
 
 // E2ETable writes the end-to-end table.
 func E2ETable(w io.Writer, res Result) (complete, met bool) {
-	complete, met = true, true
+	tb := newRows(w, 6)
 	fmt.Fprintln(w, "| measure | mediajobs | baseline (same run) | figure | target | result |")
 	fmt.Fprintln(w, "|---|---|---|---:|---:|---|")
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		met = false
-		return "**missed**"
-	}
-	missing := func(what, bench string) {
-		complete, met = false, false
-		fmt.Fprintf(w, "| %s | – | – | – | – | missing (Benchmark%s) |\n", what, bench)
-	}
 
 	if l := res["Latency"]; has(l, "mj-p50-s", "nomad-p50-s", "added-p50-s") {
 		added := Median(l["added-p50-s"])
 		fmt.Fprintf(w, "| latency, one job at a time (s) | median %s, p95 %s | raw Nomad: median %s, p95 %s; ffmpeg alone: median %s | added %+.3f s%s | ≤ %.2f s | %s |\n",
 			fmtVals(l["mj-p50-s"], 3), fmtVals(l["mj-p95-s"], 3), fmtVals(l["nomad-p50-s"], 3), fmtVals(l["nomad-p95-s"], 3),
-			fmtVals(l["exec-p50-s"], 3), added, spread(l["added-p50-s"], 3), TargetAddedS, verdict(added <= TargetAddedS))
+			fmtVals(l["exec-p50-s"], 3), added, spread(l["added-p50-s"], 3), TargetAddedS, tb.verdict(added <= TargetAddedS))
 	} else {
-		missing("latency", "Latency")
+		tb.missing("latency", "Latency")
 	}
 	if t := res["Throughput"]; has(t, "mj-jobs/s", "nomad-jobs/s") {
 		ratio, rs := Ratio(t["mj-jobs/s"], t["nomad-jobs/s"])
@@ -498,9 +492,9 @@ func E2ETable(w io.Writer, res Result) (complete, met bool) {
 			cpu = fmt.Sprintf("; CPU %s vs %s ms/job", fmtVals(t["mj-cpu-ms/job"], 0), fmtVals(t["nomad-cpu-ms/job"], 0))
 		}
 		fmt.Fprintf(w, "| throughput, jobs created at once (jobs/s) | %s | raw Nomad: %s%s | %.2f ×%s | ≥ %.2f × | %s |\n",
-			fmtVals(t["mj-jobs/s"], 2), fmtVals(t["nomad-jobs/s"], 2), cpu, ratio, rs, TargetRatio, verdict(ratio >= TargetRatio))
+			fmtVals(t["mj-jobs/s"], 2), fmtVals(t["nomad-jobs/s"], 2), cpu, ratio, rs, TargetRatio, tb.verdict(ratio >= TargetRatio))
 	} else {
-		missing("throughput", "Throughput")
+		tb.missing("throughput", "Throughput")
 	}
 	if h := res["Webhooks"]; has(h, "deliveries/s", "p50-ms", "seq-p50-ms") {
 		base := "–"
@@ -509,14 +503,14 @@ func E2ETable(w io.Writer, res Result) (complete, met bool) {
 		}
 		p50 := Median(h["p50-ms"])
 		fmt.Fprintf(w, "| webhooks, burst (all terminal at once) | %s deliveries/s; transition → receipt p50 %s ms, p95 %s ms | %s | p50 %.0f ms | ≤ %d ms | %s |\n",
-			fmtVals(h["deliveries/s"], 0), fmtVals(h["p50-ms"], 0), fmtVals(h["p95-ms"], 0), base, p50, TargetWebhookMS, verdict(p50 <= TargetWebhookMS))
+			fmtVals(h["deliveries/s"], 0), fmtVals(h["p50-ms"], 0), fmtVals(h["p95-ms"], 0), base, p50, TargetWebhookMS, tb.verdict(p50 <= TargetWebhookMS))
 		seq := Median(h["seq-p50-ms"])
 		fmt.Fprintf(w, "| webhooks, sequential (one transition after another) | transition → receipt p50 %s ms, p95 %s ms | – | p50 %.1f ms | ≤ %d ms | %s |\n",
-			fmtVals(h["seq-p50-ms"], 1), fmtVals(h["seq-p95-ms"], 1), seq, TargetWebhookMS, verdict(seq <= TargetWebhookMS))
+			fmtVals(h["seq-p50-ms"], 1), fmtVals(h["seq-p95-ms"], 1), seq, TargetWebhookMS, tb.verdict(seq <= TargetWebhookMS))
 	} else {
-		missing("webhooks", "Webhooks")
+		tb.missing("webhooks", "Webhooks")
 	}
-	return complete, met
+	return tb.complete, tb.met
 }
 
 // WarmBenchmarks are the warm-pool benchmarks of ./bench/e2e (warm_test.go).
@@ -535,18 +529,7 @@ const (
 // raw Nomad of the same run, each figure the median over the rounds and each
 // ratio the median of the per-round ratios.
 func WarmTable(w io.Writer, res Result) (complete, met bool) {
-	complete, met = true, true
-	verdict := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		met = false
-		return "**missed**"
-	}
-	missing := func(what, bench string) {
-		complete, met = false, false
-		fmt.Fprintf(w, "| %s | – | – | – | – | – | missing (Benchmark%s) |\n", what, bench)
-	}
+	tb := newRows(w, 7)
 	fmt.Fprintln(w, "| warm pools | warm pool | per-job pool (same run) | raw Nomad (same run) | figure | target | result |")
 	fmt.Fprintln(w, "|---|---|---|---|---:|---:|---|")
 	if l := res["WarmLatency"]; has(l, "warm-p50-s", "nomad-p50-s") {
@@ -554,9 +537,9 @@ func WarmTable(w io.Writer, res Result) (complete, met bool) {
 		ratio, rs := Ratio(l["warm-p50-s"], l["nomad-p50-s"])
 		fmt.Fprintf(w, "| latency, one job at a time, POST → succeeded (s) | median %s, p95 %s | – | median %s, p95 %s | median %.3f s; %.2f × raw Nomad%s | ≤ %.2f s | %s |\n",
 			fmtVals(l["warm-p50-s"], 3), fmtVals(l["warm-p95-s"], 3), fmtVals(l["nomad-p50-s"], 3), fmtVals(l["nomad-p95-s"], 3),
-			p50, ratio, rs, TargetWarmP50S, verdict(p50 <= TargetWarmP50S))
+			p50, ratio, rs, TargetWarmP50S, tb.verdict(p50 <= TargetWarmP50S))
 	} else {
-		missing("latency, one job at a time", "WarmLatency")
+		tb.missing("latency, one job at a time", "WarmLatency")
 	}
 	if t := res["WarmBurst"]; has(t, "warm-jobs/s", "nomad-jobs/s", "warm-cpu-ms/job", "nomad-cpu-ms/job") {
 		jobs := "jobs"
@@ -570,15 +553,15 @@ func WarmTable(w io.Writer, res Result) (complete, met bool) {
 		ratio, rs := Ratio(t["warm-jobs/s"], t["nomad-jobs/s"])
 		fmt.Fprintf(w, "| burst, %s created at once (jobs/s) | %s%s | %s | %s | %.2f × raw Nomad%s | ≥ %.2f × | %s |\n", jobs,
 			fmtVals(t["warm-jobs/s"], 2), share, fmtVals(t["mj-jobs/s"], 2), fmtVals(t["nomad-jobs/s"], 2),
-			ratio, rs, float64(TargetWarmRatio), verdict(ratio >= TargetWarmRatio))
+			ratio, rs, float64(TargetWarmRatio), tb.verdict(ratio >= TargetWarmRatio))
 		cpu, cs := Ratio(t["warm-cpu-ms/job"], t["nomad-cpu-ms/job"])
 		fmt.Fprintf(w, "| burst: CPU of the whole machine per job (ms/job) | %s | %s | %s | %.2f × raw Nomad%s | ≤ %.2f × | %s |\n",
 			fmtVals(t["warm-cpu-ms/job"], 0), fmtVals(t["mj-cpu-ms/job"], 0), fmtVals(t["nomad-cpu-ms/job"], 0),
-			cpu, cs, float64(TargetWarmCPURatio), verdict(cpu <= TargetWarmCPURatio))
+			cpu, cs, float64(TargetWarmCPURatio), tb.verdict(cpu <= TargetWarmCPURatio))
 	} else {
-		missing("burst, jobs created at once", "WarmBurst")
+		tb.missing("burst, jobs created at once", "WarmBurst")
 	}
-	return complete, met
+	return tb.complete, tb.met
 }
 
 // EtcdCostJobs are BenchmarkEtcdCost's sub-benchmarks (EtcdCost/<Name>).
