@@ -218,18 +218,12 @@ func TestNomadServerErrorsAreAnOutage(t *testing.T) {
 	var dispatches atomic.Int32
 	var text atomic.Value
 	text.Store("No cluster leader")
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	d, ctx := dispatcherOnNomad(t, func(w http.ResponseWriter, r *http.Request) {
 		if strings.HasSuffix(r.URL.Path, "/dispatch") {
 			dispatches.Add(1)
 		}
 		http.Error(w, text.Load().(string), http.StatusInternalServerError)
-	}))
-	defer srv.Close()
-	client, err := api.NewClient(&api.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, ctx := fixDispatcher(t, 1, client.Jobs(), &fakeBlobs{})
+	})
 	pool := d.Config.Pools[0]
 	pool.DispatchLookahead, pool.MaxInFlight = 100, 100
 	const n = 30
@@ -378,7 +372,7 @@ func TestSecondChildOfAnAttemptIsStopped(t *testing.T) {
 // for a minute, fails with Nomad's answer.
 func TestNomadRefusingOneDispatchStopsNoPool(t *testing.T) {
 	var dispatched sync.Map
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	d, ctx := dispatcherOnNomad(t, func(w http.ResponseWriter, r *http.Request) {
 		if !strings.HasSuffix(r.URL.Path, "/dispatch") {
 			http.Error(w, "not here", http.StatusNotFound)
 			return
@@ -392,13 +386,7 @@ func TestNomadRefusingOneDispatchStopsNoPool(t *testing.T) {
 		}
 		dispatched.Store(id, true)
 		fmt.Fprintf(w, `{"DispatchedJobID":"mediajobs-cpu/dispatch-%s","EvalID":"e","EvalCreateIndex":1,"JobCreateIndex":1,"Index":1}`, id)
-	}))
-	defer srv.Close()
-	client, err := api.NewClient(&api.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, ctx := fixDispatcher(t, 1, client.Jobs(), &fakeBlobs{})
+	})
 	pool := d.Config.Pools[0]
 	pool.DispatchLookahead, pool.MaxInFlight = 100, 100
 	for i := range 3 {
@@ -472,19 +460,13 @@ func TestPoolWideRefusalsFailNoJob(t *testing.T) {
 		"every job":   {http.StatusInternalServerError, "1 error occurred:\n\t* Dispatch payload exceeds maximum size; 20000 > 16384"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			d, ctx := dispatcherOnNomad(t, func(w http.ResponseWriter, r *http.Request) {
 				if !strings.HasSuffix(r.URL.Path, "/dispatch") {
 					http.Error(w, "no", http.StatusInternalServerError) // registering the pool again fails too
 					return
 				}
 				http.Error(w, answer.body, answer.code)
-			}))
-			defer srv.Close()
-			client, err := api.NewClient(&api.Config{Address: srv.URL})
-			if err != nil {
-				t.Fatal(err)
-			}
-			d, ctx := fixDispatcher(t, 1, client.Jobs(), &fakeBlobs{})
+			})
 			pool := d.Config.Pools[0]
 			pool.DispatchLookahead, pool.MaxInFlight = 100, 100
 			for i := range 3 {
@@ -515,7 +497,7 @@ func TestFirstRankedIsDispatchedFirst(t *testing.T) {
 	other := make(chan struct{}, 100)
 	overlapped := false
 	var first string
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	d, ctx := dispatcherOnNomad(t, func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ Meta map[string]string }
 		json.NewDecoder(r.Body).Decode(&body)
 		id := body.Meta["mediajobs_job_id"]
@@ -534,13 +516,7 @@ func TestFirstRankedIsDispatchedFirst(t *testing.T) {
 			other <- struct{}{}
 		}
 		fmt.Fprintf(w, `{"DispatchedJobID":"mediajobs-cpu/dispatch-%s","EvalID":"e","EvalCreateIndex":1,"JobCreateIndex":1,"Index":1}`, id)
-	}))
-	defer srv.Close()
-	client, err := api.NewClient(&api.Config{Address: srv.URL})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d, ctx := fixDispatcher(t, 1, client.Jobs(), &fakeBlobs{})
+	})
 	pool := d.Config.Pools[0]
 	var ids []string
 	for i := range 12 {
@@ -557,4 +533,16 @@ func TestFirstRankedIsDispatchedFirst(t *testing.T) {
 	if len(order) != len(ids) || order[0] != ids[0] || overlapped {
 		t.Fatalf("dispatched in the order %v (overlapping the first: %v); want %s first and alone", order, overlapped, ids[0])
 	}
+}
+
+// dispatcherOnNomad is a dispatcher (fixDispatcher's, one attempt) whose Nomad
+// jobs API is served by nomad over loopback.
+func dispatcherOnNomad(t *testing.T, nomad http.HandlerFunc) (*Dispatcher, context.Context) {
+	srv := httptest.NewServer(nomad)
+	t.Cleanup(srv.Close)
+	client, err := api.NewClient(&api.Config{Address: srv.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fixDispatcher(t, 1, client.Jobs(), &fakeBlobs{})
 }
