@@ -34,21 +34,26 @@ func TestRenderGolden(t *testing.T) {
 		if r.JobID != "mediajobs-"+name {
 			t.Errorf("JobID = %q", r.JobID)
 		}
-		golden := filepath.Join("testdata", name+".vars.hcl")
-		if *update {
-			if err := os.WriteFile(golden, []byte(r.Variables), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Variables != string(want) {
-			t.Errorf("%s variables:\n%s\nwant (go test -update to refresh):\n%s", name, r.Variables, want)
-		}
+		matchGolden(t, filepath.Join("testdata", name+".vars.hcl"), r.Variables)
 	}
 	if _, err := Render(&config.Pool{Name: "x", Driver: "podman"}, ""); err == nil {
 		t.Error("unknown driver rendered")
+	}
+}
+
+// matchGolden compares got with the golden file (go test -update rewrites it).
+func matchGolden(t *testing.T, golden, got string) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(golden)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != string(want) {
+		t.Errorf("%s:\n%s\nwant (go test -update to refresh):\n%s", golden, got, want)
 	}
 }

@@ -2,7 +2,6 @@ package jobspecs
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -38,19 +37,7 @@ func TestRenderWarmGolden(t *testing.T) {
 		if r.JobID != "mediajobs-"+name+"-warm" || r.JobID != WarmJobID(name) {
 			t.Errorf("JobID = %q", r.JobID)
 		}
-		golden := filepath.Join("testdata", name+".warm.vars.hcl")
-		if *update {
-			if err := os.WriteFile(golden, []byte(r.Variables), 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
-		want, err := os.ReadFile(golden)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if r.Variables != string(want) {
-			t.Errorf("%s warm variables:\n%s\nwant (go test -update to refresh):\n%s", name, r.Variables, want)
-		}
+		matchGolden(t, filepath.Join("testdata", name+".warm.vars.hcl"), r.Variables)
 	}
 	if _, err := RenderWarm(&config.Pool{Name: "x", Driver: "raw_exec"}, "", testControlURL); err == nil {
 		t.Error("a pool without a warm block rendered warm runners")
