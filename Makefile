@@ -70,11 +70,22 @@ BENCHTIME  ?= 2s
 BENCHCOUNT ?= 5
 E2ECOUNT   ?= 3
 SCALECOUNT ?= 3
+# The soak (make soak, and once at the end of make bench; 0 skips it there), and
+# go test's limit for it: the duration plus the stack's start and the checks after.
+SOAK_DURATION ?= 15m
+SOAK_TIMEOUT  ?= 45m
+SOAK = MEDIAJOBS_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -run '^$$' -bench '^BenchmarkSoak$$' -benchtime=1x -count=1 -timeout=$(SOAK_TIMEOUT) ./bench/e2e/ -e2e.soak 2>&1
 
 .PHONY: bench
-bench: ## gateway create/GET beside raw etcd and bare fiber, 200 MB transfers beside MinIO's client; the dispatcher at 10,000 jobs beside its old path, fair share; on Nomad: job latency and throughput beside raw Nomad, warm pools, webhooks (docs/benchmarks.md)
+bench: ## gateway create/GET beside raw etcd and bare fiber, 200 MB transfers beside MinIO's client; the dispatcher at 10,000 jobs beside its old path, fair share; on Nomad: job latency and throughput beside raw Nomad, warm pools, webhooks; then the soak (SOAK_DURATION=0 skips it) (docs/benchmarks.md)
 	$(GO) build -o bin/bench-report ./bench/report
 	{ for i in $$(seq $(BENCHCOUNT)); do $(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -count=1 ./bench/ 2>&1; done; \
 	  for i in $$(seq $(SCALECOUNT)); do $(GO) test -run '^$$' -bench Dispatcher -benchtime=1x -count=1 -timeout=30m ./dispatcher/ 2>&1; done; \
-	  if [ $(E2ECOUNT) -gt 0 ]; then NOMAD_BIN=$$(deploy/scripts/install-nomad.sh); export NOMAD_BIN; fi; \
-	  for i in $$(seq $(E2ECOUNT)); do $(GO) test -run '^$$' -bench . -benchtime=1x -count=1 -timeout=30m ./bench/e2e/ 2>&1; done; } | bin/bench-report
+	  if [ $(E2ECOUNT) -gt 0 ] || [ "$(SOAK_DURATION)" != 0 ]; then NOMAD_BIN=$$(deploy/scripts/install-nomad.sh); export NOMAD_BIN; fi; \
+	  for i in $$(seq $(E2ECOUNT)); do $(GO) test -run '^$$' -bench . -benchtime=1x -count=1 -timeout=30m ./bench/e2e/ 2>&1; done; \
+	  if [ "$(SOAK_DURATION)" != 0 ]; then $(SOAK); fi; } | bin/bench-report
+
+.PHONY: soak
+soak: ## SOAK_DURATION (15m) of mixed load on Nomad: two accounts, good, failing and cancelled jobs, webhooks, warm and dispatched; every job terminal, every webhook once, gateway and dispatcher memory flat (docs/benchmarks.md)
+	$(GO) build -o bin/bench-report ./bench/report
+	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh); export NOMAD_BIN; $(SOAK) | bin/bench-report

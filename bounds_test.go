@@ -157,6 +157,8 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 		j.Progress = &mj.Progress{Percent: &pct, CommandIndex: math.MinInt, CommandCount: math.MinInt, FPS: -math.MaxFloat64,
 			Speed: -math.MaxFloat64, OutTimeSeconds: -math.MaxFloat64, ETASeconds: &eta, UpdatedAt: now}
 		j.DispatchedAt, j.AttemptStartedAt, j.StartedAt, j.FinishedAt = &now, &now, &now, &now
+		// Counted up to 3 by the dispatcher (dispatcher/warm.go): the longest int is more.
+		j.WarmLapses, j.GivenBack = math.MinInt, math.MinInt
 		j.Webhook = &mj.WebhookState{Status: "delivered", DeliveryID: j.ID, Attempts: math.MinInt, LastHTTPStatus: math.MinInt,
 			LastError: mj.Clip(fill(1<<20), mj.MaxDetailBytes), DeliveredAt: &now}
 		// Flags take at most 5 bytes ("true"): all set, nothing to bound.

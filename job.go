@@ -73,15 +73,16 @@ type Job struct {
 	// IdemHash names the Idempotency-Key record that created the job, deleted with
 	// it (store.DeleteFinishedJobs).
 	IdemHash string `json:"idem_hash,omitempty"`
-	// RecordBytes is what the job's record counted against its account's
-	// max_job_bytes when it was created, given back when it is deleted
+	// RecordBytes is what the job counted against its account's max_job_bytes
+	// when it was created: its record and what the create stored beside it (its
+	// destinations and Idempotency-Key record), given back when it is deleted
 	// (docs/limits.md); 0 for jobs of versions before limits.
 	RecordBytes int64 `json:"record_bytes,omitempty"`
 	// MaxInputBytes is its account's max_input_bytes when it was created: the
 	// runner fetches no more inputs than that (0: no limit; docs/limits.md).
 	MaxInputBytes int64 `json:"max_input_bytes,omitempty"`
 	// HasDestinations: the job has output_destinations, stored under a key of
-	// their own (a URL is a credential) and deleted with the job. Destinations
+	// their own (a URL is a credential) and deleted when the job ends. Destinations
 	// holds them only while the job is created (store.CreateJobWithin writes
 	// them); a job read back has nil.
 	HasDestinations bool          `json:"has_destinations,omitempty"`
@@ -102,6 +103,12 @@ type Job struct {
 	// AttemptStartedAt is when the current attempt's task started (StartedAt is the
 	// first attempt's); the timeout backstop measures from it.
 	AttemptStartedAt *time.Time `json:"attempt_started_at,omitempty"`
+	// WarmLapses counts the warm runners that went away before they started the
+	// job (its attempt did not run); after a few it goes to Nomad. GivenBack
+	// counts the attempts a stopping warm runner (drain, scale-down) handed
+	// back: up to a few, they do not count against max_attempts (docs/warm.md).
+	WarmLapses int `json:"warm_lapses,omitempty"`
+	GivenBack  int `json:"given_back,omitempty"`
 
 	Webhook *WebhookState `json:"webhook,omitempty"`
 
@@ -264,6 +271,16 @@ type Manifest struct {
 	// (server.allow_cidrs and server.allow_hosts).
 	AllowCIDRs []string `json:"allow_cidrs,omitempty"`
 	AllowHosts []string `json:"allow_hosts,omitempty"`
+	// DestAllowLoopback, DestAllowCIDRs and DestAllowHosts are output
+	// destinations' own allow lists (server.destination_allow_*): without them
+	// a destination reaches public addresses only.
+	DestAllowLoopback bool     `json:"dest_allow_loopback,omitempty"`
+	DestAllowCIDRs    []string `json:"dest_allow_cidrs,omitempty"`
+	DestAllowHosts    []string `json:"dest_allow_hosts,omitempty"`
+	// ControlPlane is the service's own endpoints (host:port or URL), refused
+	// to inputs and destinations whatever the allow lists say; the runner adds
+	// the well-known control-plane ports on its own node's addresses.
+	ControlPlane []string `json:"control_plane,omitempty"`
 	// AllowGPU: the pool has GPUs, so GPU codecs and filters are allowed.
 	AllowGPU bool `json:"allow_gpu,omitempty"`
 	// DiskBytes caps the job's directory (the pool's disk): inputs, intermediate

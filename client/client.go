@@ -35,6 +35,7 @@ type Client struct {
 	key       string
 	http      *retryablehttp.Client
 	userAgent string
+	forwarded string // X-Forwarded-For, when set (WithForwardedFor)
 	// PollInterval is how often Wait polls when the events stream is unavailable.
 	PollInterval time.Duration
 }
@@ -54,6 +55,22 @@ func WithRetries(n int, maxWait time.Duration) Option {
 
 // WithUserAgent names the caller in the User-Agent header.
 func WithUserAgent(ua string) Option { return func(c *Client) { c.userAgent = ua } }
+
+// WithForwardedFor sends X-Forwarded-For: addr on every API request, for a
+// caller that serves others (mediajobs mcp -http): a gateway that lists the
+// caller in server.trusted_proxies counts failed authentications per addr
+// instead of per caller.
+func WithForwardedFor(addr string) Option { return func(c *Client) { c.forwarded = addr } }
+
+// identify sets the headers every API request carries: the key, the caller,
+// and the client it serves.
+func (c *Client) identify(h http.Header) {
+	h.Set("Authorization", "Bearer "+c.key)
+	h.Set("User-Agent", c.userAgent)
+	if c.forwarded != "" {
+		h.Set("X-Forwarded-For", c.forwarded)
+	}
+}
 
 // New returns a client of the service at baseURL (such as http://127.0.0.1:8080)
 // that authenticates with apiKey.
@@ -132,8 +149,7 @@ func (c *Client) do(ctx context.Context, method, path string, body any, header h
 	if err != nil {
 		return err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	req.Header.Set("User-Agent", c.userAgent)
+	c.identify(req.Header)
 	req.Header.Set("Accept", "application/json")
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -273,8 +289,7 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*Page, error) {
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	req.Header.Set("User-Agent", c.userAgent)
+	c.identify(req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, err

@@ -76,9 +76,8 @@ func (c *Client) follow(ctx context.Context, id string, seen func(*Job)) (*Job, 
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
+	c.identify(req.Header)
 	req.Header.Set("Accept", "text/event-stream")
-	req.Header.Set("User-Agent", c.userAgent)
 	hc := *c.http.HTTPClient
 	hc.Timeout = 0 // a stream lasts as long as the job; ctx bounds it, and idleness
 	ctx, cancel := context.WithCancel(ctx)

@@ -160,9 +160,15 @@ func checkFilter(w, name, args string, hasArgs bool, spec Spec) error {
 				if err := checkPath(w+" "+class+" filename", kv.val, spec); err != nil {
 					return err
 				}
+				if err := checkOpened(w+" "+class+" filename", "", kv.val, spec); err != nil {
+					return err
+				}
 				continue
 			case k == "f" || k == "format_name" || (k == "" && i == 1):
 				if err := checkFormat(w+" "+class+" format", kv.val, false); err != nil {
+					return err
+				}
+				if err := checkOpened(w+" "+class+" format", strings.ToLower(kv.val), "", spec); err != nil {
 					return err
 				}
 				if f := strings.ToLower(strings.TrimSpace(kv.val)); strings.Contains(f, "lavfi") {

@@ -192,3 +192,34 @@ func isGPUName(name string) bool {
 	}
 	return false
 }
+
+// On a pool without a sandbox (sandbox = "none", Spec.Unsandboxed) nothing
+// contains what a list or playlist names: there the checker also refuses the
+// forms that open files it never sees, as it did before the sandbox was the
+// guarantee. It still sees only the command, not the inputs' contents: such a
+// pool trusts every key with the node (config check says so; docs/threat-model.md).
+const noSandbox = "this pool runs ffmpeg without a sandbox, where it could open any file of the node"
+
+// unsandboxedOptions are refused on pools without a sandbox.
+var unsandboxedOptions = map[string]refusal{
+	"safe":                       {"-safe 0 lets a concat list name absolute paths, and " + noSandbox, "drop it: a list may name the files beside it (the default, -safe 1)"},
+	"allowed_extensions":         {"it lets a playlist open files of any type, and " + noSandbox, "run the job on a sandboxed pool"},
+	"allowed_segment_extensions": {"it lets a playlist open segments of any type, and " + noSandbox, "run the job on a sandboxed pool"},
+	"extension_picky":            {"it lets a playlist open segments whatever their extension, and " + noSandbox, "run the job on a sandboxed pool"},
+	"enable_drefs":               {"it lets a MOV/MP4 file open the files it names, and " + noSandbox, "drop it"},
+	"use_absolute_path":          {"it lets a MOV/MP4 file name absolute paths, and " + noSandbox, "drop it"},
+	"hls_key_info_file":          {"it reads a file that names further files, and " + noSandbox, "run the job on a sandboxed pool"},
+	"assetmaps":                  {"it makes the IMF demuxer open the files its asset maps name, and " + noSandbox, "run the job on a sandboxed pool"},
+	"dump_attachment":            {"it writes files named by the input's attachments, and " + noSandbox, "drop it"},
+}
+
+// unsandboxedPlaylist refuses a playlist input on a pool without a sandbox.
+var unsandboxedPlaylist = refusal{"a playlist names files the checker never sees, and " + noSandbox, "run the job on a sandboxed pool, or give each file in input_files"}
+
+// unsandboxedFormats are the input formats that open the files their input
+// names (playlists, IMF); refused on pools without a sandbox.
+var unsandboxedFormats = map[string]refusal{"hls": unsandboxedPlaylist, "dash": unsandboxedPlaylist, "imf": unsandboxedPlaylist}
+
+// playlistExts are the names ffmpeg opens as playlists (the HLS demuxer is picked
+// by extension); refused as inputs on pools without a sandbox.
+var playlistExts = []string{".m3u8", ".m3u", ".mpd"}

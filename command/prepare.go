@@ -18,6 +18,10 @@ type Spec struct {
 	// does not know are checked against it. Nil (the gateway) defers well-formed
 	// unknown names to the worker.
 	Worker *Options
+	// Unsandboxed: the pool runs ffmpeg without a sandbox (sandbox = "none"), so
+	// nothing contains what a file names: the forms that open files the checker
+	// never sees are refused too (unsandboxedOptions, playlists; policy.go).
+	Unsandboxed bool
 }
 
 var (
@@ -97,6 +101,9 @@ func Prepare(cmd string, spec Spec) ([]string, error) {
 		if strings.HasPrefix(w, "-") {
 			name, _, _ := strings.Cut(w[1:], ":")
 			if r, bad := refusedOptions[name]; bad {
+				return nil, refuse(fmt.Sprintf("%q", w), r)
+			}
+			if r, bad := unsandboxedOptions[name]; bad && spec.Unsandboxed {
 				return nil, refuse(fmt.Sprintf("%q", w), r)
 			}
 		}

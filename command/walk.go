@@ -54,6 +54,9 @@ func walk(argv []string, spec Spec) error {
 		if r, bad := refusedOptions[base]; bad {
 			return refuse(fmt.Sprintf("option %q", w), r)
 		}
+		if r, bad := unsandboxedOptions[base]; bad && spec.Unsandboxed {
+			return refuse(fmt.Sprintf("option %q", w), r)
+		}
 		if kind&optExit != 0 {
 			return refuse(fmt.Sprintf("option %q", w), exitRefusal)
 		}
@@ -141,6 +144,9 @@ func (c *checker) value(name, w, v string) error {
 		c.next()
 		if f == "lavfi" {
 			return checkGraph(w, v, spec)
+		}
+		if err := checkOpened(w, f, v, spec); err != nil {
+			return err
 		}
 		return c.input(w, v)
 	case formatOptions[name]:
@@ -254,6 +260,27 @@ func matchesInput(pattern string, inputs map[string]bool) bool {
 		}
 	}
 	return false
+}
+
+// checkOpened refuses, on a pool without a sandbox, an input that would open files
+// the checker never sees: a playlist demuxer (format f, or the name's extension,
+// by which ffmpeg picks the HLS demuxer).
+func checkOpened(w, f, v string, spec Spec) error {
+	if !spec.Unsandboxed {
+		return nil
+	}
+	for _, f := range strings.Split(f, ",") {
+		if r, bad := unsandboxedFormats[strings.TrimSpace(f)]; bad {
+			return refuse(fmt.Sprintf("%s with -f %s", w, f), r)
+		}
+	}
+	l := strings.ToLower(v)
+	for _, ext := range playlistExts {
+		if strings.HasSuffix(l, ext) {
+			return refuse(fmt.Sprintf("%s %q", w, v), unsandboxedPlaylist)
+		}
+	}
+	return nil
 }
 
 // checkFormat refuses devices (ffmpeg -devices) as formats: they read or write the
@@ -471,6 +498,8 @@ func checkDict(w, v string, spec Spec, depth int) error {
 		switch {
 		case refusedOptions[k] != (refusal{}):
 			err = refuse(fmt.Sprintf("%s %q", w, key), refusedOptions[k])
+		case spec.Unsandboxed && unsandboxedOptions[k] != (refusal{}):
+			err = refuse(fmt.Sprintf("%s %q", w, key), unsandboxedOptions[k])
 		case k == "protocol_whitelist":
 			err = (&checker{spec: spec}).value(k, o, val)
 		case pathOptions[k]:

@@ -52,7 +52,7 @@ func TestCheckCatchesWhatServersRefuse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := c.Server.Guard()
+	g := c.Guard()
 	if len(g.AllowCIDRs) != 3 || len(g.AllowHosts) != 2 || c.Pool("cpu").MaxInFlight != -1 || c.Pool("cpu").Constraints[0].Attribute != "${attr.kernel.name}" {
 		t.Fatalf("guard %+v, pool %+v", g, c.Pool("cpu"))
 	}

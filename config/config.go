@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -174,6 +175,28 @@ type Server struct {
 	// The attributes as written, so each entry's problem points at its own line.
 	AllowCIDRsExpr hcl.Expression `hcl:"allow_cidrs,optional"`
 	AllowHostsExpr hcl.Expression `hcl:"allow_hosts,optional"`
+	// DestinationAllowLoopback, DestinationAllowCIDRs and DestinationAllowHosts
+	// are output_destinations' own allow lists: a destination receives a PUT of
+	// a body the user controls, so it reaches public addresses only unless these
+	// say otherwise (the lists above never open it).
+	DestinationAllowLoopback bool `hcl:"destination_allow_loopback,optional"`
+	DestinationAllowCIDRs    []string
+	DestinationAllowHosts    []string
+	DestCIDRsExpr            hcl.Expression `hcl:"destination_allow_cidrs,optional"`
+	DestHostsExpr            hcl.Expression `hcl:"destination_allow_hosts,optional"`
+	// ControlPlane names more of the service's own endpoints ("host:port":
+	// Consul, Vault, a proxy's admin port) to refuse to every URL a user names,
+	// beside those the config already knows (Nomad, etcd, the listeners).
+	ControlPlane []string  `hcl:"control_plane,optional"`
+	ControlRange hcl.Range `hcl:"control_plane,attr_range"`
+
+	// AllowInsecureWarm lets warm pools run although public_url, or Nomad's
+	// address (where the gateway fetches the keys that sign the runners'
+	// identities), is plain http:// to another machine: the identity tokens and
+	// the keys then cross the network in clear (docs/configuration.md).
+	AllowInsecureWarm bool      `hcl:"allow_insecure_warm,optional"`
+	InsecureWarmRange hcl.Range `hcl:"allow_insecure_warm,attr_range"`
+
 	// RateLimit is each account's sustained requests per second on /api, per gateway
 	// process; RateBurst the short burst above it. 0 disables the limit.
 	RateLimit      float64 `hcl:"rate_limit,optional"`
@@ -186,6 +209,12 @@ type Server struct {
 	// Unset in a Config built in code: 1 and 20.
 	AuthFailureRate  float64 `hcl:"auth_failure_rate,optional"`
 	AuthFailureBurst int     `hcl:"auth_failure_burst,optional"`
+	// AuthFailureGlobalRate and AuthFailureGlobalBurst are the same for all
+	// client addresses together, per gateway process: they bound the etcd reads
+	// junk credentials cost however many addresses send them. 0 disables it.
+	// Unset: 100 and 1000.
+	AuthFailureGlobalRate  float64 `hcl:"auth_failure_global_rate,optional"`
+	AuthFailureGlobalBurst int     `hcl:"auth_failure_global_burst,optional"`
 	// TrustedProxies lists the addresses or ranges of reverse proxies whose
 	// X-Forwarded-For names the client (docs/configuration.md); without it the
 	// client address is the connection's.
@@ -205,6 +234,8 @@ type Server struct {
 	RateBurstRange hcl.Range `hcl:"rate_burst,attr_range"`
 	AuthRateRange  hcl.Range `hcl:"auth_failure_rate,attr_range"`
 	AuthBurstRange hcl.Range `hcl:"auth_failure_burst,attr_range"`
+	GlobRateRange  hcl.Range `hcl:"auth_failure_global_rate,attr_range"`
+	GlobBurstRange hcl.Range `hcl:"auth_failure_global_burst,attr_range"`
 	ProxiesRange   hcl.Range `hcl:"trusted_proxies,attr_range"`
 	HeaderTORange  hcl.Range `hcl:"header_timeout,attr_range"`
 	BodyBytesRange hcl.Range `hcl:"max_body_bytes,attr_range"`
@@ -299,6 +330,7 @@ type Nomad struct {
 	PurgeAfter string `hcl:"purge_after,optional"`
 
 	PurgeRange  hcl.Range `hcl:"purge_after,attr_range"`
+	AddrRange   hcl.Range `hcl:"address,attr_range"`
 	PurgeAfterD time.Duration
 }
 
@@ -472,8 +504,13 @@ const (
 	DefaultWarmMaxJobSeconds = 120
 	DefaultWarmLeaseTTL      = "10s"
 	DefaultWarmSpillAfter    = "30s"
-	MinWarmLeaseTTL          = 3 * time.Second
-	MaxWarmLeaseTTL          = 5 * time.Minute
+	// WarmRenewHold is how long the gateway holds a warm runner's renewal (for a
+	// cancel to reach it) before it answers and the runner renews again: the
+	// renewal period. A lease_ttl of three of them lets a renewal or two fail
+	// (a slow etcd, a gateway restarting) before a healthy job's lease lapses.
+	WarmRenewHold   = 2 * time.Second
+	MinWarmLeaseTTL = 3 * WarmRenewHold
+	MaxWarmLeaseTTL = 5 * time.Minute
 )
 
 // GPUs is how many GPUs one job of the pool gets (0 for a CPU pool).
@@ -610,20 +647,70 @@ func (c *Config) RequireSigningSecret() error {
 
 // Guard is the outbound policy for job inputs and webhooks: allow_loopback,
 // allow_cidrs and allow_hosts (checked by Finish; an invalid entry set in code
-// afterwards is dropped).
-func (s *Server) Guard() netguard.Policy {
-	p := netguard.Policy{AllowLoopback: s.AllowLoopback}
-	for _, c := range s.AllowCIDRs {
+// afterwards is dropped), and the control plane refused whatever they say.
+func (c *Config) Guard() netguard.Policy {
+	p := guard(c.Server.AllowLoopback, c.Server.AllowCIDRs, c.Server.AllowHosts)
+	p.Control = netguard.NewControlPlane(c.ControlPlane())
+	return p
+}
+
+// DestinationGuard is the outbound policy for output_destinations: public
+// addresses, plus the destination_allow_* lists, never the control plane.
+func (c *Config) DestinationGuard() netguard.Policy {
+	p := guard(c.Server.DestinationAllowLoopback, c.Server.DestinationAllowCIDRs, c.Server.DestinationAllowHosts)
+	p.Control = netguard.NewControlPlane(c.ControlPlane())
+	return p
+}
+
+func guard(loopback bool, cidrs, hosts []string) netguard.Policy {
+	p := netguard.Policy{AllowLoopback: loopback}
+	for _, c := range cidrs {
 		if pr, err := netguard.ParseCIDR(c); err == nil {
 			p.AllowCIDRs = append(p.AllowCIDRs, pr)
 		}
 	}
-	for _, h := range s.AllowHosts {
+	for _, h := range hosts {
 		if netguard.CheckHost(h) == nil {
 			p.AllowHosts = append(p.AllowHosts, strings.ToLower(strings.TrimSuffix(h, ".")))
 		}
 	}
 	return p
+}
+
+// ControlPlane is the service's own endpoints that no job URL may reach: the
+// Nomad address, the etcd endpoints (and the embedded member's listeners), the
+// gateway's and dispatcher's listeners, public_url's host and port, and
+// server.control_plane. netguard adds the well-known Nomad, etcd, Consul and
+// Vault ports on the host's own addresses.
+func (c *Config) ControlPlane() []string {
+	var out []string
+	add := func(e string) {
+		if e = strings.TrimSpace(e); e == "" {
+			return
+		}
+		if _, _, err := netguard.SplitEndpoint(e); err == nil && !slices.Contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	add(c.Nomad.Address)
+	for _, e := range c.Etcd.Endpoints {
+		if !strings.Contains(e, "://") {
+			e = "http://" + e
+		}
+		add(e)
+	}
+	if c.Etcd.Embedded {
+		add(c.Etcd.ListenClient)
+		add(c.Etcd.ListenPeer)
+	}
+	add(c.Server.Listen)
+	add(c.Server.MetricsListen)
+	add(c.Server.PublicURL)
+	add(c.Dispatcher.Listen)
+	for _, e := range c.Server.ControlPlane {
+		add(e)
+	}
+	return out
 }
 
 // stringList decodes a list-of-strings attribute kept as an expression, with the
@@ -720,6 +807,18 @@ func (c *Config) finish() hcl.Diagnostics {
 	if s.AuthFailureBurst < 0 {
 		bad(s.AuthBurstRange, "Invalid auth_failure_burst", fmt.Sprintf("auth_failure_burst = %d: use the failed authentications a client address may make at once (default 20).", s.AuthFailureBurst))
 	}
+	if s.AuthFailureGlobalRate == 0 && s.GlobRateRange.Filename == "" {
+		s.AuthFailureGlobalRate = 100
+	}
+	if s.AuthFailureGlobalBurst == 0 && s.GlobBurstRange.Filename == "" {
+		s.AuthFailureGlobalBurst = 1000
+	}
+	if s.AuthFailureGlobalRate < 0 {
+		bad(s.GlobRateRange, "Invalid auth_failure_global_rate", fmt.Sprintf("auth_failure_global_rate = %g: use failed authentications per second from all client addresses together above 0 (default 100), or 0 for no global limit.", s.AuthFailureGlobalRate))
+	}
+	if s.AuthFailureGlobalBurst < 0 {
+		bad(s.GlobBurstRange, "Invalid auth_failure_global_burst", fmt.Sprintf("auth_failure_global_burst = %d: use the failed authentications all client addresses together may make at once (default 1000).", s.AuthFailureGlobalBurst))
+	}
 	for _, p := range s.TrustedProxies {
 		if _, err := ParseProxy(p); err != nil {
 			bad(s.ProxiesRange, "Invalid trusted_proxies", fmt.Sprintf("trusted_proxies: %q is neither an address nor a range such as \"10.0.0.0/8\".", p))
@@ -746,6 +845,8 @@ func (c *Config) finish() hcl.Diagnostics {
 	}{
 		{s.AllowCIDRsExpr, &s.AllowCIDRs, "allow_cidrs", func(v string) error { _, err := netguard.ParseCIDR(v); return err }},
 		{s.AllowHostsExpr, &s.AllowHosts, "allow_hosts", netguard.CheckHost},
+		{s.DestCIDRsExpr, &s.DestinationAllowCIDRs, "destination_allow_cidrs", func(v string) error { _, err := netguard.ParseCIDR(v); return err }},
+		{s.DestHostsExpr, &s.DestinationAllowHosts, "destination_allow_hosts", netguard.CheckHost},
 	} {
 		vals, ranges, d := stringList(l.expr)
 		diags = append(diags, d...)
@@ -760,6 +861,11 @@ func (c *Config) finish() hcl.Diagnostics {
 				}
 				bad(rng, "Invalid "+l.name, fmt.Sprintf("%s: %v.", l.name, err))
 			}
+		}
+	}
+	for _, e := range s.ControlPlane {
+		if _, _, err := netguard.SplitEndpoint(e); err != nil {
+			bad(s.ControlRange, "Invalid control_plane", fmt.Sprintf("control_plane: %v.", err))
 		}
 	}
 	s.WaitLimitD = dur(s.WaitLimit, s.WaitLimitRange, "wait_limit")
@@ -1029,6 +1135,7 @@ func (c *Config) finish() hcl.Diagnostics {
 		}
 		if p.Warm != nil {
 			p.Warm.check(p, bad, dur)
+			c.checkWarmTransport(p, bad)
 		}
 	}
 	// A warm pool's service job is mediajobs-<pool>-warm: the parameterized job of
@@ -1089,7 +1196,7 @@ func (w *Warm) check(p *Pool, bad func(hcl.Range, string, string), dur func(stri
 	}
 	w.LeaseTTLD = dur(w.LeaseTTL, at(w.LeaseTTLRange), "lease_ttl")
 	if w.LeaseTTLD > 0 && (w.LeaseTTLD < MinWarmLeaseTTL || w.LeaseTTLD > MaxWarmLeaseTTL) {
-		bad(at(w.LeaseTTLRange), "Invalid lease_ttl", fmt.Sprintf("pool %q: warm lease_ttl = %q must be between \"3s\" (shorter, a brief pause of a runner or the network would hand its job to another) and \"5m\" (a job whose runner died waits this long to run again); default %q.", p.Name, w.LeaseTTL, DefaultWarmLeaseTTL))
+		bad(at(w.LeaseTTLRange), "Invalid lease_ttl", fmt.Sprintf("pool %q: warm lease_ttl = %q must be between \"6s\" (three renewal periods of 2s: shorter, a slow renewal or a brief pause of a runner or the network would hand its job to another) and \"5m\" (a job whose runner died waits this long to run again); default %q.", p.Name, w.LeaseTTL, DefaultWarmLeaseTTL))
 	}
 }
 

@@ -75,6 +75,8 @@ func TestWarmRefusals(t *testing.T) {
 		{"pool \"cpu\" {\n  warm {\n    memory = 10\n  }\n}\n", `w.hcl:3,5: Invalid warm memory`, ""},
 		{"pool \"cpu\" {\n  warm {\n    disk = 0\n  }\n}\n", `w.hcl:3,5: Invalid warm disk`, ""},
 		{"pool \"cpu\" {\n  warm {\n    lease_ttl = \"1s\"\n  }\n}\n", `w.hcl:3,5: Invalid lease_ttl`, ""},
+		// Under three renewal periods: a slow renewal or two would lapse a healthy job.
+		{"pool \"cpu\" {\n  warm {\n    lease_ttl = \"5s\"\n  }\n}\n", `w.hcl:3,5: Invalid lease_ttl`, "three renewal periods"},
 		{"pool \"cpu\" {\n  warm {\n    lease_ttl = \"6m\"\n  }\n}\n", `w.hcl:3,5: Invalid lease_ttl`, ""},
 		{"pool \"cpu\" {\n  warm {\n    lease_ttl = \"soon\"\n  }\n}\n", `w.hcl:3,5: Invalid duration`, "lease_ttl"},
 		{"pool \"cpu\" {\n  warm {\n    lease_ttl = \"\"\n  }\n}\n", `w.hcl:3,5: Invalid duration`, "lease_ttl"},
@@ -104,7 +106,7 @@ func TestWarmRefusals(t *testing.T) {
 	for _, ok := range []string{
 		"pool \"cpu\" {\n  warm {\n    count = 0\n    min = 0\n    max = 0\n  }\n}\n",
 		"pool \"cpu\" {\n  warm {\n    count = 4\n    min = 4\n    max = 4\n  }\n}\n",
-		"pool \"cpu\" {\n  max_timeout = \"2m\"\n  default_timeout = \"1m\"\n  warm {\n    max_job_seconds = 120\n    lease_ttl = \"3s\"\n  }\n}\n",
+		"pool \"cpu\" {\n  max_timeout = \"2m\"\n  default_timeout = \"1m\"\n  warm {\n    max_job_seconds = 120\n    lease_ttl = \"6s\"\n  }\n}\n",
 		"pool \"cpu\" {\n  warm {\n    lease_ttl = \"5m\"\n  }\n}\npool \"warm\" {}\n",
 	} {
 		if _, err := Parse([]byte(ok), "ok.hcl"); err != nil {

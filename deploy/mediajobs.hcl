@@ -81,6 +81,10 @@ server {
   # etcd is read (docs/api.md, "Rate limits"). 0 disables.
   auth_failure_rate  = 1
   auth_failure_burst = 20
+  # The same for all client addresses together: bounds the etcd reads junk
+  # keys cost from any number of addresses. 0 disables this one.
+  auth_failure_global_rate  = 100
+  auth_failure_global_burst = 1000
 
   # Reverse proxies in front of the gateway: requests from these addresses are
   # counted under the client address in X-Forwarded-For.

@@ -49,10 +49,13 @@ func TestGroupBatchesWhileBusyAndRoutesOutcomes(t *testing.T) {
 	wg.Add(1)
 	go do("z1")
 	testenv.Eventually(t, 10*time.Second, "the first group", func() bool { mu.Lock(); defer mu.Unlock(); return len(groups) == 1 })
+	// Queued one at a time, in this order: the grouping below depends on the
+	// queue's order, which concurrent calls would leave to the scheduler.
 	ins := []string{"a1", "a2", "b1", "c1", "d1"}
-	for _, in := range ins {
+	for i, in := range ins {
 		wg.Add(1)
 		go do(in)
+		testenv.Eventually(t, 10*time.Second, in+" queued", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == i+1 })
 	}
 	cancelled, cancel := context.WithCancel(context.Background())
 	var cancelledErr error

@@ -27,8 +27,9 @@ const dispatchConcurrency = 8
 
 // dispatchLoop fills each pool's free slots from its queue, by fair share across
 // accounts (fair.go, docs/scheduling.md), whenever the queue or the active set
-// changes, Nomad reports a change of a pool's children, and every few seconds, to
-// retry failures.
+// changes, Nomad reports a change of a pool's children, and every few seconds.
+// A pool in trouble (Nomad or etcd failing) waits out its own backoff; the
+// others' passes go on meanwhile, at their usual pace.
 func (d *Dispatcher) dispatchLoop(ctx context.Context) {
 	wake := make(chan struct{}, 1)
 	d.wakeup.Store(&wake)
@@ -48,27 +49,108 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context) {
 	}
 	for {
 		d.failUnknownPools(ctx)
-		failed := false
-		for _, pool := range d.Config.Pools {
-			if d.poolRegistered(pool.Name) { // the others wait for retryPools
-				failed = d.dispatchPool(ctx, pool) || failed
-			}
-		}
-		if failed {
-			sleep(ctx, 2*time.Second) // Nomad is failing: do not spin on it
-		}
+		next := d.dispatchPools(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
-		case <-time.After(5 * time.Second):
+		case <-d.after(next):
 		}
 	}
 }
 
+// idlePass is how long the dispatch loop waits for a wake-up before a pass anyway.
+const idlePass = 5 * time.Second
+
+// dispatchPools makes one pass over the registered pools (the others wait for
+// retryPools), each unless it waits out a backoff, and returns how long until the
+// next pass is due without a wake-up: idlePass, or sooner when a backoff ends.
+func (d *Dispatcher) dispatchPools(ctx context.Context) time.Duration {
+	next := idlePass
+	for _, pool := range d.Config.Pools {
+		if !d.poolRegistered(pool.Name) {
+			continue
+		}
+		if left := d.backoff.left(pool.Name, d.now()); left > 0 {
+			next = min(next, left)
+			continue
+		}
+		if d.dispatchPool(ctx, pool) {
+			// Nomad or etcd is failing for this pool: do not spin on it.
+			next = min(next, d.backoff.failed(pool.Name, d.now()))
+		} else {
+			d.backoff.ok(pool.Name)
+		}
+	}
+	return next
+}
+
+// after is the dispatch loop's timer: time.After, or the test's.
+func (d *Dispatcher) after(wait time.Duration) <-chan time.Time {
+	if d.timer != nil {
+		return d.timer(wait)
+	}
+	return time.After(wait)
+}
+
+// Backoff of a pool in trouble: the first retry after troubleBackoff, each next
+// one twice as late, up to maxTroubleBackoff, until a pass goes through.
+const (
+	troubleBackoff    = 2 * time.Second
+	maxTroubleBackoff = 16 * time.Second
+)
+
+// backoffs holds, per key (a pool's name, or another of its retries), when it
+// may be tried again and how long its last wait was.
+type backoffs struct {
+	mu sync.Mutex
+	m  map[string]backoffState
+}
+
+type backoffState struct {
+	until time.Time
+	wait  time.Duration
+}
+
+// left is how long key still waits at now (0: not backed off).
+func (b *backoffs) left(key string, now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return max(b.m[key].until.Sub(now), 0)
+}
+
+// failed backs key off from now, twice as long as the last time, and returns
+// the wait.
+func (b *backoffs) failed(key string, now time.Time) time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = map[string]backoffState{}
+	}
+	st := b.m[key]
+	st.wait = min(max(2*st.wait, troubleBackoff), maxTroubleBackoff)
+	st.until = now.Add(st.wait)
+	b.m[key] = st
+	return st.wait
+}
+
+// ok ends key's backoff: its next trouble waits troubleBackoff again.
+func (b *backoffs) ok(key string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.m, key)
+}
+
+func (b *backoffs) reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.m = nil
+}
+
 // dispatchPool dispatches the pool's next queued jobs, as many as its window
-// allows, in fair-share order (fairPass), and reports whether any read or
-// dispatch failed.
+// allows, in fair-share order (fairPass), and reports trouble: a read, or a
+// dispatch, failed for a reason other than Nomad refusing that one job (see
+// dispatchIDs).
 func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 	idle, busy := d.warmRunners(ctx, pool)
 	extra := len(idle)
@@ -77,7 +159,7 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 		// some of them for jobs Nomad can take.
 		extra += min(64, 4*(busy+len(idle)))
 	}
-	chosen, nomad, refund, failed := d.fairPass(ctx, pool, extra)
+	chosen, nomad, refund, failed := d.fairPass(ctx, pool, extra, len(idle))
 	if failed {
 		return true
 	}
@@ -90,7 +172,9 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 }
 
 // dispatchIDs dispatches ids in order (dispatchConcurrency at a time) and reports
-// whether any dispatch failed. The first goes alone, before the others: it is the
+// whether any dispatch failed for a reason other than Nomad refusing the job: a
+// refused job is the job's own trouble (it is tried again at the next pass, and
+// failed by refused), not a reason to slow its pool. The first goes alone, before the others: it is the
 // one fair share ranks first (often a newcomer's), and Nomad places a full pool's
 // children in the order their evaluations were created, which concurrent
 // dispatches would leave to chance.
@@ -118,7 +202,10 @@ func (d *Dispatcher) dispatchIDs(ctx context.Context, pool *config.Pool, ids []s
 			if ctx.Err() != nil || errors.Is(err, store.ErrNotLeader) {
 				return
 			}
-			failed.Store(true)
+			var rf *refusedError
+			if !errors.As(err, &rf) {
+				failed.Store(true)
+			}
 			detail := mj.Clip("waiting to reach Nomad: "+err.Error(), mj.MaxDetailBytes)
 			if nomadTrouble(err) {
 				// Unreachable, or answering 5xx (no cluster leader, overloaded): an
@@ -227,6 +314,11 @@ func (d *Dispatcher) failUnknownPools(ctx context.Context) {
 // dispatch submits one queued job to its pool's parameterized Nomad job. The
 // idempotency token (job id + attempt) makes a retry after a crash between the
 // dispatch and the store update return the same child instead of a second one.
+// Nomad answers a token it has seen with that child even when it was stopped
+// (by a deposed leader, below, or as a twin): such a child never runs, and
+// recording it would cost the job an attempt, so the attempt's next token
+// (id/attempt/2, /3, ...) starts another. Every leader tries the tokens in the
+// same order, so a retry still finds the child it started.
 func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	j, err := d.Store.Job(ctx, id)
 	if err != nil {
@@ -256,6 +348,14 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 		if pool := d.Config.Pool(j.Machine); pool != nil && d.registerPool(ctx, pool) == nil {
 			resp, _, err = d.Jobs.DispatchOpts(opts, wo)
 		}
+	}
+	for k := 2; err == nil && d.stoppedChild(ctx, resp); k++ {
+		if k > maxTokens {
+			err = fmt.Errorf("Nomad has only stopped children for attempt %d's %d idempotency tokens (its garbage collection forgets them)", attempt, maxTokens)
+			break
+		}
+		wo.IdempotencyToken = fmt.Sprintf("%s/%d/%d", j.ID, attempt, k)
+		resp, _, err = d.Jobs.DispatchOpts(opts, wo)
 	}
 	if err != nil {
 		metrics.Dispatches.WithLabelValues(j.Machine, "error").Inc()
@@ -290,14 +390,42 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	case err == errSkip && !recorded:
 		// Cancelled, finished or moved on between our read and the dispatch: stop
 		// what we just started. A child the job records is never stopped here, and
-		// neither is anything when the write failed (a deposed leader, etcd down):
-		// the next leader decides from what is stored.
+		// neither is anything when etcd failed the write: this leader's next pass
+		// (or the next leader) decides from what is stored.
 		d.stopChild(ctx, child, "dispatched for a job that no longer wants it", id)
 		return nil
 	case err == errSkip:
 		return nil
+	case errors.Is(err, store.ErrNotLeader) && !recorded:
+		// Deposed while Nomad dispatched: the new leader runs the job (perhaps
+		// on a warm runner) without this child, which would run it twice and
+		// could cost it an attempt. Stop it, even as this leader's context ends,
+		// unless the job, read again now, records it (a new leader's dispatch of
+		// the same token found it). A later dispatch of the attempt starts
+		// another child (see above).
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.CallTimeout)
+		defer cancel()
+		if cur, rerr := d.Store.Job(sctx, id); mj.ErrorCode(rerr) == mj.ENotFound || rerr == nil && cur.NomadJobID != child {
+			d.stopChild(sctx, child, "dispatched by a leader deposed before it recorded it", id)
+		}
 	}
 	return err
+}
+
+// maxTokens bounds the idempotency tokens one dispatch tries (see dispatch).
+const maxTokens = 4
+
+// stoppedChild tells a dispatch Nomad answered with a child it already had for
+// the token (it created no evaluation) that was stopped since. A child Nomad
+// cannot describe now counts as not stopped: it is recorded, as it was before.
+func (d *Dispatcher) stoppedChild(ctx context.Context, resp *api.JobDispatchResponse) bool {
+	if resp == nil || resp.EvalID != "" {
+		return false
+	}
+	q, cancel := d.query(ctx)
+	defer cancel()
+	job, _, err := d.Jobs.Info(resp.DispatchedJobID, q)
+	return err == nil && job != nil && job.Stop != nil && *job.Stop
 }
 
 // refusedError is a dispatch Nomad answered with a refusal (refusedByNomad), which may
@@ -332,7 +460,7 @@ var tokenTrouble = regexp.MustCompile(`(?i)permission denied|acl token|token (ex
 // dispatchRefusals times over at least dispatchRefusalSpan, while other jobs of
 // its pool were dispatched since its first refusal (so the trouble is the job's,
 // not the pool's), it fails with Nomad's answer rather than wait queued for
-// ever. The counts are the leader's, in memory: a new leader counts afresh.
+// ever. The counts are the leader's, in memory: each term counts afresh (newTerm).
 const (
 	dispatchRefusals    = 5
 	dispatchRefusalSpan = time.Minute
@@ -429,16 +557,20 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 		JobID: j.ID, Attempt: attempt, InputFiles: j.InputFiles, OutputNames: j.OutputNames,
 		FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
 		// Half the backstop's grace: the result is up before it looks (resultFirst).
-		ReportSeconds:  max(int(d.TimeoutGrace/time.Second)/2, 1),
-		UploadURL:      d.Signer.URL("PUT", scope, scope+"{path}", exp),
-		ProgressURL:    d.Signer.URLFor("/progress/", "PROGRESS", scope+"progress", scope+"progress", exp),
-		UploadsURL:     d.Signer.URLFor("/upload-urls/", "UPLOADS", scope+"uploads", scope+"uploads", exp),
-		MaxOutputFiles: d.Config.Server.MaxOutputFiles,
-		AllowLoopback:  d.Config.Server.AllowLoopback,
-		AllowCIDRs:     d.Config.Server.AllowCIDRs,
-		AllowHosts:     d.Config.Server.AllowHosts,
-		AllowGPU:       pool != nil && pool.GPUs() > 0,
-		MaxInputBytes:  j.MaxInputBytes,
+		ReportSeconds:     max(int(d.TimeoutGrace/time.Second)/2, 1),
+		UploadURL:         d.Signer.URL("PUT", scope, scope+"{path}", exp),
+		ProgressURL:       d.Signer.URLFor("/progress/", "PROGRESS", scope+"progress", scope+"progress", exp),
+		UploadsURL:        d.Signer.URLFor("/upload-urls/", "UPLOADS", scope+"uploads", scope+"uploads", exp),
+		MaxOutputFiles:    d.Config.Server.MaxOutputFiles,
+		AllowLoopback:     d.Config.Server.AllowLoopback,
+		AllowCIDRs:        d.Config.Server.AllowCIDRs,
+		AllowHosts:        d.Config.Server.AllowHosts,
+		DestAllowLoopback: d.Config.Server.DestinationAllowLoopback,
+		DestAllowCIDRs:    d.Config.Server.DestinationAllowCIDRs,
+		DestAllowHosts:    d.Config.Server.DestinationAllowHosts,
+		ControlPlane:      d.Config.ControlPlane(),
+		AllowGPU:          pool != nil && pool.GPUs() > 0,
+		MaxInputBytes:     j.MaxInputBytes,
 	}
 	if pool != nil {
 		m.DiskBytes = int64(pool.Disk) << 20 // Nomad's MB are MiB

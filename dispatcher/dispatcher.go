@@ -146,6 +146,11 @@ type Dispatcher struct {
 	seen sightings
 	// clock, when set, is the dispatcher's clock instead of time.Now (tests).
 	clock func() time.Time
+	// timer, when set, is the dispatch loop's timer instead of time.After (tests).
+	timer func(time.Duration) <-chan time.Time
+	// backoff spaces the passes of a pool in trouble, and the retries of its
+	// legacy queue keys (dispatch.go).
+	backoff backoffs
 	// nomadDown: a dispatch found Nomad unreachable or failing (5xx), and none has
 	// succeeded since.
 	nomadDown atomic.Bool
@@ -165,6 +170,9 @@ type Dispatcher struct {
 	passes   map[string]map[string]float64
 	// room is each pool's room in Nomad, as far as known (fair.go).
 	room poolRoom
+	// queues counts each pool's queued jobs per account (queueIndex, fair.go).
+	queuesOnce sync.Once
+	queues     *store.QueueIndex
 	// refusals counts the dispatches Nomad refused, per job, and poolOK holds
 	// when each pool's last dispatch succeeded (dispatch.go).
 	refusalsMu sync.Mutex
@@ -279,12 +287,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			continue
 		}
 		d.Log.Info("dispatcher leading", "name", d.Name)
-		// Each term starts fair share's passes afresh from etcd (fair.go): what
-		// another leader chose meanwhile is not in them.
-		d.passesMu.Lock()
-		d.passes = nil
-		d.passesMu.Unlock()
-		d.room.reset()
+		d.newTerm()
 		lctx, cancel := context.WithCancel(ctx)
 		// Every store write made while leading is conditioned on the election key:
 		// a paused leader whose session expired cannot write after the next took over.
@@ -307,6 +310,22 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		sess.Close()
 	}
 	return nil
+}
+
+// newTerm forgets what this dispatcher learnt while it led before: another
+// leader may have led meanwhile. Fair share's passes start afresh from etcd
+// (fair.go), and so do the pools' room in Nomad, their backoffs and the counts of
+// refused dispatches (a job refused in an earlier term is not failed by one
+// refusal in this one).
+func (d *Dispatcher) newTerm() {
+	d.passesMu.Lock()
+	d.passes = nil
+	d.passesMu.Unlock()
+	d.room.reset()
+	d.backoff.reset()
+	d.refusalsMu.Lock()
+	d.refusals, d.poolOK = nil, nil
+	d.refusalsMu.Unlock()
 }
 
 // lead registers the pools and runs the loops until ctx ends. A pool Nomad refuses

@@ -384,8 +384,12 @@ func nomadTrouble(err error) bool {
 }
 
 // serverTrouble is what Nomad's 500s say when the server, not the request, is
-// at fault.
-var serverTrouble = regexp.MustCompile(`(?i)no (cluster )?leader|rpc error|raft|timeout|timed out|deadline|\bEOF\b|connection|unavailable|too many|rate limit|not ready|shutting down`)
+// at fault: among them Nomad's own raft and leadership errors, which come
+// without the "rpc error:" prefix when the agent asked is the leader
+// ("leadership lost while committing log", "node is not the leader",
+// "leadership transfer in progress"), and Job.Dispatch's "failed to retrieve
+// jobs for idempotency check".
+var serverTrouble = regexp.MustCompile(`(?i)no (cluster )?leader|not the leader|leadership|idempotency check|rpc error|raft|timeout|timed out|deadline|\bEOF\b|connection|unavailable|too many|rate limit|not ready|shutting down`)
 
 // statusCode is the HTTP status of Nomad's answer in err, 0 when err is none.
 func statusCode(err error) int {
@@ -746,7 +750,7 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) bool {
 			twinOf = twinWhy(j)
 		}
 		if j.Status.Terminal() || j.Attempt != attempt || j.NomadJobID != a.NomadJobID {
-			return errSkip
+			return d.lateUsage(j, a.NomadJobID, attempt, result)
 		}
 		return transition(j, a, checked(d.metered(result, j), j, d.Config.Server.MaxOutputFiles), now, prefix, d.maxAttempts(j), d.DisconnectGrace)
 	})
@@ -759,6 +763,35 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) bool {
 		metrics.JobRetries.WithLabelValues(j.Machine, retryReason(a)).Inc()
 	}
 	return err == nil
+}
+
+// lateUsage is the update, by the result r of attempt on child, of a job that
+// was cancelled while that attempt ran (docs/usage.md): the job stays
+// cancelled, and its usage becomes, figure by figure, the larger of what the
+// cancel metered (wall time: mj.CancelledUsage) and what the runner reports
+// (CPU time, output bytes, ...); the store adds the difference to the account's
+// day in the same write (store/usage.go). A destination that cancels the job
+// before it answers the upload so leaves the work billed. Any other job, or a
+// result that adds nothing, is skipped (errSkip). Both the Nomad path (apply)
+// and the warm one (applyWarmDone) call it when they skip a job.
+func (d *Dispatcher) lateUsage(j *mj.Job, child string, attempt int, r *mj.Result) error {
+	if r == nil || j.Status != mj.StatusCancelled || j.NomadJobID != child || max(j.Attempt, 1) != attempt {
+		return errSkip
+	}
+	rep := checked(d.metered(r, j), j, d.Config.Server.MaxOutputFiles).Usage
+	if rep == nil {
+		return errSkip
+	}
+	u := *rep
+	if o := j.Usage; o != nil {
+		u = mj.Usage{WallSeconds: max(u.WallSeconds, o.WallSeconds), CPUSeconds: max(u.CPUSeconds, o.CPUSeconds),
+			GPUSeconds: max(u.GPUSeconds, o.GPUSeconds), InputBytes: max(u.InputBytes, o.InputBytes), OutputBytes: max(u.OutputBytes, o.OutputBytes)}
+		if u == *o {
+			return errSkip
+		}
+	}
+	j.Usage = &u
+	return nil
 }
 
 // retried tells a job just sent back to the queue as a new attempt.
@@ -793,6 +826,10 @@ func (d *Dispatcher) lost(ctx context.Context, id, child, why string) {
 
 func (d *Dispatcher) applied(ctx context.Context, id, child string, j *mj.Job, err error) {
 	switch {
+	case err == nil && j.Status == mj.StatusCancelled:
+		// The dispatcher never cancels: this is a late result's usage
+		// (lateUsage); the cancel itself ended the job, once.
+		d.Log.Info("metered the usage its runner reported after the job was cancelled", "job", id, "nomad_job", child)
 	case err == nil:
 		d.Log.Info("job updated", "job", id, "status", j.Status, "attempt", j.Attempt, "detail", j.StatusDetail)
 		if j.Status.Terminal() {
@@ -808,11 +845,13 @@ func (d *Dispatcher) applied(ctx context.Context, id, child string, j *mj.Job, e
 	}
 }
 
+// maxAttempts is the job's pool's max_attempts, plus the attempts stopping warm
+// runners handed back (GivenBack, bounded in warm.go): those are not the job's.
 func (d *Dispatcher) maxAttempts(j *mj.Job) int {
 	if p := d.Config.Pool(j.Machine); p != nil {
-		return p.MaxAttempts
+		return p.MaxAttempts + j.GivenBack
 	}
-	return 1
+	return 1 + j.GivenBack
 }
 
 // checked turns a successful result whose outputs j did not declare into a

@@ -2,6 +2,8 @@ package dispatcher
 
 import (
 	"context"
+	"errors"
+	"maps"
 	"sync"
 	"time"
 
@@ -242,11 +244,18 @@ func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight
 // jobs to dispatch, in order: at most the window, within max_in_flight. failed
 // reports an etcd read that failed.
 //
-// extra is how many more the pass chooses for a warm pool (warm.go): nomad says
-// how many of the chosen Nomad may take. refund gives back the share of a chosen
-// job that is not dispatched after all (it waits for a warm runner, or the
-// window closed), so the passes count the jobs that started.
-func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra int) (chosen []store.QueueEntry, nomad int, refund func(store.QueueEntry), failed bool) {
+// extra is how many more the pass chooses for a warm pool (warm.go), idle how
+// many of its runners wait for a job: nomad says how many of the chosen Nomad
+// may take. refund gives back the share of a chosen job that is not dispatched
+// after all (it waits for a warm runner, or the window closed), so the passes
+// count the jobs that started.
+//
+// The pass reads no queue when nothing could take a job (Nomad's window is
+// closed and no runner waits); else it reads, from the queue index, which
+// accounts have queued jobs, and then only the first few keys of each
+// (queueHeads): its cost grows with the accounts that have work, not with the
+// jobs queued.
+func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra, idle int) (chosen []store.QueueEntry, nomad int, refund func(store.QueueEntry), failed bool) {
 	refund = func(store.QueueEntry) {}
 	fs, ok := d.Store.(fairStore)
 	if !ok {
@@ -265,21 +274,32 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra int)
 	}
 	nomad = max(n, 0)
 	n = nomad + extra
-	if n <= 0 {
+	if n <= 0 || nomad == 0 && idle == 0 {
 		return nil, 0, refund, false
 	}
-	entries, legacy, err := fs.PoolQueue(ctx, pool.Name)
-	if err != nil {
-		return nil, 0, refund, true
+	qi := d.queueIndex(fs)
+	if err := qi.Sync(ctx); err != nil {
+		// Still reading the queue: not trouble, its end wakes the loop.
+		return nil, 0, refund, !errors.Is(err, store.ErrQueueIndexLoading)
 	}
-	if len(legacy) > 0 {
+	queued, legacy := qi.Pool(pool.Name)
+	if migrate := "migrate/" + pool.Name; len(legacy) > 0 && d.backoff.left(migrate, d.now()) == 0 {
 		// Queued by a version before fair-share dispatch: moved to their
 		// accounts' queues, and chosen from there from the next pass on.
 		moved, err := fs.MigrateQueueKeys(ctx, legacy)
-		d.Log.Info("moved queue keys of an older version to their accounts' queues", "pool", pool.Name, "keys", moved, "err", err)
-		d.wake()
+		if err != nil {
+			// Tried again after a backoff, not at once: a key that cannot be
+			// moved (its record undecodable, etcd failing) must not make the
+			// loop spin. The pool's other jobs are chosen meanwhile.
+			wait := d.backoff.failed(migrate, d.now())
+			d.Log.Warn("could not move queue keys of an older version to their accounts' queues; retrying", "pool", pool.Name, "keys", len(legacy), "moved", moved, "in", wait, "err", err)
+		} else {
+			d.backoff.ok(migrate)
+			d.Log.Info("moved queue keys of an older version to their accounts' queues", "pool", pool.Name, "keys", moved)
+			d.wake()
+		}
 	}
-	if len(entries) == 0 {
+	if len(queued) == 0 {
 		return nil, 0, refund, false
 	}
 	scheds, err := fs.AccountSchedules(ctx)
@@ -290,22 +310,18 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra int)
 	if d.Config.Limits != nil {
 		limit = d.Config.Limits.MaxRunningPerAccount
 	}
-	accounts := map[string]*fairAccount{}
-	for _, e := range entries {
-		a := accounts[e.Account]
-		if a == nil {
-			a = &fairAccount{InFlight: inFlight[e.Account], Weight: 1, Limit: limit}
-			if sc, ok := scheds[e.Account]; ok {
-				if sc.Weight > 0 {
-					a.Weight = sc.Weight
-				}
-				if sc.MaxRunningPerPool != nil {
-					a.Limit = *sc.MaxRunningPerPool
-				}
+	accounts := make(map[string]*fairAccount, len(queued))
+	for id := range queued {
+		a := &fairAccount{InFlight: inFlight[id], Weight: 1, Limit: limit}
+		if sc, ok := scheds[id]; ok {
+			if sc.Weight > 0 {
+				a.Weight = sc.Weight
 			}
-			accounts[e.Account] = a
+			if sc.MaxRunningPerPool != nil {
+				a.Limit = *sc.MaxRunningPerPool
+			}
 		}
-		a.Queue = append(a.Queue, e) // key order: first in, first out
+		accounts[id] = a
 	}
 	passes := d.poolPasses(pool.Name, accounts)
 	refund = func(e store.QueueEntry) {
@@ -319,7 +335,70 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra int)
 			d.passes[pool.Name][e.Account] = p - 1/float64(max(a.Weight, 1))
 		}
 	}
-	return fairOrder(accounts, n, passes), nomad, refund, false
+	chosen, err = d.queueHeads(ctx, fs, pool.Name, accounts, queued, n, passes)
+	if err != nil {
+		return nil, 0, refund, true
+	}
+	return chosen, nomad, refund, false
+}
+
+// queueHeads fills each account's Queue with the first keys of its part of the
+// pool's queue, as few as the choice of n needs, and returns fairOrder's choice.
+// Each account's first read takes about twice its even share of n (fewer when
+// it has fewer queued, none when it is at its limit). An account all of whose
+// keys read were chosen, with more queued and room under its limit, might have
+// taken more: its read (alone) is doubled and the choice made again, from the
+// same passes.
+func (d *Dispatcher) queueHeads(ctx context.Context, fs fairStore, pool string, accounts map[string]*fairAccount, queued map[string]int, n int, passes map[string]float64) ([]store.QueueEntry, error) {
+	share := max(2, 2*((n+len(accounts)-1)/len(accounts)))
+	want := make(map[string]int, len(accounts))
+	for id, a := range accounts {
+		want[id] = min(queued[id], n, share)
+		if a.Limit > 0 {
+			want[id] = min(want[id], max(a.Limit-a.InFlight, 0))
+		}
+	}
+	start := maps.Clone(passes)
+	read := want
+	for {
+		heads, err := fs.QueueHeads(ctx, pool, read)
+		if err != nil {
+			return nil, err
+		}
+		for id, q := range heads {
+			accounts[id].Queue = q // key order: first in, first out
+		}
+		chosen := fairOrder(accounts, n, passes)
+		taken := map[string]int{}
+		for _, e := range chosen {
+			taken[e.Account]++
+		}
+		more := map[string]int{}
+		for id, a := range accounts {
+			k := len(a.Queue)
+			if k == 0 || taken[id] < k || k < want[id] {
+				continue // not all chosen, or all it has
+			}
+			next := min(2*k, queued[id], n)
+			if a.Limit > 0 {
+				next = min(next, a.Limit-a.InFlight)
+			}
+			if next > k {
+				more[id] = next
+			}
+		}
+		if len(more) == 0 {
+			return chosen, nil
+		}
+		for id, k := range more {
+			want[id] = k
+		}
+		read = more // the others keep what they read
+		// Choose again from where the pass began.
+		for id := range passes {
+			passes[id] = start[id]
+		}
+	}
 }
 
 // startPass is where an account's Pass starts when this leader has none for it:
@@ -362,10 +441,24 @@ func (d *Dispatcher) poolPasses(pool string, accounts map[string]*fairAccount) m
 
 // fairStore is what fair-share dispatch reads; *store.Store has it.
 type fairStore interface {
-	PoolQueue(ctx context.Context, pool string) ([]store.QueueEntry, []string, error)
+	NewQueueIndex() *store.QueueIndex
+	QueueHeads(ctx context.Context, pool string, want map[string]int) (map[string][]store.QueueEntry, error)
 	PoolInFlight(ctx context.Context, pool string) (map[string]int, int, error)
 	MigrateQueueKeys(ctx context.Context, keys []string) (int, error)
 	AccountSchedules(ctx context.Context) (map[string]store.Schedule, error)
+}
+
+// queueIndex is the dispatcher's index of the queue (store.QueueIndex), started
+// at its first use and kept as long as its etcd client: it counts queued jobs
+// whoever leads, so a new term finds it ready.
+func (d *Dispatcher) queueIndex(fs fairStore) *store.QueueIndex {
+	d.queuesOnce.Do(func() {
+		d.queues = fs.NewQueueIndex()
+		go d.queues.Run(d.Store.Client().Ctx(), d.wake, func(err error) {
+			d.Log.Warn("queue index: reading the queue's keys again", "err", err)
+		})
+	})
+	return d.queues
 }
 
 // wake asks the dispatch loop for another pass.

@@ -10,6 +10,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/store"
 )
 
 // Fair-share dispatch at scale (docs/scheduling.md, docs/benchmarks.md), on real
@@ -21,6 +22,13 @@ import (
 //     set, the accounts' schedules, the choice, the dispatches) beside today's
 //     first-in-first-out pass over the same queue (its first 256 keys, then the
 //     same dispatches).
+//   - BenchmarkDispatcherFairPassAtScale: the choice of one pass of 256 from a
+//     queue of 1 account × 100,000 jobs and of 1,000 accounts × 1,000 (keys
+//     only, written in batches: the pass chooses, nothing is dispatched): the
+//     queue bytes read from etcd and the seconds per pass, beside the pass of
+//     earlier versions, which read the whole queue, over the same queue. The
+//     queue index's one read of the queue, at the dispatcher's start, is
+//     reported apart (index-load-s).
 //   - BenchmarkDispatcherFairness: 10 backlogged accounts on a pool of 20 slots
 //     whose jobs end at random; Jain's fairness index of their started jobs, and
 //     a quiet account's wait for its one job: the jobs of others dispatched
@@ -87,6 +95,78 @@ func BenchmarkDispatcherFairPass(b *testing.B) {
 	b.ReportMetric(fairS/n, "fair-s")
 	b.ReportMetric(fifoS/n, "fifo-s")
 	b.ReportMetric(fairS/fifoS, "fair/fifo")
+}
+
+func BenchmarkDispatcherFairPassAtScale(b *testing.B) {
+	const pass = 256
+	for _, size := range []struct{ accounts, perAccount int }{{1, 100000}, {1000, 1000}} {
+		b.Run(fmt.Sprintf("%dx%d", size.accounts, size.perAccount), func(b *testing.B) {
+			e := newFairEnv(b, &config.Pool{DispatchLookahead: pass, MaxInFlight: -1})
+			seedQueue(b, e.s, size.accounts, size.perAccount)
+			reads := countReads(e.s)
+			ctx := context.Background()
+			start := time.Now()
+			syncIndex(b, e.d)
+			load := time.Since(start).Seconds()
+			var newS, oldS float64
+			var newB, oldB int64
+			b.ResetTimer()
+			for range b.N {
+				reads.reset()
+				start := time.Now()
+				chosen, _, _, failed := e.d.fairPass(ctx, e.pool, 0, 0)
+				newS += time.Since(start).Seconds()
+				newB += reads.bytes.Load()
+				if failed || len(chosen) != pass {
+					b.Fatalf("pass: failed %v, chose %d", failed, len(chosen))
+				}
+				reads.reset()
+				start = time.Now()
+				if old := e.wholeQueuePass(ctx, pass); len(old) != pass {
+					b.Fatalf("the whole-queue pass chose %d", len(old))
+				}
+				oldS += time.Since(start).Seconds()
+				oldB += reads.bytes.Load()
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(size.accounts*size.perAccount), "queued")
+			b.ReportMetric(float64(newB)/n, "read-B/pass")
+			b.ReportMetric(float64(oldB)/n, "old-read-B/pass")
+			b.ReportMetric(newS/n, "pass-s")
+			b.ReportMetric(oldS/n, "old-pass-s")
+			b.ReportMetric(load, "index-load-s")
+		})
+	}
+}
+
+// wholeQueuePass is the choice of a pass of earlier versions: the whole pool
+// queue's keys in one read, the active set, the schedules, then fairOrder.
+func (e *fairEnv) wholeQueuePass(ctx context.Context, n int) []store.QueueEntry {
+	entries, _, err := e.s.PoolQueue(ctx, "cpu")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	inFlight, _, err := e.s.PoolInFlight(ctx, "cpu")
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	scheds, err := e.s.AccountSchedules(ctx)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	accounts := map[string]*fairAccount{}
+	for _, q := range entries {
+		a := accounts[q.Account]
+		if a == nil {
+			a = &fairAccount{InFlight: inFlight[q.Account], Weight: max(scheds[q.Account].Weight, 1)}
+			if l := scheds[q.Account].MaxRunningPerPool; l != nil {
+				a.Limit = *l
+			}
+			accounts[q.Account] = a
+		}
+		a.Queue = append(a.Queue, q)
+	}
+	return fairOrder(accounts, n, nil)
 }
 
 func BenchmarkDispatcherFairness(b *testing.B) {

@@ -75,7 +75,11 @@ func (d *dispatchingDouble) dispatch(w http.ResponseWriter, r *http.Request, par
 	n.mu.Lock()
 	n.calls["PUT job/<parent>/dispatch"]++
 	n.mu.Unlock()
-	writeJSON(w, &api.JobDispatchResponse{DispatchedJobID: child, EvalID: "e-" + child})
+	eval := "e-" + child
+	if seen && token != "" {
+		eval = "" // Nomad returns the child it has for the token, with no evaluation
+	}
+	writeJSON(w, &api.JobDispatchResponse{DispatchedJobID: child, EvalID: eval})
 }
 
 func (d *dispatchingDouble) summary(w http.ResponseWriter, parent string) {

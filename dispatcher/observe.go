@@ -45,30 +45,40 @@ func (d *Dispatcher) queueMetricsLoop(ctx context.Context) {
 	}
 }
 
-// countQueues sets the queue gauges from etcd: per pool, one keys-only read of the
-// queue (its parts per account, each first in first out: the oldest is the
-// oldest of their first keys) and one count of the active set; one count of the
+// countQueues sets the queue gauges: per pool, the jobs queued as the queue
+// index counts them (no read of the queue), the oldest queued from the first
+// key of each account's part of the queue (each first in first out: one key per
+// account with queued jobs), and one count of the active set; one count of the
 // outbox. A failed read leaves the gauges as they were until the next pass.
 func (d *Dispatcher) countQueues(ctx context.Context) {
 	cli := d.Store.Client()
-	if cli == nil {
+	fs, ok := d.Store.(fairStore)
+	if cli == nil || !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, queueMetricsEvery)
 	defer cancel()
+	qi := d.queueIndex(fs)
+	if qi.Sync(ctx) != nil {
+		return
+	}
 	now := time.Now()
 	for _, pool := range d.Config.Pools {
-		fs, ok := d.Store.(fairStore)
-		if !ok {
-			return
+		queued, legacy := qi.Pool(pool.Name)
+		first := make(map[string]int, len(queued))
+		total := len(legacy)
+		for a, n := range queued {
+			first[a], total = 1, total+n
 		}
-		entries, legacy, err := fs.PoolQueue(ctx, pool.Name)
+		heads, err := fs.QueueHeads(ctx, pool.Name, first)
 		if err != nil {
 			return
 		}
 		oldest := 0.0
-		for _, e := range entries {
-			oldest = max(oldest, now.Sub(e.QueuedAt).Seconds())
+		for _, q := range heads {
+			if len(q) > 0 {
+				oldest = max(oldest, now.Sub(q[0].QueuedAt).Seconds())
+			}
 		}
 		for _, k := range legacy {
 			if at, ok := store.QueuedAtFromKey(k); ok {
@@ -79,7 +89,7 @@ func (d *Dispatcher) countQueues(ctx context.Context) {
 		if err != nil {
 			return
 		}
-		metrics.JobsQueued.WithLabelValues(pool.Name).Set(float64(len(entries) + len(legacy)))
+		metrics.JobsQueued.WithLabelValues(pool.Name).Set(float64(total))
 		metrics.OldestQueued.WithLabelValues(pool.Name).Set(oldest)
 		metrics.JobsRunning.WithLabelValues(pool.Name).Set(float64(running))
 		if ws, ok := d.Store.(warmStore); ok && pool.Warm != nil {

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -62,10 +64,22 @@ func (d *Dispatcher) warmRunners(ctx context.Context, pool *config.Pool) ([]stor
 	return idle, busy
 }
 
-// fitsWarm tells a job a pool's warm runners take.
+// fitsWarm tells a job a pool's warm runners take. One that maxWarmLapses
+// runners went away with before they started it goes to Nomad instead of
+// bouncing between runners for ever (ghost idle keys, a proxy that drops long
+// polls' answers).
 func fitsWarm(pool *config.Pool, j *mj.Job) bool {
-	return pool.Warm != nil && j.TimeoutSeconds > 0 && j.TimeoutSeconds <= pool.Warm.MaxJobSeconds
+	return pool.Warm != nil && j.TimeoutSeconds > 0 && j.TimeoutSeconds <= pool.Warm.MaxJobSeconds && j.WarmLapses < maxWarmLapses
 }
+
+// maxWarmLapses is how many unstarted warm lapses a job takes before it goes to
+// Nomad; maxGivenBack how many attempts stopping warm runners may hand back
+// without their counting against max_attempts (then they do: a job cannot be
+// given back for ever).
+const (
+	maxWarmLapses = 3
+	maxGivenBack  = 3
+)
 
 // handWarm gives the chosen jobs that fit to the idle runners, in order, and
 // returns the others.
@@ -131,8 +145,10 @@ func (d *Dispatcher) forNomad(ctx context.Context, pool *config.Pool, chosen []s
 	return ids
 }
 
-// offerWarm hands job id to the idle runner w, with its manifest, and marks it
-// running there: the runner is up and waiting, so the job starts as it is read.
+// offerWarm hands job id to the idle runner w, with its manifest. The job
+// becomes running only once the runner has it (its first renewal marks the run
+// started: warmStarted): a runner that went away as its poll was answered
+// leaves the job as it was, its attempt not started (warmLapsed).
 func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.Pool, id string, w store.WarmIdle) error {
 	j, err := d.Store.Job(ctx, id)
 	if err != nil {
@@ -157,12 +173,9 @@ func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.P
 			return errSkip
 		}
 		j.NomadJobID, j.Attempt, j.DispatchedAt, j.PlacementReason, j.WaitingForCapacity = child, attempt, &now, "", false
-		if j.Status != mj.StatusRunning {
-			j.StartedAt = &now
-		}
-		j.Status, j.AttemptStartedAt = mj.StatusRunning, &now
+		j.AttemptStartedAt = nil
 		j.Worker = &mj.Worker{Path: mj.WorkerWarm, NomadJobID: jobspecs.WarmJobID(pool.Name), AllocationID: w.Alloc}
-		j.StatusDetail = "running on warm runner " + w.Alloc
+		j.StatusDetail = "handed to warm runner " + w.Alloc
 		if attempt > 1 {
 			j.StatusDetail = fmt.Sprintf("attempt %d: %s", attempt, j.StatusDetail)
 		}
@@ -176,6 +189,30 @@ func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.P
 	return nil
 }
 
+// warmStarted records that r's runner has its job (its first renewal marked the
+// run started): the job is running, and its attempt's clock (the timeout
+// backstop's, a cancel's wall time) starts now, on the dispatcher's clock as a
+// Nomad child's does.
+func (d *Dispatcher) warmStarted(ctx context.Context, r store.WarmRun) {
+	child := store.WarmChild(r.Run)
+	j, err := d.Store.UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
+		if j.Status.Terminal() || j.NomadJobID != child || j.AttemptStartedAt != nil {
+			return errSkip
+		}
+		now := d.now()
+		if j.Status != mj.StatusRunning {
+			j.StartedAt = &now
+		}
+		j.Status, j.AttemptStartedAt = mj.StatusRunning, &now
+		j.StatusDetail = "running on warm runner " + r.Alloc
+		if j.Attempt > 1 {
+			j.StatusDetail = fmt.Sprintf("attempt %d: %s", j.Attempt, j.StatusDetail)
+		}
+		return nil
+	})
+	d.applied(ctx, r.JobID, child, j, err)
+}
+
 // warmLoop applies what warm runners report and what their lapsed leases mean,
 // as etcd tells it (one watch on the warm keys), and wakes the dispatch loop when
 // a runner starts waiting. Every warmResync it goes over all of it again, so
@@ -187,6 +224,8 @@ func (d *Dispatcher) warmLoop(ctx context.Context) {
 	if !ok {
 		return
 	}
+	apply, wait := warmWorkers(warmApplyWorkers)
+	defer wait()
 	for ctx.Err() == nil {
 		rev := d.warmSweep(ctx, ws)
 		if rev == 0 {
@@ -208,17 +247,22 @@ func (d *Dispatcher) warmLoop(ctx context.Context) {
 				switch {
 				case ev.Type == clientv3.EventTypePut && !strings.HasPrefix(key, ws.WarmDonePrefix()) && !strings.HasPrefix(key, ws.WarmRunPrefix()):
 					d.wake() // a runner waits: a pass may hand it a job
+				case ev.Type == clientv3.EventTypePut && strings.HasPrefix(key, ws.WarmRunPrefix()):
+					var r, prev store.WarmRun
+					if json.Unmarshal(ev.Kv.Value, &r) == nil && r.Started && (ev.PrevKv == nil || json.Unmarshal(ev.PrevKv.Value, &prev) != nil || !prev.Started) {
+						apply(r.JobID, func() { d.warmStarted(ctx, r) })
+					}
 				case ev.Type == clientv3.EventTypePut && strings.HasPrefix(key, ws.WarmDonePrefix()):
 					var wd store.WarmDone // the event holds it: no read
 					if json.Unmarshal(ev.Kv.Value, &wd) == nil && wd.Run != "" {
-						d.applyWarmDone(ctx, ws, wd)
+						apply(wd.JobID, func() { d.applyWarmDone(ctx, ws, wd) })
 					}
 				case ev.Type == clientv3.EventTypeDelete && strings.HasPrefix(key, ws.WarmRunPrefix()) && ev.PrevKv != nil:
 					var r store.WarmRun
 					if err := json.Unmarshal(ev.PrevKv.Value, &r); err != nil || done[r.Run] {
 						continue
 					}
-					d.warmLapsed(ctx, ws, r)
+					apply(r.JobID, func() { d.warmLapsed(ctx, ws, r) })
 				}
 			}
 		}
@@ -228,6 +272,44 @@ func (d *Dispatcher) warmLoop(ctx context.Context) {
 
 // warmResync is how often warmLoop goes over every warm key again.
 const warmResync = 10 * time.Second
+
+// warmApplyWorkers is how many warm ends (done keys, lapses, starts) are
+// applied at once: each is a blob read and a few etcd round trips, and one at a
+// time would cap a pool's completions at a few dozen a second.
+const warmApplyWorkers = 16
+
+// warmWorkers starts n workers; apply queues f on the one of job id (one job's
+// ends apply in the order seen), waiting while that worker is full; wait ends
+// them once everything queued has run.
+func warmWorkers(n int) (apply func(id string, f func()), wait func()) {
+	queues := make([]chan func(), n)
+	var wg sync.WaitGroup
+	for i := range queues {
+		queues[i] = make(chan func(), 64)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for f := range queues[i] {
+				f()
+			}
+		}()
+	}
+	apply = func(id string, f func()) { queues[warmShard(id, n)] <- f }
+	wait = func() {
+		for _, q := range queues {
+			close(q)
+		}
+		wg.Wait()
+	}
+	return apply, wait
+}
+
+// warmShard is the worker (of n) that applies job id's warm ends.
+func warmShard(id string, n int) int {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return int(h.Sum32() % uint32(n))
+}
 
 // warmSweep applies every done key, and ends the attempts of warm jobs whose run
 // key is gone with no done key (a lapse the watch did not see), and of those past
@@ -246,9 +328,19 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 		d.Log.Warn("warm: list ended runs", "err", err)
 		return 0
 	}
+	// A backlog (a new leader's first sweep) is applied as the watch's are,
+	// several at once.
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, warmApplyWorkers)
 	for _, wd := range dones {
-		d.applyWarmDone(ctx, ws, wd)
+		wg.Add(1)
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots; wg.Done() }()
+			d.applyWarmDone(ctx, ws, wd)
+		}()
 	}
+	wg.Wait()
 	// The active set's warm children, then the runs: a run handed out after the
 	// first read is not in it, and one ended after it has a done key (read again
 	// below). Only the jobs of warm children are read.
@@ -287,8 +379,10 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 				}
 				continue
 			}
-			// Whether it started is unknown now: it counts as an attempt.
-			d.warmLapsed(ctx, ws, store.WarmRun{Run: run, JobID: j.ID, Attempt: j.Attempt, Pool: j.Machine, Alloc: workerAlloc(j), Started: true})
+			// Started as far as the job recorded it (warmStarted).
+			d.warmLapsed(ctx, ws, store.WarmRun{Run: run, JobID: j.ID, Attempt: max(j.Attempt, 1), Pool: j.Machine, Alloc: workerAlloc(j), Started: j.AttemptStartedAt != nil})
+		case r.Started && j.AttemptStartedAt == nil: // the watch missed its start
+			d.warmStarted(ctx, r)
 		case attemptStart(j) != nil && d.timedOut(j, now):
 			d.warmTimedOut(ctx, j, r)
 		}
@@ -322,6 +416,11 @@ func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.W
 			return // the done key stays: read again at the next sweep
 		}
 	}
+	if wd.Outcome == "reported" && r == nil && !wd.At.IsZero() && d.now().Sub(wd.At) < resultGrace {
+		// Reported and not readable yet (an eventually consistent store): read
+		// again at the next sweep, as a Nomad allocation's is, not re-run at once.
+		return // the done key stays
+	}
 	a := allocState{ID: wd.Alloc, NomadJobID: child, ClientStatus: api.AllocClientStatusComplete}
 	if wd.Outcome == "reported" && r == nil {
 		// Said it reported, and nothing is readable: retried like a runner that
@@ -331,12 +430,19 @@ func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.W
 	now := d.now()
 	j, err := d.Store.UpdateJob(ctx, wd.JobID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child || max(j.Attempt, 1) != wd.Attempt {
-			return errSkip
+			return d.lateUsage(j, child, wd.Attempt, r) // a cancelled job's report is still billed
 		}
 		if r == nil {
 			why := "its warm runner (Nomad allocation " + wd.Alloc + ") gave it back without a result"
 			if wd.Why != "" {
 				why += ": " + wd.Why
+			}
+			if wd.Outcome == "stopped" && j.GivenBack < maxGivenBack {
+				// Its runner was stopped (drain, scale-down, redeploy): the
+				// operator's doing, not the job's. The next attempt is one more
+				// than max_attempts allows (maxAttempts counts GivenBack).
+				j.GivenBack++
+				why += " (not counted against max_attempts)"
 			}
 			retryOrFail(j, why, now, d.maxAttempts(j))
 			return nil
@@ -354,17 +460,38 @@ func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.W
 	}
 }
 
-// warmLapsed ends the attempt of a run whose lease lapsed without a report: the
-// runner was killed, lost its node or was cut off. The job goes back to the
+// warmLapsed ends the attempt of a run whose lease lapsed without a done key.
+// A result the run uploaded counts, whatever became of its done call (a gateway
+// restarted behind the load balancer, etcd away), as a vanished Nomad child's
+// does: a job that finished is never run again, nor failed. Without one, the
+// runner was killed, lost its node or was cut off: the job goes back to the
 // queue as a new attempt (exactly once: conditioned on the job still being on
 // this run), or fails after its last. A run whose runner never renewed its
 // lease never started (its runner went away as its poll was answered): the job
-// goes back to the queue on the same attempt, which did not run.
+// goes back to the queue on the same attempt, which did not run, and, after
+// maxWarmLapses of those, to Nomad.
 func (d *Dispatcher) warmLapsed(ctx context.Context, ws warmStore, r store.WarmRun) {
 	if wd, err := ws.WarmDoneOf(ctx, r.Run); err != nil || wd != nil {
 		return // it reported after all (applied from its done key), or etcd cannot say
 	}
 	child := store.WarmChild(r.Run)
+	prefix := runScope(r.JobID, r.Attempt) + r.Run + "/"
+	res, err := d.resultAt(ctx, r.JobID, r.Attempt, prefix)
+	if err != nil {
+		d.resultUnreadable(ctx, r.JobID, r.Attempt, child, err)
+		return // the job stays on the run: the next sweep reads it again
+	}
+	if res != nil {
+		a := allocState{ID: r.Alloc, NomadJobID: child, ClientStatus: api.AllocClientStatusComplete}
+		j, err := d.Store.UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
+			if j.Status.Terminal() || j.NomadJobID != child || max(j.Attempt, 1) != r.Attempt {
+				return d.lateUsage(j, child, r.Attempt, res) // a cancelled job's report is still billed
+			}
+			return transition(j, a, checked(d.metered(res, j), j, d.Config.Server.MaxOutputFiles), d.now(), prefix, d.maxAttempts(j), d.DisconnectGrace)
+		})
+		d.applied(ctx, r.JobID, child, j, err)
+		return
+	}
 	if r.Started {
 		d.lost(ctx, r.JobID, child, fmt.Sprintf("its warm runner (Nomad allocation %s) stopped renewing its lease (killed, its node lost, or cut off from the service)", r.Alloc))
 		return
@@ -374,7 +501,18 @@ func (d *Dispatcher) warmLapsed(ctx context.Context, ws warmStore, r store.WarmR
 			return errSkip
 		}
 		j.NomadJobID, j.DispatchedAt, j.Worker, j.AttemptStartedAt = "", nil, nil, nil
+		if j.Status == mj.StatusRunning && j.Attempt <= 1 {
+			// Offered by an older dispatcher, which made the job running at
+			// the offer (and a running job cannot be queued again): it goes
+			// on as attempt 2, not counted against max_attempts, whose start
+			// is its own running event, not the abandoned offer.
+			j.Attempt, j.GivenBack = 2, j.GivenBack+1
+		}
+		j.WarmLapses++
 		j.StatusDetail = fmt.Sprintf("waiting: the warm runner it was handed to (Nomad allocation %s) went away before it started it", r.Alloc)
+		if j.WarmLapses >= maxWarmLapses {
+			j.StatusDetail += fmt.Sprintf(" (%d runners did so: it goes to a Nomad child instead)", j.WarmLapses)
+		}
 		return nil
 	})
 	d.applied(ctx, r.JobID, child, j, err)

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -39,7 +41,7 @@ type warmEnv struct {
 func newWarmEnv(t *testing.T) *warmEnv {
 	s, _ := testenv.Etcd(t)
 	cfg := config.Default()
-	cfg.Pools = []*config.Pool{{Name: "cpu", MaxAttempts: 3, Warm: &config.Warm{Count: 2, MaxJobSeconds: 60, LeaseTTL: "3s", SpillAfter: "30s"}}}
+	cfg.Pools = []*config.Pool{{Name: "cpu", MaxAttempts: 3, Warm: &config.Warm{Count: 2, MaxJobSeconds: 60, LeaseTTL: "6s", SpillAfter: "30s"}}}
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}
@@ -98,8 +100,29 @@ func (e *warmEnv) waiting(alloc string) store.WarmIdle {
 	return store.WarmIdle{}
 }
 
-// handed hands the job of entry to a new waiting runner and returns its run.
+// handed hands the job of entry to a new waiting runner, which starts it (its
+// first renewal, then the watch's event), and returns its run.
 func (e *warmEnv) handed(entry store.QueueEntry) store.WarmRun {
+	e.t.Helper()
+	run := e.offered(entry)
+	e.start(&run)
+	return run
+}
+
+// start marks run started, as its runner's first renewal does
+// (gateway/warm.go warmRenew), and applies it, as the watch does.
+func (e *warmEnv) start(run *store.WarmRun) {
+	e.t.Helper()
+	if err := e.s.MarkWarmStarted(e.ctx, run); err != nil {
+		e.t.Fatal(err)
+	}
+	run.Started = true
+	e.d.warmStarted(e.ctx, *run)
+}
+
+// offered hands the job of entry to a new waiting runner, which has not started
+// it yet, and returns its run.
+func (e *warmEnv) offered(entry store.QueueEntry) store.WarmRun {
 	e.t.Helper()
 	w := e.waiting(uuid.NewString())
 	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, []store.WarmIdle{w}, func(store.QueueEntry) {}); len(rest) != 0 {
@@ -237,11 +260,18 @@ func TestWarmHandWarm(t *testing.T) {
 		if err := json.Unmarshal(run.Manifest, &m); err != nil || m.JobID != tc.id || m.Attempt != 1 || m.UploadURL == "" || m.TimeoutSeconds == 0 {
 			t.Fatalf("manifest of the run: %s %v", run.Manifest, err)
 		}
+		// Handed over, not started yet: the attempt has no start.
 		j := e.get(tc.id)
-		if j.Status != mj.StatusRunning || j.NomadJobID != store.WarmChild(run.Run) || j.Attempt != 1 || j.StartedAt == nil || j.AttemptStartedAt == nil ||
+		if j.Status != mj.StatusQueued || j.NomadJobID != store.WarmChild(run.Run) || j.Attempt != 1 || j.StartedAt != nil || j.AttemptStart() != nil ||
 			j.Worker == nil || j.Worker.Path != mj.WorkerWarm || j.Worker.AllocationID != tc.w.Alloc || j.Worker.NomadJobID != "mediajobs-cpu-warm" ||
-			!strings.Contains(j.StatusDetail, tc.w.Alloc) || e.queued(tc.id) {
+			!strings.Contains(j.StatusDetail, "handed to warm runner "+tc.w.Alloc) || e.queued(tc.id) {
 			t.Fatalf("job handed to %s: %s child %q attempt %d worker %+v %q queued %v", tc.w.Alloc, j.Status, j.NomadJobID, j.Attempt, j.Worker, j.StatusDetail, e.queued(tc.id))
+		}
+		// Its runner renewed once: it runs.
+		e.start(run)
+		j = e.get(tc.id)
+		if j.Status != mj.StatusRunning || j.StartedAt == nil || j.AttemptStartedAt == nil || !strings.Contains(j.StatusDetail, "running on warm runner "+tc.w.Alloc) {
+			t.Fatalf("job started on %s: %s started %v attempt started %v %q", tc.w.Alloc, j.Status, j.StartedAt, j.AttemptStartedAt, j.StatusDetail)
 		}
 	}
 	if run, _ := e.s.WarmRunOf(e.ctx, "cpu", gone.Alloc); run != nil {
@@ -299,10 +329,18 @@ func TestWarmDoneReported(t *testing.T) {
 		t.Fatal("the done key outlived its application")
 	}
 
-	// Reported, and nothing readable: retried, as a runner that ended without a result.
+	// Reported, and nothing readable: read again for resultGrace (a store that
+	// is eventually consistent), then retried, as a runner that ended without
+	// a result.
 	entry2 := e.job(30, now)
 	run2 := e.handed(entry2)
-	e.d.applyWarmDone(e.ctx, e.s, e.finish(run2, "reported"))
+	wd2 := e.finish(run2, "reported")
+	e.d.applyWarmDone(e.ctx, e.s, wd2)
+	if j := e.get(entry2.ID); j.Attempt != 1 || j.NomadJobID != store.WarmChild(run2.Run) || !e.doneKey(run2.Run) {
+		t.Fatalf("a result reported and not readable yet was not waited for: attempt %d child %q %q", j.Attempt, j.NomadJobID, j.StatusDetail)
+	}
+	e.d.clock = func() time.Time { return wd2.At.Add(resultGrace + time.Second) }
+	e.d.applyWarmDone(e.ctx, e.s, wd2)
 	e.retriedOnce(entry2.ID, "gave it back without a result")
 	if e.doneKey(run2.Run) {
 		t.Fatal("the done key outlived its application")
@@ -344,12 +382,7 @@ func TestWarmLapsedRetriesOnce(t *testing.T) {
 	e := newWarmEnv(t)
 	now := time.Now().UTC()
 	entry := e.job(30, now)
-	run := e.handed(entry)
-	// The runner renewed once: it has the job (gateway/warm.go warmRenew).
-	if err := e.s.MarkWarmStarted(e.ctx, &run); err != nil {
-		t.Fatal(err)
-	}
-	run.Started = true
+	run := e.handed(entry) // the runner renewed once: it has the job
 	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run.Lease)); err != nil {
 		t.Fatal(err)
 	}
@@ -378,15 +411,19 @@ func TestWarmLapsedRetriesOnce(t *testing.T) {
 	// Its runner never renewed: it went away as its poll was answered. The job
 	// goes back on the same attempt, once, and is handed to the next runner.
 	entry3 := e.job(30, now)
-	run3 := e.handed(entry3)
+	run3 := e.offered(entry3)
 	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run3.Lease)); err != nil {
 		t.Fatal(err)
 	}
 	for range 2 {
 		e.d.warmLapsed(e.ctx, e.s, run3)
 		j := e.get(entry3.ID)
-		if j.Attempt != 1 || j.NomadJobID != "" || !strings.Contains(j.StatusDetail, "went away before it started it") {
-			t.Fatalf("an unstarted run's lapse: attempt %d child %q %q; want attempt 1, back in the queue", j.Attempt, j.NomadJobID, j.StatusDetail)
+		// No trace of the offer: still queued, never started, its attempt with
+		// no start (a Nomad child's running event starts it; a cancel bills nothing).
+		if j.Attempt != 1 || j.NomadJobID != "" || !strings.Contains(j.StatusDetail, "went away before it started it") ||
+			j.Status != mj.StatusQueued || j.StartedAt != nil || j.AttemptStart() != nil || j.WarmLapses != 1 || !e.queued(entry3.ID) {
+			t.Fatalf("an unstarted run's lapse: %s attempt %d child %q started %v lapses %d %q; want queued, attempt 1, never started",
+				j.Status, j.Attempt, j.NomadJobID, j.StartedAt, j.WarmLapses, j.StatusDetail)
 		}
 	}
 	if next := e.handed(entry3); next.Attempt != 1 {
@@ -399,8 +436,13 @@ func TestWarmLapsedRetriesOnce(t *testing.T) {
 func TestWarmSweepFindsMissedEnds(t *testing.T) {
 	e := newWarmEnv(t)
 	now := time.Now().UTC()
-	lapsed, live, ended := e.job(30, now), e.job(30, now), e.job(30, now)
+	lapsed, live, ended, unseen := e.job(30, now), e.job(30, now), e.job(30, now), e.job(30, now)
 	lapsedRun, liveRun, endedRun := e.handed(lapsed), e.handed(live), e.handed(ended)
+	// Started while the watch was away: the sweep records it.
+	unseenRun := e.offered(unseen)
+	if err := e.s.MarkWarmStarted(e.ctx, &unseenRun); err != nil {
+		t.Fatal(err)
+	}
 	// Its key went while no dispatcher watched.
 	if _, err := e.s.Client().Delete(e.ctx, e.s.WarmRunKey("cpu", lapsedRun.Alloc)); err != nil {
 		t.Fatal(err)
@@ -416,6 +458,9 @@ func TestWarmSweepFindsMissedEnds(t *testing.T) {
 	}
 	if j := e.get(live.ID); j.Status != mj.StatusRunning || j.Attempt != 1 || j.NomadJobID != store.WarmChild(liveRun.Run) {
 		t.Fatalf("the sweep moved a live run: %s attempt %d child %q %q", j.Status, j.Attempt, j.NomadJobID, j.StatusDetail)
+	}
+	if j := e.get(unseen.ID); j.Status != mj.StatusRunning || j.AttemptStartedAt == nil || j.NomadJobID != store.WarmChild(unseenRun.Run) {
+		t.Fatalf("the sweep missed a run's start: %s attempt started %v child %q %q", j.Status, j.AttemptStartedAt, j.NomadJobID, j.StatusDetail)
 	}
 	// Swept again: nothing is retried twice.
 	e.d.warmSweep(e.ctx, e.s)
@@ -451,4 +496,262 @@ func TestWarmTimedOut(t *testing.T) {
 	if j := e.get(entry.ID); j.Status != mj.StatusFailed || j.Attempt != 1 {
 		t.Fatalf("a lapse after the timeout: %s attempt %d", j.Status, j.Attempt)
 	}
+}
+
+// A run whose result is up and whose done call never landed (a gateway
+// restarted behind the load balancer, etcd away past the lease) is applied from
+// its result when its lease lapses, by the watch or by the sweep: the job is
+// neither run again nor, on its last attempt, failed.
+func TestWarmLapsedAppliesTheRunsResult(t *testing.T) {
+	e := newWarmEnv(t)
+	now := time.Now().UTC()
+	result := func(entry store.QueueEntry, run store.WarmRun, attempt int) string {
+		prefix := fmt.Sprintf("jobs/%s/%d/%s/", entry.ID, attempt, run.Run)
+		e.put(prefix+"result.json", mj.Result{JobID: entry.ID, Attempt: attempt, Succeeded: true, InputBytes: 7, Outputs: []mj.Output{{Name: "out.mp4", Size: 5}}})
+		return prefix
+	}
+	succeeded := func(id, prefix string, attempt int) {
+		t.Helper()
+		j := e.get(id)
+		if j.Status != mj.StatusSucceeded || j.Attempt != attempt || len(j.Outputs) != 1 || j.Outputs[0].Key != prefix+"outputs/out.mp4" {
+			t.Fatalf("a lapsed run with its result up: %s attempt %d %q %q outputs %+v; want succeeded on attempt %d", j.Status, j.Attempt, j.ErrorMessage, j.StatusDetail, j.Outputs, attempt)
+		}
+	}
+	// The watch saw the lapse.
+	entry := e.job(30, now)
+	run := e.handed(entry)
+	prefix := result(entry, run, 1)
+	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	e.d.warmLapsed(e.ctx, e.s, run)
+	succeeded(entry.ID, prefix, 1)
+	e.d.warmLapsed(e.ctx, e.s, run) // again: nothing changes
+	succeeded(entry.ID, prefix, 1)
+
+	// On its last attempt, the lapse seen by the sweep only.
+	last := e.job(30, now)
+	if _, err := e.s.UpdateJob(e.ctx, last.ID, func(j *mj.Job) error { j.Attempt = 3; j.Status = mj.StatusRunning; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	run = e.handed(last)
+	prefix = result(last, run, 3)
+	if _, err := e.s.Client().Delete(e.ctx, e.s.WarmRunKey("cpu", run.Alloc)); err != nil {
+		t.Fatal(err)
+	}
+	e.d.warmSweep(e.ctx, e.s)
+	succeeded(last.ID, prefix, 3)
+}
+
+// After a warm runner went away before it started the job, the job goes to a
+// Nomad child as one never offered: its running event starts the attempt and
+// its clock, so the timeout backstop measures from there, not from the offer.
+func TestWarmUnstartedLapseLeavesNoStart(t *testing.T) {
+	e := newWarmEnv(t)
+	offer := time.Now().UTC()
+	entry := e.job(30, offer)
+	run := e.offered(entry)
+	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	e.d.warmLapsed(e.ctx, e.s, run)
+	j := e.get(entry.ID)
+	if j.AttemptStart() != nil || j.Status != mj.StatusQueued || j.StartedAt != nil || mj.CancelledUsage(j, offer.Add(time.Hour), 0) != nil {
+		t.Fatalf("after an unstarted lapse: %s started %v attempt start %v; want no start at all", j.Status, j.StartedAt, j.AttemptStart())
+	}
+	// Its Nomad child runs 100 s after the offer; 125 s after it, it has run
+	// 25 s of its 30.
+	running := offer.Add(100 * time.Second)
+	a := allocState{ID: uuid.NewString(), NomadJobID: "child", ClientStatus: "running", StartedAt: running}
+	if err := transition(j, a, nil, running, "", 3, time.Minute); err != nil {
+		t.Fatalf("the running event was skipped: %v", err)
+	}
+	if j.Status != mj.StatusRunning || j.AttemptStartedAt == nil || !j.AttemptStartedAt.Equal(running) {
+		t.Fatalf("the running event: %s attempt started %v; want running from %v", j.Status, j.AttemptStartedAt, running)
+	}
+	e.d.TimeoutGrace = time.Minute
+	if e.d.timedOut(j, offer.Add(125*time.Second)) {
+		t.Fatal("the backstop measured the attempt from the abandoned offer")
+	}
+}
+
+// A run offered by an older dispatcher made the job running at the offer; its
+// unstarted lapse leaves no start either.
+func TestWarmUnstartedLapseOfAnOlderOffer(t *testing.T) {
+	e := newWarmEnv(t)
+	offer := time.Now().UTC()
+	entry := e.job(30, offer)
+	run := e.offered(entry)
+	if _, err := e.s.UpdateJob(e.ctx, entry.ID, func(j *mj.Job) error {
+		j.Status, j.StartedAt, j.AttemptStartedAt = mj.StatusRunning, &offer, &offer // as the older offerWarm did
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	e.d.warmLapsed(e.ctx, e.s, run)
+	j := e.get(entry.ID)
+	if j.AttemptStart() != nil || j.Attempt != 2 || e.d.maxAttempts(j) != e.pool.MaxAttempts+1 || j.NomadJobID != "" || mj.CancelledUsage(j, offer.Add(time.Hour), 0) != nil {
+		t.Fatalf("after an older offer's unstarted lapse: %s attempt %d (max %d) start %v; want attempt 2, not counted, no attempt start", j.Status, j.Attempt, e.d.maxAttempts(j), j.AttemptStart())
+	}
+	// Its Nomad child's running event starts the attempt, and its clock.
+	running := offer.Add(100 * time.Second)
+	a := allocState{ID: uuid.NewString(), NomadJobID: "child", ClientStatus: "running", StartedAt: running}
+	if err := transition(j, a, nil, running, "", e.d.maxAttempts(j), time.Minute); err != nil || j.AttemptStartedAt == nil || !j.AttemptStartedAt.Equal(running) {
+		t.Fatalf("the running event: %v, attempt started %v; want %v", err, j.AttemptStartedAt, running)
+	}
+}
+
+// A job whose runners go away before starting it, maxWarmLapses times, goes to
+// Nomad: no runner is handed it again, and it is not held for one.
+func TestWarmUnstartedLapsesSpillToNomad(t *testing.T) {
+	e := newWarmEnv(t)
+	entry := e.job(30, time.Now().UTC())
+	for i := range maxWarmLapses {
+		run := e.offered(entry)
+		if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run.Lease)); err != nil {
+			t.Fatal(err)
+		}
+		e.d.warmLapsed(e.ctx, e.s, run)
+		if j := e.get(entry.ID); j.WarmLapses != i+1 || j.Attempt != 1 || j.NomadJobID != "" {
+			t.Fatalf("lapse %d: lapses %d attempt %d child %q", i+1, j.WarmLapses, j.Attempt, j.NomadJobID)
+		}
+	}
+	if j := e.get(entry.ID); !strings.Contains(j.StatusDetail, "goes to a Nomad child") {
+		t.Fatalf("the detail does not say where it goes: %q", j.StatusDetail)
+	}
+	w := e.waiting(uuid.NewString())
+	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, []store.WarmIdle{w}, func(store.QueueEntry) {}); len(rest) != 1 {
+		t.Fatal("a job runners kept going away with was handed to one again")
+	}
+	if ids := e.d.forNomad(e.ctx, e.pool, []store.QueueEntry{entry}, 10, true, func(store.QueueEntry) {}); len(ids) != 1 {
+		t.Fatal("a job runners kept going away with is held for a runner, not dispatched to Nomad")
+	}
+}
+
+// A runner stopped mid-job (drain, scale-down) hands its attempt back: that
+// does not count against max_attempts, even on the last one, up to
+// maxGivenBack times; then it does, so a job cannot be handed back for ever.
+func TestWarmStoppedDoesNotUseAnAttempt(t *testing.T) {
+	e := newWarmEnv(t)
+	entry := e.job(30, time.Now().UTC())
+	if _, err := e.s.UpdateJob(e.ctx, entry.ID, func(j *mj.Job) error { j.Attempt = 3; j.Status = mj.StatusRunning; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	for i := range maxGivenBack {
+		run := e.handed(entry)
+		e.d.applyWarmDone(e.ctx, e.s, e.finish(run, "stopped"))
+		j := e.get(entry.ID)
+		if j.Status.Terminal() || j.Attempt != 4+i || j.GivenBack != i+1 || !strings.Contains(j.StatusDetail, "not counted against max_attempts") {
+			t.Fatalf("give-back %d on the last attempt: %s attempt %d given back %d %q %q", i+1, j.Status, j.Attempt, j.GivenBack, j.StatusDetail, j.ErrorMessage)
+		}
+	}
+	run := e.handed(entry)
+	e.d.applyWarmDone(e.ctx, e.s, e.finish(run, "stopped"))
+	if j := e.get(entry.ID); j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "gave it back without a result") {
+		t.Fatalf("a give-back past %d: %s attempt %d %q; want it to count, and fail the job", maxGivenBack, j.Status, j.Attempt, j.ErrorMessage)
+	}
+}
+
+// barrierBlobs holds every read of a key under one of the prefixes armed until
+// want of them wait at once, then lets them all go: only a caller that reads
+// several results at a time gets past it.
+type barrierBlobs struct {
+	Blobs
+	want int
+
+	mu      sync.Mutex
+	gated   []string
+	waiting int
+	open    chan struct{}
+}
+
+// arm gates the reads under prefixes, afresh.
+func (b *barrierBlobs) arm(prefixes []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.gated, b.waiting, b.open = prefixes, 0, make(chan struct{})
+}
+
+func (b *barrierBlobs) ReadAll(ctx context.Context, key string) ([]byte, error) {
+	b.mu.Lock()
+	gated := slices.ContainsFunc(b.gated, func(p string) bool { return strings.HasPrefix(key, p) })
+	open := b.open
+	if gated {
+		if b.waiting++; b.waiting == b.want {
+			close(b.open)
+		}
+	}
+	b.mu.Unlock()
+	if gated {
+		select {
+		case <-open:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return b.Blobs.ReadAll(ctx, key)
+}
+
+// Done keys are applied several at a time, by the sweep (a new leader's
+// backlog) and from the watch: a slow blob store does not make completions
+// queue up one behind the other.
+func TestWarmDoneAppliedConcurrently(t *testing.T) {
+	e := newWarmEnv(t)
+	e.d.BlobTimeout = 10 * time.Minute // a read waits at the barrier, not for a timeout
+	const n = 4
+	// Jobs on distinct workers (one job's ends apply in order, on one).
+	batch := func() []store.WarmRun {
+		var runs []store.WarmRun
+		seen := map[int]bool{}
+		for len(runs) < n {
+			entry := e.job(30, time.Now().UTC())
+			if w := warmShard(entry.ID, warmApplyWorkers); !seen[w] {
+				seen[w] = true
+				run := e.handed(entry)
+				e.put(fmt.Sprintf("jobs/%s/1/%s/result.json", entry.ID, run.Run), mj.Result{JobID: entry.ID, Attempt: 1, Succeeded: true})
+				runs = append(runs, run)
+			}
+		}
+		return runs
+	}
+	barrier := &barrierBlobs{Blobs: e.blobs, want: n}
+	e.d.Blobs = barrier
+	gate := func(runs []store.WarmRun) {
+		var prefixes []string
+		for _, r := range runs {
+			prefixes = append(prefixes, "jobs/"+r.JobID+"/")
+		}
+		barrier.arm(prefixes)
+	}
+	allSucceeded := func(what string, runs []store.WarmRun) {
+		t.Helper()
+		testenv.Eventually(t, time.Minute, what+": every done key applied (they wait until "+fmt.Sprint(n)+" are read at once)", func() bool {
+			for _, r := range runs {
+				if e.get(r.JobID).Status != mj.StatusSucceeded {
+					return false
+				}
+			}
+			return true
+		})
+	}
+	swept := batch()
+	for _, r := range swept {
+		e.finish(r, "reported")
+	}
+	watched := batch()
+	gate(swept)
+	ctx, cancel := context.WithCancel(e.ctx)
+	ended := make(chan struct{})
+	go func() { defer close(ended); e.d.warmLoop(ctx) }()
+	t.Cleanup(func() { cancel(); <-ended })
+	allSucceeded("the sweep", swept)
+	// The sweep is past its listing: these are the watch's.
+	gate(watched)
+	for _, r := range watched {
+		e.finish(r, "reported")
+	}
+	allSucceeded("the watch", watched)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/hmac"
 	"encoding/json"
+	"github.com/mediajobs/mediajobs/netguard"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -149,6 +150,17 @@ func TestWebhookRefusesInternalAddresses(t *testing.T) {
 	// Named only to prove it is refused: the dialer stops before any packet is sent.
 	if d := w.Send(context.Background(), Message{URL: "http://169.254.169.254/latest", Event: "e", DeliveryID: "d", Body: []byte(`{}`), Done: 5}); d.Err == nil || !strings.Contains(d.Err.Error(), "169.254.0.0/16") {
 		t.Fatalf("link-local webhook: %+v", d)
+	}
+}
+
+// The control plane is refused even where loopback is allowed (make run): a
+// webhook is a POST the service makes for a user.
+func TestWebhookRefusesTheControlPlane(t *testing.T) {
+	rc := newReceiver(t, 200)
+	w := sender()
+	w.Guard.Control = netguard.NewControlPlane([]string{rc.srv.URL}) // as if it were nomad.address
+	if d := w.Send(context.Background(), Message{URL: rc.srv.URL, Event: "e", DeliveryID: "d", Body: []byte(`{}`), Done: 5}); d.Err == nil || !strings.Contains(d.Err.Error(), "control plane") || rc.count() != 0 {
+		t.Fatalf("a webhook to the control plane: %+v, %d requests", d, rc.count())
 	}
 }
 

@@ -72,6 +72,15 @@ func (c *keyCache) put(hash string, k *mj.APIKey, now time.Time, gen uint64) {
 	e.key, e.expires = k, now.Add(keyCacheTTL)
 }
 
+// known reports whether the key was found good before and not revoked since
+// (its entry stays, expired, until a drop): such a key is no junk, and its
+// lookups take nothing from the failure limits (authlimit.go).
+func (c *keyCache) known(hash string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.m[hash] != nil
+}
+
 func (c *keyCache) drop(hash string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -120,22 +129,28 @@ func (g *Gateway) authenticate(c *fiber.Ctx) error {
 }
 
 // authKey is lookupKey for a credential a client presents: a key cached as good
-// passes at once; any other counts against the client address's failures
-// (authlimit.go), and a key just found bad is answered without reading etcd.
+// passes at once; a key found good before is read again (the cache's entry
+// expired) without counting against the failure limits; any other counts
+// against them (authlimit.go), and a key just found bad is answered without
+// reading etcd.
 func (g *Gateway) authKey(c *fiber.Ctx, hash string) (mj.APIKey, error) {
 	now := g.Now()
 	if key, ok := g.keys.get(hash, now); ok {
 		return key, nil
 	}
+	known := g.keys.known(hash)
 	// Concurrent requests with one uncached key (a client's burst as its key's
 	// cache entry expires) make one attempt: each of them taking a token of the
 	// failure limit would turn a good key's burst into 429s.
 	// Shared only by requests from one client address (one failure budget),
 	// under a context of its own: no caller's deadline ends the others' lookup.
 	v, err, _ := g.authFlight.Do(g.clientAddr(c).String()+" "+hash, func() (any, error) {
-		attempt, err := g.beginAuth(c)
-		if err != nil {
-			return mj.APIKey{}, err
+		attempt := &authAttempt{} // takes nothing: a key found good before
+		if !known {
+			var err error
+			if attempt, err = g.beginAuth(c); err != nil {
+				return mj.APIKey{}, err
+			}
 		}
 		if g.badKeys.bad(hash, now) {
 			return mj.APIKey{}, errBadKey
@@ -165,6 +180,9 @@ func (g *Gateway) lookupKey(ctx context.Context, hash string) (mj.APIKey, error)
 	gen := g.keys.generation()
 	k, err := g.Store.APIKeyByHash(ctx, hash)
 	if mj.ErrorCode(err) == mj.ENotFound {
+		if g.keys.known(hash) { // revoked while this gateway's watch missed it
+			g.keys.drop(hash)
+		}
 		return mj.APIKey{}, errBadKey
 	}
 	if err != nil {

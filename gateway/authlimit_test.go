@@ -394,3 +394,87 @@ func TestGoodKeyBurstIsNotLimited(t *testing.T) {
 		t.Fatalf("%d key reads for one key; want 1", r)
 	}
 }
+
+// trustTestProxy makes h's requests (app.Test's, from 0.0.0.0) come from a
+// trusted proxy that names the client in X-Forwarded-For.
+func trustTestProxy(h *harness) {
+	h.gw.proxies = parseProxies([]string{"0.0.0.0/32"})
+}
+
+// 20,000 junk keys, each from its own /64 of one /48, cost a bounded number of
+// etcd reads (security review §5): the /48's bucket empties as the /64s' do not.
+// A known-good key from the same /48 still gets in.
+func TestJunkKeysFromRotatedPrefixesCostBoundedReads(t *testing.T) {
+	h := newHarness(t)
+	cs := limitAuthFailures(h)
+	trustTestProxy(h)
+	from := func(i int) string { return fmt.Sprintf("2001:db8:7:%x::1", i) }
+	if s, _, _ := h.do("GET", "/api/jobs", "alice", nil, "X-Forwarded-For", from(0)); s != 200 {
+		t.Fatalf("alice before the flood: %d", s)
+	}
+	reads0 := cs.keyReads.Load()
+	var limited int
+	for i := range 20_000 {
+		h.keys["junk"] = fmt.Sprintf("mj_junk%06d", i)
+		switch s, body, _ := h.do("GET", "/api/jobs", "junk", nil, "X-Forwarded-For", from(i%65536)); s {
+		case 429:
+			limited++
+		case 401:
+		default:
+			t.Fatalf("junk key %d: HTTP %d %v", i, s, body)
+		}
+	}
+	// The /48's bucket holds 16 times an address's burst (20).
+	if reads := cs.keyReads.Load() - reads0; reads > 16*20 || limited < 20_000-16*20 {
+		t.Fatalf("20,000 junk keys from one /48: %d key reads, %d answered 429; want at most 320 reads", reads, limited)
+	}
+	if s, _, _ := h.do("GET", "/api/jobs", "alice", nil, "X-Forwarded-For", from(9)); s != 200 {
+		t.Fatalf("a known-good key from the flooding /48: %d", s)
+	}
+}
+
+// Junk keys from 5,000 different addresses cost at most the global budget of
+// etcd reads (auth_failure_global_burst), and a key seen good before still gets
+// in once its cache entry expired, while the budget is spent; a key never seen
+// waits for it.
+func TestJunkKeysFromManyAddressesCostTheGlobalBudget(t *testing.T) {
+	h := newHarness(t)
+	cs := limitAuthFailures(h)
+	trustTestProxy(h)
+	h.gw.Config.Server.AuthFailureGlobalRate, h.gw.Config.Server.AuthFailureGlobalBurst = 1, 200
+	t0 := h.gw.Now()
+	if s, _, _ := h.do("GET", "/api/jobs", "alice", nil, "X-Forwarded-For", "198.51.100.1"); s != 200 {
+		t.Fatalf("alice before the flood: %d", s)
+	}
+	reads0 := cs.keyReads.Load()
+	var limited int
+	for i := range 5_000 {
+		h.keys["junk"] = fmt.Sprintf("mj_junk%06d", i)
+		ip := fmt.Sprintf("10.%d.%d.1", i/250, i%250)
+		switch s, body, hdr := h.do("GET", "/api/jobs", "junk", nil, "X-Forwarded-For", ip); s {
+		case 429:
+			if limited++; hdr.Get("Retry-After") == "" {
+				t.Fatalf("429 without Retry-After: %v", body)
+			}
+		case 401:
+		default:
+			t.Fatalf("junk key %d: HTTP %d %v", i, s, body)
+		}
+	}
+	if reads := cs.keyReads.Load() - reads0; reads > 200 || limited != 5_000-200 {
+		t.Fatalf("5,000 junk keys from 5,000 addresses: %d key reads, %d answered 429; want at most 200 reads", reads, limited)
+	}
+	// alice's cache entry expires; the budget, back by a few tokens, is spent again.
+	later := t0.Add(keyCacheTTL + time.Second)
+	h.gw.Now = func() time.Time { return later }
+	for i := range 100 {
+		h.keys["junk"] = fmt.Sprintf("mj_more%06d", i)
+		h.do("GET", "/api/jobs", "junk", nil, "X-Forwarded-For", fmt.Sprintf("10.200.%d.1", i))
+	}
+	if s, _, _ := h.do("GET", "/api/jobs", "alice", nil, "X-Forwarded-For", "198.51.100.1"); s != 200 {
+		t.Fatalf("a key seen good before, with the global budget spent: %d", s)
+	}
+	if s, _, _ := h.do("GET", "/api/jobs", "bob", nil, "X-Forwarded-For", "198.51.100.2"); s != 429 {
+		t.Fatalf("a key never seen, with the global budget spent: %d, want 429", s)
+	}
+}

@@ -63,8 +63,9 @@ func checkDestinationURL(raw string) error {
 	return nil
 }
 
-// checkDestinationHosts is checkHosts for output_destinations: their hosts pass
-// the SSRF guard as inputs' do (the runner checks again when it connects).
+// checkDestinationHosts is checkHosts for output_destinations under their own
+// policy (public addresses unless server.destination_allow_* say otherwise;
+// never the control plane); the runner checks again when it connects.
 func (g *Gateway) checkDestinationHosts(ctx context.Context, j *mj.Job, guard netguard.Policy, problems map[string]string) {
 	if j.Destinations == nil {
 		return
@@ -98,8 +99,11 @@ func (g *Gateway) uploadDestinations(ctx context.Context, j *mj.Job, req *upload
 		return nil, mj.Errorf(mj.EUnavailable, "this store keeps no destinations")
 	}
 	d, err := ds.Destinations(ctx, j.ID)
-	if err != nil || d == nil {
+	if err != nil {
 		return nil, err
+	}
+	if d == nil { // deleted when the job ended (store.derivedOps), since read
+		return nil, mj.Errorf(mj.EConflict, "job %s has ended; the upload was refused", j.ID)
 	}
 	out := &mj.Destinations{URLs: map[string]string{}, KeepOutputs: d.KeepOutputs}
 	for _, f := range req.Files {

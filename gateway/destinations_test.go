@@ -4,10 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	mj "github.com/mediajobs/mediajobs"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -116,13 +114,8 @@ func TestDestinationsKeptApart(t *testing.T) {
 		t.Fatal("the destination was not stored")
 	}
 
-	h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status, j.Attempt = mj.StatusRunning, 1; return nil })
-	ask := func(req string) (int, map[string]any) {
-		scope := fmt.Sprintf("jobs/%s/1/uploads", id)
-		u, _ := url.Parse(h.gw.Signer.URLFor("/upload-urls/", "UPLOADS", scope, scope, time.Now().Add(time.Hour)))
-		status, body, _ := h.do("POST", u.RequestURI(), "", req)
-		return status, body
-	}
+	tok := dispatchedAs(t, h, id, testAlloc)
+	ask := func(req string) (int, map[string]any) { return askUploads(h, id, req, tok) }
 	if status, body := ask(`{"files":["result.json","outputs/out.mp4"]}`); status != 400 || !strings.Contains(fmt.Sprint(body["message"]), "output_destinations") {
 		t.Fatalf("a runner that does not deliver to destinations: %d %v", status, body)
 	}
@@ -140,7 +133,6 @@ func TestDestinationsKeptApart(t *testing.T) {
 func TestDestinationsKeepACopyByDefault(t *testing.T) {
 	h := newHarness(t)
 	h.gw.Config.Server.MaxBodyBytes = 1 << 20
-	ctx := context.Background()
 	req := valid()
 	req["output_files"] = []string{"out.mp4", "thumb.png"}
 	req["ffmpeg_commands"] = []string{"-i {{video}} outputs/out.mp4 -frames:v 1 outputs/thumb.png"}
@@ -150,10 +142,8 @@ func TestDestinationsKeepACopyByDefault(t *testing.T) {
 		t.Fatalf("create: %d %v", status, body)
 	}
 	id := body["data"].(map[string]any)["id"].(string)
-	h.store.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status, j.Attempt = mj.StatusRunning, 1; return nil })
-	scope := fmt.Sprintf("jobs/%s/1/uploads", id)
-	u, _ := url.Parse(h.gw.Signer.URLFor("/upload-urls/", "UPLOADS", scope, scope, time.Now().Add(time.Hour)))
-	status, body, _ = h.do("POST", u.RequestURI(), "", `{"files":["result.json","outputs/out.mp4","outputs/thumb.png"],"destinations":true}`)
+	tok := dispatchedAs(t, h, id, testAlloc)
+	status, body = askUploads(h, id, `{"files":["result.json","outputs/out.mp4","outputs/thumb.png"],"destinations":true}`, tok)
 	if status != 200 {
 		t.Fatalf("upload links: %d %v", status, body)
 	}

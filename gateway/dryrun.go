@@ -80,7 +80,7 @@ func (g *Gateway) dryRun(c *fiber.Ctx, j *mj.Job) error {
 
 // commandSpec is the command.Spec newJob checked j's commands against.
 func commandSpec(cfg *config.Config, pool *config.Pool, j *mj.Job) command.Spec {
-	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool.GPUs() > 0, NoNVENC: noNVENC(cfg, pool)}
+	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool.GPUs() > 0, NoNVENC: noNVENC(cfg, pool), Unsandboxed: pool.Unsandboxed()}
 	for name := range j.InputFiles {
 		spec.Inputs[name] = true
 	}

@@ -46,6 +46,8 @@ type Store interface {
 	Session(ctx context.Context, id string) (*store.Session, error)
 	DeleteSession(ctx context.Context, id string) error
 	ConsumeLoginToken(ctx context.Context, token string, now time.Time) (*store.LoginToken, error)
+	LoginToken(ctx context.Context, token string, now time.Time) (*store.LoginToken, error)
+	LinksEnded(ctx context.Context, accountID string, rev int64) (bool, error)
 	WatchJobs(ctx context.Context, from int64, fn func(id string, j *mj.Job)) error
 	PutProgress(ctx context.Context, j *mj.Job, attempt int, p *mj.Progress) error
 	WatchProgress(ctx context.Context, from int64, fn func(id string, rec *store.ProgressRecord)) error
@@ -71,6 +73,11 @@ type Gateway struct {
 	Resolver netguard.Resolver
 	// Warm admits warm runners (warm.go); nil: none.
 	Warm *WarmAuth
+	// Uploaders checks that a runner asking for its job's output_destinations is
+	// the Nomad allocation running the job (uploads.go); nil: Warm's verifier,
+	// if any, which admits warm runners and dispatched runners whose allocation
+	// the job records.
+	Uploaders *UploaderAuth
 
 	keys     keyCache
 	limiters sync.Map // account id -> *rate.Limiter

@@ -111,7 +111,7 @@ func (g *Gateway) idempotentJob(c *fiber.Ctx, idem *store.Idempotency) (*mj.Job,
 // file the client would upload first (the CLI and the dashboard name them so).
 func (g *Gateway) checkHosts(ctx context.Context, j *mj.Job, dry bool) error {
 	problems := map[string]string{}
-	guard := g.Config.Server.Guard()
+	guard := g.Config.Guard()
 	for name, u := range j.InputFiles {
 		if g.ownFile(u) || dry && dryRunLocalFile(u) {
 			continue // a temporary file's download_url: fetched from this service
@@ -125,7 +125,7 @@ func (g *Gateway) checkHosts(ctx context.Context, j *mj.Job, dry bool) error {
 			problems["webhook_url"] = "refused: " + err.Error()
 		}
 	}
-	g.checkDestinationHosts(ctx, j, guard, problems)
+	g.checkDestinationHosts(ctx, j, g.Config.DestinationGuard(), problems)
 	if len(problems) > 0 {
 		return validationError(problems)
 	}

@@ -73,6 +73,17 @@ func (g *Gateway) readSession(ctx context.Context, id string, unknown *bool) (*s
 		} else if err != nil {
 			return nil, err
 		}
+		return sess, nil
+	}
+	// A link's session ends when the account's last key is revoked, even if
+	// deleting it failed then.
+	if ended, err := g.Store.LinksEnded(ctx, sess.AccountID, sess.Rev); err != nil {
+		return nil, err
+	} else if ended {
+		if err := g.Store.DeleteSession(ctx, id); err != nil {
+			g.Log.Warn("end a shut-out account's session", "account", sess.AccountID, "err", err)
+		}
+		return nil, errNoSession
 	}
 	return sess, nil
 }
@@ -265,20 +276,58 @@ func (g *Gateway) signOut(c *fiber.Ctx) error {
 // `mediajobs accounts login-link`. It only shows a page asking to sign in, whose
 // form posts the token (loginLinkConfirm): another site that links or redirects
 // here (login CSRF: signing the browser in to the attacker's account) gets no
-// session without the user's click on this page. A malformed link goes to
+// session without the user's click on this page. The page names the account the
+// link signs in to (read without using the token up), and warns when the browser
+// is signed in to another account: a link from someone else would make the files
+// this browser then uploads theirs. A malformed, used or expired link goes to
 // /dashboard/?error=link.
 func (g *Gateway) loginLink(c *fiber.Ctx) error {
 	c.Set(fiber.HeaderCacheControl, "no-store")
+	fail := func() error { return c.Redirect("/dashboard/?error=link", fiber.StatusSeeOther) }
 	token := c.Query("token")
 	if !loginTokenRe.MatchString(token) {
-		return c.Redirect("/dashboard/?error=link", fiber.StatusSeeOther)
+		return fail()
+	}
+	attempt, err := g.beginAuth(c) // an unknown link counts as a failed sign-in
+	if err != nil {
+		return fail()
+	}
+	ctx := c.UserContext()
+	t, err := g.Store.LoginToken(ctx, token, g.Now())
+	if err != nil {
+		if mj.ErrorCode(err) != mj.ENotFound {
+			return err
+		}
+		return fail()
+	}
+	attempt.ok()
+	if ended, err := g.Store.LinksEnded(ctx, t.AccountID, t.Rev); err != nil {
+		return err
+	} else if ended {
+		return fail()
+	}
+	a, err := g.Store.Account(ctx, t.AccountID)
+	if mj.ErrorCode(err) == mj.ENotFound {
+		return fail()
+	} else if err != nil {
+		return err
+	}
+	warning := ""
+	if sess, err := g.checkSession(ctx, c.Cookies(sessionCookie)); err == nil && sess.AccountID != t.AccountID {
+		current := sess.AccountID
+		if cur, err := g.Store.Account(ctx, sess.AccountID); err == nil {
+			current = cur.Name
+		}
+		warning = `<p><strong>This browser is signed in to account “` + html.EscapeString(current) + `”.</strong> Signing in here ends that session. ` +
+			`If you did not ask for a link to “` + html.EscapeString(a.Name) + `”, do not sign in: what you upload there belongs to that account.</p>`
 	}
 	// The form posts to this page's own origin only; it may not be framed.
 	c.Set(fiber.HeaderContentSecurityPolicy, "default-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
 	c.Type("html", "utf-8")
 	return c.SendString(`<!doctype html><html><head><meta charset="utf-8"><title>Sign in to mediajobs</title></head><body>` +
 		`<form method="post" action="/dashboard/login"><input type="hidden" name="token" value="` + html.EscapeString(token) + `">` +
-		`<p>Sign in to the mediajobs dashboard with this one-time link?</p><button type="submit">Sign in</button></form></body></html>`)
+		`<p>Sign in to the mediajobs dashboard as account “<strong>` + html.EscapeString(a.Name) + `</strong>” with this one-time link?</p>` + warning +
+		`<button type="submit">Sign in as ` + html.EscapeString(a.Name) + `</button></form></body></html>`)
 }
 
 // loginTokenRe is the form of a sign-in link's token (store.RandomToken).
@@ -314,6 +363,10 @@ func (g *Gateway) loginLinkConfirm(c *fiber.Ctx) error {
 		return fail()
 	}
 	attempt.ok()
+	// A link made before the account was shut out opens nothing.
+	if ended, err := g.Store.LinksEnded(c.UserContext(), t.AccountID, t.Rev); err != nil || ended {
+		return fail()
+	}
 	if old := c.Cookies(sessionCookie); old != "" {
 		if err := g.Store.DeleteSession(c.UserContext(), old); err != nil {
 			g.Log.Warn("end the previous session", "request_id", requestID(c), "err", err)

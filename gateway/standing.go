@@ -41,10 +41,12 @@ func (g *Gateway) withStanding(ctx context.Context, j *mj.Job) *mj.Job {
 // standingDetail words a queued job's standing (docs/scheduling.md).
 func standingDetail(pool string, ahead, inFlight, limit int, stored string) string {
 	var b strings.Builder
-	switch ahead {
-	case 0:
+	switch {
+	case ahead > store.StandingAheadMax:
+		fmt.Fprintf(&b, "waiting: more than %d of your jobs are ahead in pool %s", store.StandingAheadMax, pool)
+	case ahead == 0:
 		fmt.Fprintf(&b, "waiting: your next job in pool %s; dispatched when the pool has room and it is your account's turn", pool)
-	case 1:
+	case ahead == 1:
 		fmt.Fprintf(&b, "waiting: 1 of your jobs is ahead in pool %s", pool)
 	default:
 		fmt.Fprintf(&b, "waiting: %d of your jobs are ahead in pool %s", ahead, pool)

@@ -13,6 +13,7 @@ func TestStandingDetail(t *testing.T) {
 		stored, want           string
 	}{
 		{12, 0, 0, "", "waiting: 12 of your jobs are ahead in pool cpu"},
+		{101, 0, 0, "", "waiting: more than 100 of your jobs are ahead in pool cpu"},
 		{1, 3, 4, "", "waiting: 1 of your jobs is ahead in pool cpu"},
 		{0, 0, 0, "", "waiting: your next job in pool cpu; dispatched when the pool has room and it is your account's turn"},
 		{3, 4, 4, "", "waiting: 3 of your jobs are ahead in pool cpu; account limit 4 running reached (4 running)"},

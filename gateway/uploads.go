@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"encoding/json"
 	"net/url"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/jobspecs"
 )
 
 // uploadsRequest is what a runner asks for at the end of an attempt: where to PUT
@@ -31,7 +33,8 @@ const uploadLinkMargin = time.Hour
 // signed for one attempt (jobs/<id>/<attempt>/uploads) and answered only while that
 // attempt is the job's current one; every name must be result.json or an output
 // the job declared (a sequence's names are only known after the run), at most
-// max_output_files of them.
+// max_output_files of them. The outputs' destinations go only to the Nomad
+// allocation running the attempt (uploaderIdentity).
 func (g *Gateway) uploadURLs(c *fiber.Ctx) error {
 	scope, err := url.PathUnescape(strings.TrimPrefix(c.Path(), "/upload-urls/"))
 	if err != nil {
@@ -91,6 +94,11 @@ func (g *Gateway) uploadURLs(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if dests != nil && len(dests.URLs) > 0 && !g.dockerChild(j) {
+		if err := g.uploaderIdentity(c, j); err != nil {
+			return err
+		}
+	}
 	exp := g.Now().Add(time.Duration(j.TimeoutSeconds)*time.Second + uploadLinkMargin)
 	links := g.links()
 	urls := make(map[string]string, len(req.Files))
@@ -105,4 +113,88 @@ func (g *Gateway) uploadURLs(c *fiber.Ctx) error {
 		data["destinations"] = dests.URLs
 	}
 	return c.JSON(fiber.Map{"data": data})
+}
+
+// UploaderAuth is what the gateway needs to hand output_destinations only to
+// the allocation running a job (uploaderIdentity).
+type UploaderAuth struct {
+	Verifier Verifier
+	// Allocs reads which Nomad job an allocation belongs to; nil: only the
+	// allocation the job records is admitted.
+	Allocs AllocJobs
+}
+
+// AllocJobs reads an allocation's job and client status from Nomad; job "" when
+// Nomad knows no such allocation.
+type AllocJobs interface {
+	AllocJob(ctx context.Context, id string) (job, client string, err error)
+}
+
+// dockerChild tells whether j's attempt runs as a dispatched child of a docker
+// pool. Its upload task, a poststop task, gets no workload identity of its own:
+// Nomad stops the allocation's identity renewal when the main task ends, and
+// the task would wait a minute and start without one. Such a runner is not
+// asked for an identity, so on docker pools the upload-links URL in the
+// dispatch payload still gets the destinations (docs/threat-model.md).
+func (g *Gateway) dockerChild(j *mj.Job) bool {
+	pool := g.Config.Pool(j.Machine)
+	return pool != nil && pool.Driver == "docker" && (j.Worker == nil || j.Worker.Path != mj.WorkerWarm)
+}
+
+// uploaderIdentity checks that a caller asking for j's output_destinations is
+// the Nomad allocation running j's current attempt, by its workload identity
+// (Authorization: Bearer, the identity "mediajobs" of the raw_exec and warm
+// jobspecs' runner task): the upload-links URL travels in the dispatch payload, which
+// whoever may read Nomad's jobs can see, so that URL alone is no key to the
+// destinations. A warm runner's identity names the pool's warm job and must be
+// the allocation the job was handed to. A dispatched child's names the pool's
+// parameterized job (Nomad names the parent in a dispatched job's identities):
+// its allocation must be the one the job records, or one Nomad says belongs to
+// the child the job records.
+func (g *Gateway) uploaderIdentity(c *fiber.Ctx, j *mj.Job) error {
+	auth := g.Uploaders
+	if auth == nil && g.Warm != nil {
+		auth = &UploaderAuth{Verifier: g.Warm.Verifier}
+	}
+	if auth == nil || auth.Verifier == nil {
+		return mj.Errorf(mj.EUnavailable, "job %s has output_destinations, and this gateway cannot check the worker's Nomad workload identity (it reaches no Nomad to read its keys from)", j.ID)
+	}
+	token, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
+	if !ok || token == "" {
+		return mj.Errorf(mj.EBadAPIKey, "output_destinations go only to the Nomad allocation running the job: send its workload identity, Authorization: Bearer <${NOMAD_SECRETS_DIR}/nomad_mediajobs.jwt> (the jobspec's identity \"mediajobs\"; re-register the pool's jobs if it is missing)")
+	}
+	ctx := c.UserContext()
+	claims, err := auth.Verifier.Verify(ctx, token)
+	if err != nil {
+		return mj.Errorf(mj.EBadAPIKey, "workload identity refused: %v", err)
+	}
+	if ns := g.nomadNamespace(); claims.Namespace != "" && claims.Namespace != ns {
+		return mj.Errorf(mj.EForbidden, "the identity is of Nomad namespace %q, not %q", claims.Namespace, ns)
+	}
+	w := j.Worker
+	if w == nil || w.NomadJobID == "" {
+		// Dispatched, but the child not recorded yet: the runner asks again.
+		return mj.Errorf(mj.EUnavailable, "job %s records no Nomad job yet; retry", j.ID)
+	}
+	notRunning := mj.Errorf(mj.EForbidden, "the identity is of Nomad job %q, allocation %s, which does not run job %s's current attempt", claims.JobID, claims.AllocationID, j.ID)
+	switch {
+	case w.Path == mj.WorkerWarm:
+		if claims.JobID != w.NomadJobID || claims.AllocationID != w.AllocationID {
+			return notRunning
+		}
+	case claims.JobID != jobspecs.JobID(j.Machine):
+		return notRunning
+	case claims.AllocationID == w.AllocationID:
+	case auth.Allocs == nil:
+		return mj.Errorf(mj.EUnavailable, "job %s does not record allocation %s yet; retry", j.ID, claims.AllocationID)
+	default:
+		job, client, err := auth.Allocs.AllocJob(ctx, claims.AllocationID)
+		if err != nil {
+			return mj.Errorf(mj.EUnavailable, "could not check allocation %s with Nomad: %v", claims.AllocationID, err)
+		}
+		if job != w.NomadJobID || (client != "running" && client != "pending") {
+			return notRunning
+		}
+	}
+	return nil
 }

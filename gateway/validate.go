@@ -85,7 +85,8 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 
 	// Every field stored in the job is bounded (see mediajobs' bounds.go): lengths
 	// are counted as stored, JSON escapes included (mj.StoredLen).
-	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool != nil && pool.GPUs() > 0, NoNVENC: noNVENC(cfg, pool)}
+	spec := command.Spec{Inputs: map[string]bool{}, Outputs: map[string]bool{}, AllowGPU: pool != nil && pool.GPUs() > 0, NoNVENC: noNVENC(cfg, pool),
+		Unsandboxed: pool != nil && pool.Unsandboxed()}
 	if max := cfg.Server.MaxInputs; len(req.InputFiles) > max {
 		bad("input_files", "%d inputs; at most %d (server.max_inputs)", len(req.InputFiles), max)
 	}

@@ -59,13 +59,27 @@ type warmStore interface {
 	Client() *clientv3.Client
 }
 
-// warmPollWait is how long a poll waits for a job before it answers 204.
-const warmPollWait = 15 * time.Second
+// warmPollWait is how long a poll waits for a job before it answers 204 (a
+// variable for tests).
+var warmPollWait = 15 * time.Second
 
 // warmRenewWait is how long a renewal waits for the job to be cancelled before
-// it answers: the runner renews again at once, so a cancel reaches it within
-// this long at worst, and usually as it is written.
-const warmRenewWait = 2 * time.Second
+// it answers, at most a third of the lease's TTL, so that a renewal or two may
+// fail and the lease still hold: the runner renews again at once, so a cancel
+// reaches it within this long at worst, and usually as it is written.
+const warmRenewWait = config.WarmRenewHold
+
+// warmEtcdTimeout bounds each etcd call of the warm endpoints: with etcd away
+// or slow, the call answers 503 within it and the runner tries again (perhaps
+// through another gateway) while its lease holds; no handler waits on etcd for
+// as long as it is away, and they do not pile up.
+const warmEtcdTimeout = 5 * time.Second
+
+// etcdCtx is ctx's values with a deadline of warmEtcdTimeout and none of ctx's
+// cancellation (a poll's wait that ended must not cut the calls after it).
+func etcdCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), warmEtcdTimeout)
+}
 
 type warmRequest struct {
 	Pool    string `json:"pool"`
@@ -162,15 +176,17 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 		return mj.Errorf(mj.EForbidden, "allocation %s is %s (desired %s), not running: it leases no work", w.alloc, client, desired)
 	}
 	cli := w.ws.Client()
+	ectx, cancel := etcdCtx(ctx)
+	defer cancel()
 	// A run this allocation still holds is one its runner lost (the process
 	// restarted in place): its lease goes now, and the job is run again.
-	if old, err := w.ws.WarmRunOf(ctx, w.pool, w.alloc); err != nil {
+	if old, err := w.ws.WarmRunOf(ectx, w.pool, w.alloc); err != nil {
 		return err
 	} else if old != nil {
-		cli.Revoke(ctx, clientv3.LeaseID(old.Lease))
+		cli.Revoke(ectx, clientv3.LeaseID(old.Lease))
 	}
 	ttl := w.warm.LeaseTTLD
-	grant, err := cli.Grant(ctx, int64(max(ttl/time.Second, 1)))
+	grant, err := cli.Grant(ectx, int64(max(ttl/time.Second, 1)))
 	if err != nil {
 		return fmt.Errorf("grant warm lease: %w", err)
 	}
@@ -178,7 +194,9 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 	handed := false
 	defer func() {
 		if !handed { // no job went out under it: it goes now, not a TTL later
-			cli.Revoke(context.WithoutCancel(ctx), lease)
+			rctx, cancel := etcdCtx(ctx)
+			defer cancel()
+			cli.Revoke(rctx, lease)
 		}
 	}()
 	wait, stop := context.WithTimeout(ctx, min(warmPollWait, max(g.Config.Server.RequestTimeoutD-3*time.Second, time.Second)))
@@ -194,22 +212,37 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 		for range alive { // drained until wait ends
 		}
 	}()
-	rev, err := w.ws.PutWarmIdle(ctx, store.WarmIdle{Pool: w.pool, Alloc: w.alloc, Lease: int64(lease), Since: g.Now().UTC()})
+	pctx, cancel := etcdCtx(ctx)
+	defer cancel()
+	rev, err := w.ws.PutWarmIdle(pctx, store.WarmIdle{Pool: w.pool, Alloc: w.alloc, Lease: int64(lease), Since: g.Now().UTC()})
 	if err != nil {
 		return err
 	}
+	// A runner that goes away while it waits (its allocation stopped, a proxy
+	// gave up on the poll) stops waiting at once: its idle key would otherwise
+	// live on, and a job handed to it would wait a lease TTL to run elsewhere.
+	clientLeft := watchClient(c.Context().Conn(), stop)
 	run := g.waitRun(wait, w, rev)
 	stop() // the runner renews from here on; a wait that ends with no job ends its lease
+	left := clientLeft()
+	ectx, cancel = etcdCtx(ctx)
+	defer cancel()
 	if run == nil {
-		if run, err = w.ws.StopWaiting(context.WithoutCancel(ctx), w.pool, w.alloc, rev); err != nil {
+		if run, err = w.ws.StopWaiting(ectx, w.pool, w.alloc, rev); err != nil {
 			return err
 		}
 	}
 	if run == nil || run.Lease != int64(lease) {
 		return c.SendStatus(fiber.StatusNoContent)
 	}
+	if left {
+		// Handed over as the runner left: its lease goes now (deferred above),
+		// and the job goes back to the queue at once, its attempt not started.
+		g.Log.Info("a warm runner left its poll as a job was handed to it", "pool", w.pool, "alloc", w.alloc, "job", run.JobID)
+		return c.SendStatus(fiber.StatusNoContent)
+	}
 	// The runner renews from here: the TTL starts afresh as it gets the job.
-	if _, err := cli.KeepAliveOnce(context.WithoutCancel(ctx), lease); err != nil {
+	if _, err := cli.KeepAliveOnce(ectx, lease); err != nil {
 		return fmt.Errorf("keep warm lease: %w", err)
 	}
 	handed = true
@@ -234,6 +267,12 @@ func (g *Gateway) waitRun(ctx context.Context, w *warmCaller, rev int64) *store.
 	return nil
 }
 
+// renewHold is how long a renewal of a lease of ttl waits for its job to be
+// cancelled: warmRenewWait, at most a third of ttl.
+func renewHold(ttl time.Duration) time.Duration {
+	return max(min(warmRenewWait, ttl/3), 100*time.Millisecond)
+}
+
 // WarmRenewal answers a renewal: Stop tells the runner to stop its job (and
 // report nothing: the job has gone on without it).
 type WarmRenewal struct {
@@ -253,7 +292,8 @@ func (g *Gateway) warmRenew(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.UserContext()
+	ctx, cancel := etcdCtx(c.UserContext())
+	defer cancel()
 	run, err := w.ws.WarmRunOf(ctx, w.pool, w.alloc)
 	if err != nil {
 		return err
@@ -261,22 +301,23 @@ func (g *Gateway) warmRenew(c *fiber.Ctx) error {
 	if run == nil || run.Run != w.req.Run || run.Lease != w.req.Lease {
 		return errLeaseGone(w.req.Run)
 	}
-	if _, err := w.ws.Client().KeepAliveOnce(ctx, clientv3.LeaseID(run.Lease)); errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	ka, err := w.ws.Client().KeepAliveOnce(ctx, clientv3.LeaseID(run.Lease))
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return errLeaseGone(w.req.Run)
 	} else if err != nil {
 		// etcd busy or away: the runner tries again within its TTL.
 		return mj.Errorf(mj.EUnavailable, "could not renew the lease: %v", err)
 	}
 	if !run.Started {
-		// The runner has the job: a lapse from now on is an attempt that ran
-		// (dispatcher/warm.go warmLapsed).
+		// The runner has the job: the dispatcher makes it running, and a lapse
+		// from now on is an attempt that ran (dispatcher/warm.go).
 		if err := w.ws.MarkWarmStarted(ctx, run); err != nil && !errors.Is(err, store.ErrWarmGone) {
 			return err
 		}
 	}
 	child := store.WarmChild(run.Run)
 	gone := func(j *mj.Job) bool { return j.Status.Terminal() || j.NomadJobID != child }
-	wctx, cancel := context.WithTimeout(ctx, warmRenewWait)
+	wctx, cancel := context.WithTimeout(c.UserContext(), renewHold(time.Duration(ka.TTL)*time.Second))
 	defer cancel()
 	defer context.AfterFunc(g.streamCtx(), cancel)()
 	j, err := g.Store.WaitJob(wctx, run.JobID, gone)
@@ -305,7 +346,8 @@ func (g *Gateway) warmDone(c *fiber.Ctx) error {
 	default:
 		return mj.Errorf(mj.EValidation, "outcome must be \"reported\", \"stopped\" or \"fault\"")
 	}
-	ctx := c.UserContext()
+	ctx, cancel := etcdCtx(c.UserContext())
+	defer cancel()
 	// The lease revoked below is the run's own: one a request names could be
 	// another runner's.
 	cur, err := w.ws.WarmRunOf(ctx, w.pool, w.alloc)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -105,7 +108,7 @@ var (
 	tokUnknown                = "eyJ.unknown." + strings.Repeat("f7", 40)
 )
 
-// newWarmHarness is a gateway with a warm pool "cpu" (lease_ttl 3s) and a
+// newWarmHarness is a gateway with a warm pool "cpu" (lease_ttl 6s) and a
 // plain pool "plain". Its request timeout makes a poll wait 3 s, not 15.
 func newWarmHarness(t *testing.T) *warmHarness {
 	s, _ := testenv.Etcd(t)
@@ -113,7 +116,7 @@ func newWarmHarness(t *testing.T) *warmHarness {
 	cfg.Server.PublicURL = "http://127.0.0.1:1"
 	cfg.Server.MaxBodyBytes = 4096
 	cfg.Server.RequestTimeout = "6s" // a poll waits request_timeout - 3s
-	cfg.Pools = []*config.Pool{{Name: "cpu", Warm: &config.Warm{Count: 2, MaxJobSeconds: 60, LeaseTTL: "3s"}}, {Name: "plain"}}
+	cfg.Pools = []*config.Pool{{Name: "cpu", Warm: &config.Warm{Count: 2, MaxJobSeconds: 60, LeaseTTL: "6s"}}, {Name: "plain"}}
 	if err := cfg.Finish(); err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +402,7 @@ func TestWarmLeaseRenewDone(t *testing.T) {
 	ctx := context.Background()
 	id := w.newJob()
 	l := w.leased(tokA, allocA, id)
-	if l.JobID != id || l.Attempt != 1 || l.Run == "" || l.Lease == 0 || l.TTLSeconds != 3 || !strings.Contains(string(l.Manifest), id) {
+	if l.JobID != id || l.Attempt != 1 || l.Run == "" || l.Lease == 0 || l.TTLSeconds != 6 || !strings.Contains(string(l.Manifest), id) {
 		t.Fatalf("lease %+v", l)
 	}
 	run, err := w.s.WarmRunOf(ctx, "cpu", allocA)
@@ -592,5 +595,98 @@ func TestWarmPollEndsAtShutdown(t *testing.T) {
 	}
 	if idle, err := w.s.WarmIdleRunners(context.Background(), "cpu"); err != nil || len(idle) != 0 {
 		t.Fatalf("the runner still waits after shutdown: %v %v", idle, err)
+	}
+}
+
+// stalledRuns is a store whose reads of warm runs wait for as long as their
+// context lets them, as etcd's client does while etcd is away.
+type stalledRuns struct{ *waitSignal }
+
+func (s stalledRuns) WarmRunOf(ctx context.Context, _, _ string) (*store.WarmRun, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// With etcd away, a warm call answers 503 within warmEtcdTimeout, whatever the
+// request timeout: the runner tries again (perhaps through another gateway)
+// while its lease holds, and handlers do not pile up on etcd.
+func TestWarmCallsAnswerWhileEtcdIsAway(t *testing.T) {
+	w := newWarmHarness(t)
+	id := w.newJob()
+	l := w.leased(tokA, allocA, id)
+	w.gw.Config.Server.RequestTimeoutD = time.Hour // longer than the test waits (20 s)
+	w.gw.Store = stalledRuns{w.sig}
+	for _, c := range []struct {
+		path string
+		body map[string]any
+	}{
+		{"/warm/poll", map[string]any{"pool": "cpu"}},
+		{"/warm/renew", map[string]any{"pool": "cpu", "run": l.Run, "lease": l.Lease}},
+		{"/warm/done", map[string]any{"pool": "cpu", "run": l.Run, "lease": l.Lease, "job_id": id, "attempt": 1, "outcome": "reported"}},
+	} {
+		status, ans := w.call(c.path, "Bearer "+tokA, c.body)
+		if status != 503 && status != 500 {
+			t.Errorf("%s with etcd away: HTTP %d %s; want an error answer", c.path, status, ans)
+		}
+	}
+}
+
+// A renewal holds at most a third of the lease's TTL: a renewal or two may
+// fail and the lease still hold.
+func TestWarmRenewHoldIsAThirdOfTheTTLAtMost(t *testing.T) {
+	for ttl, want := range map[time.Duration]time.Duration{3 * time.Second: time.Second, 6 * time.Second: 2 * time.Second, time.Minute: warmRenewWait} {
+		if got := renewHold(ttl); got != want {
+			t.Errorf("renewHold(%s) = %s, want %s", ttl, got, want)
+		}
+	}
+}
+
+// A runner that goes away while its poll waits (its allocation stopped, a
+// proxy gave up) stops waiting at once, over a real connection: its idle key
+// and its lease go, so no job is handed to it.
+func TestWarmPollEndsWhenItsRunnerLeaves(t *testing.T) {
+	w := newWarmHarness(t)
+	w.gw.Config.Server.RequestTimeoutD = time.Hour
+	defer func(d time.Duration) { warmPollWait = d }(warmPollWait)
+	warmPollWait = 10 * time.Minute // longer than the test waits: only the leaving ends it
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go w.app.Listener(ln)
+	t.Cleanup(func() { w.app.ShutdownWithTimeout(5 * time.Second) })
+	ctx, leave := context.WithCancel(context.Background())
+	defer leave()
+	req, _ := http.NewRequestWithContext(ctx, "POST", "http://"+ln.Addr().String()+"/warm/poll", strings.NewReader(`{"pool":"cpu"}`))
+	req.Header.Set("Authorization", "Bearer "+tokA)
+	req.Header.Set("Content-Type", "application/json")
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("the poll answered HTTP %d before its runner left", resp.StatusCode)
+		}
+		answered <- err
+	}()
+	var idle store.WarmIdle
+	testenv.Eventually(t, time.Minute, "the runner to wait for work", func() bool {
+		runners, err := w.s.WarmIdleRunners(context.Background(), "cpu")
+		if err != nil || len(runners) != 1 {
+			return false
+		}
+		idle = runners[0]
+		return true
+	})
+	leave() // the runner goes: its connection closes
+	if err := <-answered; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "the idle key of a runner that left to go", func() bool {
+		runners, err := w.s.WarmIdleRunners(context.Background(), "cpu")
+		return err == nil && len(runners) == 0
+	})
+	if ttl := w.leaseTTL(idle.Lease); ttl != -1 {
+		t.Fatalf("the poll's lease outlived its runner: TTL %d", ttl)
 	}
 }

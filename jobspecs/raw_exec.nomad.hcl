@@ -143,6 +143,16 @@ job "mediajobs" {
         args = ["runner", "-sandbox", var.sandbox, "-manifest", "${NOMAD_TASK_DIR}/manifest.json"]
       }
 
+      # The runner proves it runs this job with this workload identity
+      # (${NOMAD_SECRETS_DIR}/nomad_mediajobs.jwt) when it asks for the job's
+      # output_destinations: the payload's links alone do not get them.
+      identity {
+        name = "mediajobs"
+        aud  = ["mediajobs"]
+        ttl  = "1h"
+        file = true
+      }
+
       dispatch_payload {
         file = "manifest.json"
       }

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -52,6 +53,17 @@ type Policy struct {
 	// it) whose private addresses may be dialed (server.allow_hosts). They never open
 	// loopback, link-local or metadata addresses.
 	AllowHosts []string
+	// Control is the service's own endpoints, refused whatever the lists above
+	// say; nil refuses DefaultControlPorts on this host's addresses.
+	Control *ControlPlane
+}
+
+// control is p.Control, or the defaults.
+func (p Policy) control() *ControlPlane {
+	if p.Control != nil {
+		return p.Control
+	}
+	return NewControlPlane(nil)
 }
 
 // NewPolicy parses the configured allow lists (see ParseCIDR and CheckHost).
@@ -338,6 +350,9 @@ func (p Policy) dialer(viaHost bool) *net.Dialer {
 			if err != nil {
 				return fmt.Errorf("refusing to dial %s: %v", address, err)
 			}
+			if err := p.control().refuses(ap); err != nil {
+				return err
+			}
 			return p.check(ap.Addr(), viaHost)
 		},
 	}
@@ -346,9 +361,14 @@ func (p Policy) dialer(viaHost bool) *net.Dialer {
 // DialContext dials address (host:port) if p allows every address it connects to;
 // a host name in AllowHosts may reach private addresses.
 func (p Policy) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
-	host, _, err := net.SplitHostPort(address)
+	host, port, err := net.SplitHostPort(address)
 	if err != nil {
 		return nil, fmt.Errorf("refusing to dial %s: %v", address, err)
+	}
+	if n, err := strconv.ParseUint(port, 10, 16); err == nil {
+		if err := p.control().refusesName(host, uint16(n)); err != nil {
+			return nil, err
+		}
 	}
 	return p.dialer(p.hostAllowed(host)).DialContext(ctx, network, address)
 }
@@ -373,19 +393,34 @@ type Resolver interface {
 }
 
 // CheckURL refuses an http(s) URL whose host is, or resolves to, an address p
-// refuses. A host that does not resolve passes: it cannot be reached either, and
-// the send- or fetch-time dialer checks again whatever it resolves to then.
+// refuses, or that names the control plane. A host that does not resolve
+// passes: it cannot be reached either, and the send- or fetch-time dialer
+// checks again whatever it resolves to then.
 func (p Policy) CheckURL(ctx context.Context, r Resolver, raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return err
 	}
 	host := u.Hostname()
+	_, port, err := SplitEndpoint(raw)
+	if err != nil {
+		return err
+	}
+	cp := p.control()
+	if err := cp.refusesName(host, port); err != nil {
+		return err
+	}
+	checkAddr := func(a netip.Addr, viaHost bool) error {
+		if err := cp.refuses(netip.AddrPortFrom(a, port)); err != nil {
+			return err
+		}
+		return p.check(a, viaHost)
+	}
 	if addr, err := netip.ParseAddr(host); err == nil {
-		return p.Check(addr)
+		return checkAddr(addr, false)
 	}
 	if strings.EqualFold(host, "localhost") || strings.HasSuffix(strings.ToLower(host), ".localhost") {
-		return p.Check(netip.MustParseAddr("127.0.0.1"))
+		return checkAddr(netip.MustParseAddr("127.0.0.1"), false)
 	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -395,7 +430,7 @@ func (p Policy) CheckURL(ctx context.Context, r Resolver, raw string) error {
 	}
 	viaHost := p.hostAllowed(host)
 	for _, a := range addrs {
-		if err := p.check(a, viaHost); err != nil {
+		if err := checkAddr(a, viaHost); err != nil {
 			return fmt.Errorf("%s resolves to a refused address: %w", host, err)
 		}
 	}

@@ -37,7 +37,11 @@ func (r *Runner) deliver(ctx context.Context, m *mj.Manifest, client *http.Clien
 			return err
 		}
 	}
-	return put(ctx, client, link(path), fh, o.Size)
+	err := put(ctx, client, link(path), fh, o.Size)
+	if err != nil && storeTrouble(err) {
+		return &storeError{err}
+	}
+	return err
 }
 
 // toDestination PUTs the size bytes of fh to the user's URL through the SSRF
@@ -96,13 +100,38 @@ func refusal(body []byte) string {
 	return s
 }
 
+// inputGuard is the policy for the job's input URLs: the server's allow lists
+// (allow_loopback, allow_cidrs, allow_hosts), never the control plane.
+func inputGuard(m *mj.Manifest) (netguard.Policy, error) {
+	p, err := netguard.NewPolicy(m.AllowLoopback, m.AllowCIDRs, m.AllowHosts)
+	if err != nil {
+		return netguard.Policy{}, fmt.Errorf("manifest: %w", err)
+	}
+	p.Control = netguard.NewControlPlane(m.ControlPlane)
+	return p, nil
+}
+
+// destinationGuard is the policy for output destinations: a PUT of a body the
+// user controls, so public addresses only unless the destination_allow_*
+// lists say otherwise (the inputs' lists never apply), and never the control
+// plane. A manifest from a dispatcher that predates these lists gets the
+// strict policy.
+func destinationGuard(m *mj.Manifest) (netguard.Policy, error) {
+	p, err := netguard.NewPolicy(m.DestAllowLoopback, m.DestAllowCIDRs, m.DestAllowHosts)
+	if err != nil {
+		return netguard.Policy{}, fmt.Errorf("manifest: %w", err)
+	}
+	p.Control = netguard.NewControlPlane(m.ControlPlane)
+	return p, nil
+}
+
 // destinationClient retries what fails on the way (connections, 5xx) but
 // never a refusal, and follows no redirect: a redirect could lead the upload
 // past the guard's check of the destination's host.
 func destinationClient(m *mj.Manifest) (*http.Client, error) {
-	guard, err := netguard.NewPolicy(m.AllowLoopback, m.AllowCIDRs, m.AllowHosts)
+	guard, err := destinationGuard(m)
 	if err != nil {
-		return nil, fmt.Errorf("manifest: %w", err)
+		return nil, err
 	}
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	rc := retryablehttp.NewClient()

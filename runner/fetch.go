@@ -13,7 +13,6 @@ import (
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/command"
-	"github.com/mediajobs/mediajobs/netguard"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,9 +46,9 @@ func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 	// Inputs are user URLs: they may not reach private or link-local addresses.
 	// The service's own signed files (a temporary file's download_url) come from
 	// where the outputs go, whatever its address.
-	guard, err := netguard.NewPolicy(m.AllowLoopback, m.AllowCIDRs, m.AllowHosts)
+	guard, err := inputGuard(m)
 	if err != nil {
-		return fmt.Errorf("manifest: %w", err)
+		return err
 	}
 	inputs, own := r.client(guard.Transport()), r.ownClient()
 	files := serviceFiles(m.UploadURL)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
@@ -58,13 +59,15 @@ func LoadManifest(ctx context.Context, path string) (*mj.Manifest, error) {
 	if m.ManifestURL == "" {
 		return &m, nil
 	}
+	// The link is signed: no error names it whole (a warm runner's errors
+	// become the job's message).
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.ManifestURL, nil)
 	if err != nil {
-		return nil, err
+		return nil, scrub(fmt.Errorf("fetch manifest: %w", err), m.ManifestURL)
 	}
 	resp, err := (&Runner{}).client(nil).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetch manifest: %w", err)
+		return nil, fmt.Errorf("fetch manifest %s: %w", redact(m.ManifestURL), scrub(unwrapURLError(err), m.ManifestURL))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -231,6 +234,14 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 
 func (t *tailBuffer) String() string { return string(t.b) }
 
+// serviceTransport is one connection pool for every call to the service (the
+// gateway, its storage) in this process: a warm runner makes them for each
+// job, and a pool per call would leave idle connections open at the gateway
+// until they time out.
+var serviceTransport = sync.OnceValue(func() *http.Transport {
+	return http.DefaultTransport.(*http.Transport).Clone()
+})
+
 // patientWait is the first wait of patient's retries (doubling, at most 15 s).
 var patientWait = time.Second
 
@@ -243,6 +254,7 @@ func (r *Runner) patient() *http.Client {
 		return r.HTTP
 	}
 	rc := retryablehttp.NewClient()
+	rc.HTTPClient = &http.Client{Transport: serviceTransport()}
 	rc.RetryMax = 10
 	rc.RetryWaitMin, rc.RetryWaitMax = patientWait, 15*patientWait
 	rc.Logger = nil
@@ -254,9 +266,10 @@ func (r *Runner) client(t *http.Transport) *http.Client {
 		return r.HTTP
 	}
 	rc := retryablehttp.NewClient()
-	if t != nil {
-		rc.HTTPClient = &http.Client{Transport: t}
+	if t == nil {
+		t = serviceTransport()
 	}
+	rc.HTTPClient = &http.Client{Transport: t}
 	rc.RetryMax = 3
 	rc.RetryWaitMin, rc.RetryWaitMax = 500*time.Millisecond, 5*time.Second
 	rc.Logger = nil

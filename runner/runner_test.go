@@ -430,3 +430,85 @@ func TestUploadLinksUnreachableReportsNothing(t *testing.T) {
 		t.Fatalf("uploaded %d files with no links", len(up.files))
 	}
 }
+
+// The service's object store down when the outputs go up (restarting, as MinIO
+// killed and started again) for longer than a few quick retries: the runner
+// keeps trying, and the job succeeds once the store answers.
+func TestOutputUploadsOutlastAStoreRestart(t *testing.T) {
+	defer func(w time.Duration) { patientWait = w }(patientWait)
+	patientWait = 20 * time.Millisecond
+	srv, up := newServer(t, nil)
+	var puts atomic.Int32
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "PUT" && strings.HasSuffix(r.URL.Path, "/outputs/a.wav") && puts.Add(1) <= 6 { // past the 3 retries of a quick call
+			http.Error(w, "store restarting", http.StatusServiceUnavailable)
+			return
+		}
+		srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer store.Close()
+	m := mj.Manifest{OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"}}
+	if res := run(t, store, m); !res.Succeeded || len(up.files["linked/outputs/a.wav"]) == 0 && len(up.files["outputs/a.wav"]) == 0 {
+		t.Fatalf("after the store came back: %+v, files %v", res, keys(up.files))
+	}
+	if n := puts.Load(); n != 7 {
+		t.Fatalf("the output was put %d times, want 7 (6 refused, then taken)", n)
+	}
+}
+
+// A store that stays down past the retries fails no job: the runner reports
+// nothing, so the dispatcher runs the attempt again, instead of a failed job
+// whose commands succeeded.
+func TestOutputUploadsToADownStoreReportNothing(t *testing.T) {
+	defer func(w time.Duration) { patientWait = w }(patientWait)
+	patientWait = time.Millisecond
+	srv, up := newServer(t, nil)
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "PUT" && strings.Contains(r.URL.Path, "/outputs/") {
+			http.Error(w, "store down", http.StatusBadGateway)
+			return
+		}
+		srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer store.Close()
+	m := mj.Manifest{JobID: "job-1", Attempt: 1, OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"},
+		UploadURL: store.URL + "/up/%7Bpath%7D?sig=ok"}
+	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard}
+	res, err := r.Run(context.Background(), &m)
+	if err == nil || res != nil || !strings.Contains(err.Error(), "the job is retried") {
+		t.Fatalf("Run with the store down: %+v, %v; want an error and no result", res, err)
+	}
+	for name := range up.files {
+		if strings.HasSuffix(name, "result.json") {
+			t.Fatalf("a result was reported: %s", up.files[name])
+		}
+	}
+}
+
+// The store refusing the file itself (413: over max_upload_bytes) fails the
+// job with that answer, as before: running it again would change nothing.
+func TestOutputUploadRefusedByTheStoreFailsTheJob(t *testing.T) {
+	defer func(w time.Duration) { patientWait = w }(patientWait)
+	patientWait = time.Millisecond
+	srv, _ := newServer(t, nil)
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "PUT" && strings.Contains(r.URL.Path, "/outputs/") {
+			http.Error(w, "the upload exceeds max_upload_bytes", http.StatusRequestEntityTooLarge)
+			return
+		}
+		srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer store.Close()
+	res := run(t, store, mj.Manifest{OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"}})
+	if res.Succeeded || !strings.Contains(res.ErrorMessage, "413") || !strings.Contains(res.ErrorMessage, "max_upload_bytes") {
+		t.Fatalf("an output the store refused: %+v", res)
+	}
+}
+
+func keys(m map[string][]byte) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

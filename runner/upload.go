@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -26,6 +27,9 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 		return nil, ErrStopped
 	}
 	client := r.client(nil)
+	// The service's own storage (outputs, the result) is waited for longer: an
+	// object store restarting is no fault of the job's.
+	store := r.patient()
 	uctx, cancel := r.deadline(ctx, st)
 	defer cancel()
 	// Past the deadline, what is left (links, logs, the result) ends within
@@ -84,8 +88,14 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 				}
 			}
 			if err == nil {
-				err = r.deliver(uctx, m, client, fh, o, dest, dests)
+				err = r.deliver(uctx, m, store, fh, o, dest, dests)
 				fh.Close()
+			}
+			var se *storeError
+			if err != nil && uctx.Err() == nil && errors.As(err, &se) {
+				// Not the job's failure: nothing is reported, and the
+				// dispatcher runs the attempt again.
+				return nil, fmt.Errorf("the service's storage did not take output %s: %w; no result is reported, so the job is retried", o.Name, se.err)
 			}
 			if err != nil {
 				if uctx.Err() != nil {
@@ -119,11 +129,18 @@ func (r *Runner) Upload(ctx context.Context, m *mj.Manifest, st *State) (*mj.Res
 		fmt.Fprintf(r.Log, "job succeeded: %d output file(s)\n", len(res.Outputs))
 	}
 	// The result goes up even past the deadline: it says the job timed out.
-	if err := put(ctx, client, dest("result.json"), strings.NewReader(mustJSON(res)), -1); err != nil {
+	if err := put(ctx, store, dest("result.json"), strings.NewReader(mustJSON(res)), -1); err != nil {
 		return res, fmt.Errorf("report result: %w", err)
 	}
 	return res, nil
 }
+
+// storeError is an upload the service's own storage did not take for its own
+// reasons (storeTrouble), not a destination's of the user's.
+type storeError struct{ err error }
+
+func (e *storeError) Error() string { return e.err.Error() }
+func (e *storeError) Unwrap() error { return e.err }
 
 // reportContext bounds ctx to the job's deadline plus the manifest's
 // ReportSeconds (30 when unset); a job without a timeout is not bounded.
@@ -182,9 +199,25 @@ func put(ctx context.Context, client *http.Client, url string, body io.Reader, s
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return fmt.Errorf("HTTP %s: %s", resp.Status, strings.TrimSpace(string(b)))
+		return &statusError{code: resp.StatusCode, msg: fmt.Sprintf("HTTP %s: %s", resp.Status, strings.TrimSpace(string(b)))}
 	}
 	return nil
+}
+
+// statusError is an answer other than 2xx.
+type statusError struct {
+	code int
+	msg  string
+}
+
+func (e *statusError) Error() string { return e.msg }
+
+// storeTrouble tells an upload the service's storage did not take for its own
+// reasons (unreachable, 5xx, 429: after the patient retries) from one it
+// refused for the file's (413 too large, 403), which fails the job as before.
+func storeTrouble(err error) bool {
+	var se *statusError
+	return !errors.As(err, &se) || se.code >= 500 || se.code == http.StatusTooManyRequests
 }
 
 // uploadLinks returns where each file of the attempt goes. With m.UploadsURL the
@@ -210,6 +243,11 @@ func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Man
 		return nil, nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	// The job's output_destinations go only to the allocation running it: its
+	// Nomad workload identity says which (the jobspecs' identity "mediajobs").
+	if token := identityToken(); token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return nil, nil, scrub(unwrapURLError(err), m.UploadsURL)
@@ -243,6 +281,21 @@ func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Man
 		}
 	}
 	return func(path string) string { return out.Data.URLs[path] }, out.Data.Destinations, nil
+}
+
+// identityToken is the task's Nomad workload identity for the gateway
+// (${NOMAD_SECRETS_DIR}/nomad_mediajobs.jwt, renewed by Nomad: read each time),
+// or "" outside Nomad.
+func identityToken() string {
+	dir := os.Getenv("NOMAD_SECRETS_DIR")
+	if dir == "" {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "nomad_mediajobs.jwt"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
 }
 
 // allocPrefix is where this allocation's files go within the attempt's upload

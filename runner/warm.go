@@ -111,41 +111,37 @@ func (w *Warm) run(ctx context.Context, l *lease) {
 	}()
 	// The job stops when the service says so (cancelled, lease lost) or when
 	// this runner is stopped. Renewing starts first: fetching a large manifest
-	// may take a while, and the lease's TTL runs from the hand-over.
+	// may take a while, and the lease's TTL runs from the hand-over. It goes on
+	// after the job, whatever ctx does, until /warm/done is acknowledged: a
+	// result that is up must not lapse into a rerun while done is retried.
 	jctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
+	rctx, endRenew := context.WithCancel(context.WithoutCancel(ctx))
 	renewed := make(chan struct{})
-	go func() { defer close(renewed); w.renew(jctx, l, stop) }()
+	go func() { defer close(renewed); w.renew(rctx, l, stop) }()
+	defer func() { endRenew(); <-renewed }()
 	m, err := w.manifest(jctx, l)
 	if err != nil {
-		lost := errors.Is(context.Cause(jctx), errLeaseLost)
-		stop(nil)
-		<-renewed
-		if !lost {
-			w.done(context.WithoutCancel(ctx), l, "fault", err.Error())
+		if !errors.Is(context.Cause(jctx), errLeaseLost) {
+			w.done(l, "fault", err.Error(), renewed)
 		}
 		return
 	}
 	r := &Runner{FFmpeg: w.FFmpeg, FFprobe: w.FFprobe, WorkDir: dir, Log: w.Log, RunID: l.Run, Sandbox: &sandbox.Bwrap{Path: w.Bwrap}}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		stop(nil)
-		<-renewed
-		w.done(context.WithoutCancel(ctx), l, "fault", err.Error())
+		w.done(l, "fault", err.Error(), renewed)
 		return
 	}
 	_, err = r.Run(jctx, m)
-	lost := errors.Is(context.Cause(jctx), errLeaseLost)
-	stop(nil)
-	<-renewed
 	switch {
-	case lost:
+	case errors.Is(context.Cause(jctx), errLeaseLost):
 		fmt.Fprintf(w.Log, "warm runner: job %s: %v; nothing reported\n", l.JobID, errLeaseLost)
 	case errors.Is(err, ErrStopped):
-		w.done(context.WithoutCancel(ctx), l, "stopped", "the warm runner was stopped")
+		w.done(l, "stopped", "the warm runner was stopped", renewed)
 	case err != nil: // the result could not be uploaded: nothing to apply
-		w.done(context.WithoutCancel(ctx), l, "fault", err.Error())
+		w.done(l, "fault", err.Error(), renewed)
 	default:
-		w.done(context.WithoutCancel(ctx), l, "reported", "")
+		w.done(l, "reported", "", renewed)
 	}
 }
 
@@ -178,7 +174,11 @@ func (w *Warm) renew(ctx context.Context, l *lease, stop context.CancelCauseFunc
 			Stop bool   `json:"stop"`
 			Why  string `json:"why"`
 		}
-		status, err := w.call(ctx, "/warm/renew", map[string]any{"pool": w.Pool, "run": l.Run, "lease": l.Lease}, &ans)
+		// A call that hangs (a gateway stalled on etcd) is given up in time to
+		// try again, perhaps through another gateway, within the TTL.
+		cctx, cancel := context.WithTimeout(ctx, max(ttl/2, time.Second))
+		status, err := w.call(cctx, "/warm/renew", map[string]any{"pool": w.Pool, "run": l.Run, "lease": l.Lease}, &ans)
+		cancel()
 		switch {
 		case ctx.Err() != nil:
 			return
@@ -216,18 +216,31 @@ func (w *Warm) poll(ctx context.Context) (*lease, error) {
 }
 
 // done reports the end of a run: "reported" once result.json is up, or why the
-// job is given back without a result.
-func (w *Warm) done(ctx context.Context, l *lease, outcome, why string) {
+// job is given back without a result. It tries until the service acknowledges
+// it, or says the run is no longer this runner's (409), or the lease is gone
+// (held, the renewal, ended): the dispatcher then reads the run's result itself.
+func (w *Warm) done(l *lease, outcome, why string, held <-chan struct{}) {
 	body := map[string]any{"pool": w.Pool, "run": l.Run, "lease": l.Lease, "job_id": l.JobID, "attempt": l.Attempt, "outcome": outcome, "why": why}
-	for try := 0; ; try++ {
+	ttl := time.Duration(max(l.TTLSeconds, 1)) * time.Second
+	for try := 1; ; try++ {
+		ctx, cancel := context.WithTimeout(context.Background(), max(ttl, 10*time.Second))
 		status, err := w.call(ctx, "/warm/done", body, nil)
-		if err == nil || status == http.StatusConflict || try == 4 {
+		cancel()
+		if err == nil || status == http.StatusConflict {
 			if err != nil {
 				fmt.Fprintf(w.Log, "warm runner: job %s: report %s: %v\n", l.JobID, outcome, err)
 			}
 			return
 		}
-		sleepCtx(ctx, time.Duration(try+1)*500*time.Millisecond)
+		fmt.Fprintf(w.Log, "warm runner: job %s: report %s (try %d): %v; trying again while the lease holds\n", l.JobID, outcome, try, err)
+		t := time.NewTimer(min(time.Duration(try)*500*time.Millisecond, 2*time.Second))
+		select {
+		case <-held:
+			t.Stop()
+			fmt.Fprintf(w.Log, "warm runner: job %s: its lease is gone; %s not reported (the service reads the run's result itself)\n", l.JobID, outcome)
+			return
+		case <-t.C:
+		}
 	}
 }
 

@@ -35,14 +35,22 @@ type warmControl struct {
 	mu       sync.Mutex
 	next     int64
 	outcomes map[string][]string      // run -> the outcomes done reported
+	whys     map[string][]string      // run -> the why of each outcome
 	stops    map[string]chan struct{} // run -> closed once renew must say stop
 	ended    map[string]bool          // run -> Ran was called
 	changed  chan struct{}            // closed and replaced when ended changes
+	// failDone: so many /warm/done calls are answered 503 (a gateway
+	// restarting, etcd away) before one is taken; doneTries counts them all,
+	// renewedAfterDone the renewals after a run's first done call.
+	failDone         int
+	doneTries        map[string]int
+	renewedAfterDone map[string]int
 }
 
 func newWarmControl(t *testing.T) *warmControl {
 	c := &warmControl{token: "warm-test-token", leases: make(chan lease, 64), outcomes: map[string][]string{},
-		stops: map[string]chan struct{}{}, ended: map[string]bool{}, changed: make(chan struct{})}
+		stops: map[string]chan struct{}{}, ended: map[string]bool{}, changed: make(chan struct{}),
+		doneTries: map[string]int{}, renewedAfterDone: map[string]int{}, whys: map[string][]string{}}
 	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.Header.Get("Authorization") != "Bearer "+c.token {
 			http.Error(w, "no workload identity", http.StatusUnauthorized)
@@ -51,6 +59,7 @@ func newWarmControl(t *testing.T) *warmControl {
 		var req struct {
 			Run     string `json:"run"`
 			Outcome string `json:"outcome"`
+			Why     string `json:"why"`
 		}
 		json.NewDecoder(r.Body).Decode(&req)
 		switch r.URL.Path {
@@ -65,6 +74,9 @@ func newWarmControl(t *testing.T) *warmControl {
 		case "/warm/renew":
 			c.mu.Lock()
 			stop := c.stops[req.Run]
+			if c.doneTries[req.Run] > 0 {
+				c.renewedAfterDone[req.Run]++
+			}
 			c.mu.Unlock()
 			if stop == nil {
 				http.Error(w, "not leased", http.StatusConflict)
@@ -79,8 +91,13 @@ func newWarmControl(t *testing.T) *warmControl {
 			}
 		case "/warm/done":
 			c.mu.Lock()
+			defer c.mu.Unlock()
+			if c.doneTries[req.Run]++; c.doneTries[req.Run] <= c.failDone {
+				http.Error(w, "etcd is away", http.StatusServiceUnavailable)
+				return
+			}
 			c.outcomes[req.Run] = append(c.outcomes[req.Run], req.Outcome)
-			c.mu.Unlock()
+			c.whys[req.Run] = append(c.whys[req.Run], req.Why)
 		default:
 			http.NotFound(w, r)
 		}
@@ -568,5 +585,81 @@ func TestWarmStopEndsTheJobsFFmpeg(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(w.WorkRoot, run)); !os.IsNotExist(err) {
 		t.Errorf("the stopped job's directory is left after it (%v)", err)
+	}
+}
+
+// TestWarmDoneRetriedWhileTheLeaseHolds: /warm/done fails for a while after the
+// result is up (a gateway restarting behind the load balancer, etcd away). The
+// runner keeps renewing the lease meanwhile and tries done until it is taken:
+// the run is reported once, never left to lapse into a rerun. Once the lease
+// is gone (renew answers 409), it stops trying: the service reads the result.
+func TestWarmDoneRetriedWhileTheLeaseHolds(t *testing.T) {
+	ff := testenv.Binary(t, "ffmpeg")
+	testenv.Binary(t, "bwrap")
+	c := newWarmControl(t)
+	c.failDone = 6 // more than the 5 tries the runner once gave up after
+	startWarm(t, c, ff)
+	srv, up := newServer(t, nil)
+	job := func(id string) string {
+		return c.submit(mj.Manifest{JobID: id, Attempt: 1, OutputNames: []string{"o.nut"}, UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok", TimeoutSeconds: 60,
+			FFmpegCommands: []string{"-f lavfi -i testsrc=size=32x32:rate=5 -t 1 -c:v rawvideo -f nut outputs/o.nut"}})
+	}
+	run := job("job-done-late")
+	got := c.waitRan(t, run)
+	c.mu.Lock()
+	tries, renewed := c.doneTries[run], c.renewedAfterDone[run]
+	c.mu.Unlock()
+	if len(got) != 1 || got[0] != "reported" || tries != c.failDone+1 {
+		t.Fatalf("done taken %q after %d tries; want [reported] once, after %d", got, tries, c.failDone+1)
+	}
+	if renewed == 0 {
+		t.Fatal("the runner stopped renewing its lease before done was taken: the lease could lapse with the result up")
+	}
+	if _, ok := up.uploaded("/result.json"); !ok {
+		t.Fatal("no result.json uploaded")
+	}
+
+	// Done never taken, and then the lease goes: the runner stops trying and
+	// moves on.
+	c.mu.Lock()
+	c.failDone = 1 << 30
+	c.mu.Unlock()
+	run = job("job-done-never")
+	testenv.Eventually(t, 3*time.Minute, "a done call of the second run", func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.doneTries[run] > 0
+	})
+	c.mu.Lock()
+	delete(c.stops, run) // renew answers 409: the lease is gone
+	c.mu.Unlock()
+	if got := c.waitRan(t, run); len(got) != 0 {
+		t.Fatalf("done taken %q for a run whose lease is gone", got)
+	}
+}
+
+// A manifest too large for the lease is fetched from its signed link; when that
+// fails, the fault the runner reports (the job's message) names no signature.
+func TestWarmManifestFaultNamesNoSignature(t *testing.T) {
+	testenv.Binary(t, "bwrap")
+	c := newWarmControl(t)
+	startWarm(t, c, testenv.Binary(t, "ffmpeg"))
+	gone := httptest.NewServer(http.NotFoundHandler())
+	gone.Close() // its address refuses connections
+	b, _ := json.Marshal(mj.Manifest{JobID: "job-big", Attempt: 1, ManifestURL: gone.URL + "/manifest.json?exp=1&sig=s3cr3tsignature"})
+	run := uuid.NewString()
+	c.mu.Lock()
+	c.stops[run] = make(chan struct{})
+	c.mu.Unlock()
+	c.leases <- lease{Run: run, Lease: 1, TTLSeconds: 30, JobID: "job-big", Attempt: 1, Manifest: b}
+	got := c.waitRan(t, run)
+	c.mu.Lock()
+	whys := c.whys[run]
+	c.mu.Unlock()
+	if len(got) != 1 || got[0] != "fault" || len(whys) != 1 || !strings.Contains(whys[0], "manifest") {
+		t.Fatalf("a manifest that could not be fetched: outcomes %q why %q; want one fault", got, whys)
+	}
+	if strings.Contains(whys[0], "sig=") || strings.Contains(whys[0], "s3cr3t") {
+		t.Fatalf("the fault names the manifest's signed link: %q", whys[0])
 	}
 }

@@ -11,7 +11,10 @@ import (
 
 // destinationsKey holds a job's output_destinations: presigned URLs, so
 // credentials, kept out of the job record (which lists and views read, and
-// which goes whole into events) and deleted with the job (DeleteFinishedJobs).
+// which goes whole into events), deleted when the job ends (derivedOps: only an
+// open attempt's upload links read them). Their bytes count against the
+// account's max_job_bytes with the record (besideBytes) until the retention
+// deletes the job.
 func (s *Store) destinationsKey(id string) string { return s.p + "destinations/" + id }
 
 // destinationsOps writes j's destinations in its create transaction.

@@ -14,7 +14,11 @@ func (s *Store) CheckCreate(ctx context.Context, j *mj.Job, defaults Limits) err
 		return err
 	}
 	c := *j
-	if _, err := encodeRecord(&c); err != nil { // sets the record's size
+	beside, err := s.besideBytes(&c, nil)
+	if err != nil {
+		return err
+	}
+	if _, err := encodeRecord(&c, beside); err != nil { // sets the record's size
 		return err
 	}
 	return checkCreate(u.overrides.Apply(defaults), u, &c)

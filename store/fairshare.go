@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -24,7 +25,8 @@ type QueueEntry struct {
 
 // PoolQueue reads a pool's whole queue, keys only, in one ranged read: the
 // entries in key order (by account, then first in, first out), and the keys an
-// older version wrote without an account (see MigrateQueueKeys).
+// older version wrote without an account (see MigrateQueueKeys). Dispatch
+// passes do not: they read QueueHeads of the accounts a QueueIndex counts.
 func (s *Store) PoolQueue(ctx context.Context, pool string) (entries []QueueEntry, legacy []string, err error) {
 	prefix := s.PoolQueuePrefix(pool)
 	resp, err := s.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -158,9 +160,14 @@ func (s *Store) SetAccountSchedule(ctx context.Context, account string, sc Sched
 	return err
 }
 
+// StandingAheadMax is how many jobs ahead of a queued job QueueStanding counts
+// at most: a read of a job costs the same however long its account's queue.
+const StandingAheadMax = 100
+
 // Standing is where a queued job stands, read when a client asks.
 type Standing struct {
-	// Ahead is how many of the account's jobs in the same pool were queued before it.
+	// Ahead is how many of the account's jobs in the same pool were queued
+	// before it, up to StandingAheadMax; more than that reads StandingAheadMax+1.
 	Ahead int
 	// InFlight is how many of the account's jobs hold the pool's slots (a Nomad child).
 	InFlight int
@@ -168,13 +175,16 @@ type Standing struct {
 	Schedule *Schedule
 }
 
-// QueueStanding reads, in one transaction of count-only ranges, where a queued
-// job without a Nomad child stands in its account's part of its pool's queue.
-// Nothing is written: the job's record keeps what it had (docs/scheduling.md).
+// QueueStanding reads, in one transaction, where a queued job without a Nomad
+// child stands in its account's part of its pool's queue: the keys before its
+// own, at most StandingAheadMax+1 of them (a ranged read with a limit, which
+// etcd answers without going over the rest), and the count of the account's
+// jobs in flight (bounded by its running jobs). Nothing is written: the job's
+// record keeps what it had (docs/scheduling.md).
 func (s *Store) QueueStanding(ctx context.Context, j *mj.Job) (Standing, error) {
 	qp, ap := s.AccountQueuePrefix(j.Machine, j.AccountID), s.AccountActivePrefix(j.Machine, j.AccountID)
 	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(qp, clientv3.WithRange(s.queueKey(j)), clientv3.WithCountOnly()),
+		clientv3.OpGet(qp, clientv3.WithRange(s.queueKey(j)), clientv3.WithKeysOnly(), clientv3.WithLimit(StandingAheadMax+1)),
 		clientv3.OpGet(ap, clientv3.WithPrefix(), clientv3.WithCountOnly()),
 		clientv3.OpGet(s.schedKey(j.AccountID)),
 	).Commit()
@@ -182,7 +192,7 @@ func (s *Store) QueueStanding(ctx context.Context, j *mj.Job) (Standing, error) 
 		return Standing{}, fmt.Errorf("read queue standing: %w", err)
 	}
 	st := Standing{
-		Ahead:    int(resp.Responses[0].GetResponseRange().Count),
+		Ahead:    len(resp.Responses[0].GetResponseRange().Kvs),
 		InFlight: int(resp.Responses[1].GetResponseRange().Count),
 	}
 	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
@@ -192,4 +202,46 @@ func (s *Store) QueueStanding(ctx context.Context, j *mj.Job) (Standing, error) 
 		}
 	}
 	return st, nil
+}
+
+// queueHeadsOps is how many ranged reads one transaction of QueueHeads holds
+// (etcd allows 128 operations in a transaction by default).
+const queueHeadsOps = 64
+
+// QueueHeads reads the first want[account] keys of each account's part of a
+// pool's queue (keys only, first in first out), in read-only transactions of
+// ranged reads with a limit: what a pass reads is bounded by what it asks, not
+// by how many jobs wait.
+func (s *Store) QueueHeads(ctx context.Context, pool string, want map[string]int) (map[string][]QueueEntry, error) {
+	accounts := make([]string, 0, len(want))
+	for a, k := range want {
+		if k > 0 {
+			accounts = append(accounts, a)
+		}
+	}
+	sort.Strings(accounts)
+	out := make(map[string][]QueueEntry, len(accounts))
+	for len(accounts) > 0 {
+		chunk := accounts[:min(queueHeadsOps, len(accounts))]
+		accounts = accounts[len(chunk):]
+		ops := make([]clientv3.Op, len(chunk))
+		for i, a := range chunk {
+			ops[i] = clientv3.OpGet(s.AccountQueuePrefix(pool, a), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(int64(want[a])))
+		}
+		resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("read the queue of pool %s: %w", pool, err)
+		}
+		for i, a := range chunk {
+			kvs := resp.Responses[i].GetResponseRange().Kvs
+			q := make([]QueueEntry, 0, len(kvs))
+			for _, kv := range kvs {
+				e := QueueEntry{Account: a, ID: IDFromKey(string(kv.Key))}
+				e.QueuedAt, _ = QueuedAtFromKey(string(kv.Key))
+				q = append(q, e)
+			}
+			out[a] = q
+		}
+	}
+	return out, nil
 }

@@ -265,17 +265,23 @@ func (s *Store) revokeAPIKey(ctx context.Context, accountID, keyID string, last 
 		if lastKey && !last {
 			return mj.Errorf(mj.EConflict, "this is the account's last API key; create another before revoking it")
 		}
+		ops := []clientv3.Op{clientv3.OpDelete(s.accountKeyIndex(accountID, keyID)), clientv3.OpDelete(s.keyByHash(hash)), clientv3.OpPut(verKey, keyID)}
+		if lastKey {
+			// The account is shut out: its sign-in links and their sessions end
+			// here, whatever becomes of deleting them below (LinksEnded).
+			ops = append(ops, clientv3.OpPut(s.linksEndedKey(accountID), keyID))
+		}
 		resp, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.Version(verKey), "=", ver)).
-			Then(clientv3.OpDelete(s.accountKeyIndex(accountID, keyID)), clientv3.OpDelete(s.keyByHash(hash)), clientv3.OpPut(verKey, keyID)).
+			Then(ops...).
 			Commit()
 		if err != nil {
 			return err
 		}
 		if resp.Succeeded {
 			// The dashboard sessions the key signed in end with it. Should this fail,
-			// they are refused all the same (a session's key must still exist) and
-			// expire by their lease.
+			// they are refused all the same (a session's key must still exist, a
+			// link's must be newer than links_ended/) and expire by their lease.
 			s.DeleteKeySessions(ctx, hash)
 			if lastKey { // and so do the sign-in links': the account is shut out
 				s.DeleteKeySessions(ctx, linkSessions(accountID))

@@ -22,7 +22,9 @@ import (
 //     the read, so racing creates cannot cross it; further from it they do not
 //     contend (only more than queuedRaceMargin creates of one account racing at
 //     once could overshoot, by their excess);
-//   - bytes of job records: counters per account, usage/<account>/job_bytes/<shard>
+//   - bytes of job records (with what their creates store beside them:
+//     destinations and Idempotency-Key records, besideBytes): counters per
+//     account, usage/<account>/job_bytes/<shard>
 //     (each create adds to the shard its job id hashes to, in its transaction,
 //     with a compare on that shard's revision: concurrent creates of one account
 //     rarely touch the same shard) and usage/<account>/job_bytes_freed (added to
@@ -218,13 +220,34 @@ func checkCreate(l Limits, u usageRead, j *mj.Job) error {
 const quotaAttempts = 32
 
 // encodeRecord marshals j with its RecordBytes: the record counts as its size
-// with the count written in.
-func encodeRecord(j *mj.Job) ([]byte, error) {
+// with the count written in, plus beside, the bytes the create stores beside it
+// (besideBytes), all given back together when the retention deletes the job.
+func encodeRecord(j *mj.Job, beside int64) ([]byte, error) {
 	j.RecordBytes = 0
 	b, err := json.Marshal(j)
 	if err != nil {
 		return nil, err
 	}
-	j.RecordBytes = int64(len(b)) + int64(len(`,"record_bytes":`)+len(strconv.Itoa(len(b))))
+	n := int64(len(b)) + beside
+	j.RecordBytes = n + int64(len(`,"record_bytes":`)+len(strconv.FormatInt(n, 10)))
 	return json.Marshal(j)
+}
+
+// besideBytes is what a create of j stores beside its record: its
+// output_destinations (up to mj.MaxDestinationsBytes) and its Idempotency-Key
+// record, keys and values. They count against max_job_bytes with the record, so
+// an account cannot hold etcd space its limit does not see.
+func (s *Store) besideBytes(j *mj.Job, idem *Idempotency) (int64, error) {
+	var n int64
+	if j.Destinations != nil {
+		b, err := json.Marshal(j.Destinations)
+		if err != nil {
+			return 0, err
+		}
+		n += int64(len(s.destinationsKey(j.ID)) + len(b))
+	}
+	if idem != nil {
+		n += int64(len(s.idemKey(j.AccountID, idem.Key)) + len(idemValue(j, idem)))
+	}
+	return n, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,5 +201,70 @@ func TestConcurrentCreatesFarFromTheLimits(t *testing.T) {
 	}
 	if _, u, _, _ := s.AccountLimits(ctx, "c", limits); u.QueuedJobs != n || u.JobBytes != want {
 		t.Fatalf("usage %+v, want %d queued and %d bytes", u, n, want)
+	}
+}
+
+// What a create stores beside the record counts against max_job_bytes with it
+// (security review §1): with 64 KiB allowed, two jobs carrying about 30 KiB of
+// destination URLs each fit and the third is refused. The URLs go when the job
+// ends, and the retention gives back exactly what was counted, Idempotency-Key
+// records included, so the account holds nothing afterwards.
+func TestDestinationsCountAgainstMaxJobBytes(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	ctx := context.Background()
+	l := store.Limits{MaxJobBytes: 64 << 10}
+	base := time.Now().Add(-time.Hour)
+	withDestinations := func(i int) *mj.Job {
+		j := newJob("a", base.Add(time.Duration(i)*time.Millisecond))
+		d := &mj.Destinations{URLs: map[string]string{}, KeepOutputs: true}
+		for k := range 20 { // 20 URLs of 1.5 KiB: about 30 KiB
+			name := "o" + strconv.Itoa(k) + ".mp4"
+			j.OutputNames = append(j.OutputNames, name)
+			d.URLs[name] = "https://bucket.example/" + name + "?sig=" + strings.Repeat("x", 1500)
+		}
+		j.HasDestinations, j.Destinations = true, d
+		return j
+	}
+	var created []*mj.Job
+	for i := range 2 {
+		j, err := s.CreateJobWithin(ctx, withDestinations(i), &store.Idempotency{Key: "k" + strconv.Itoa(i), Fingerprint: "f"}, l)
+		if err != nil {
+			t.Fatalf("create %d: %v", i+1, err)
+		}
+		if j.RecordBytes < 30<<10 {
+			t.Fatalf("create %d counted %d bytes; its destinations alone are over 30 KiB", i+1, j.RecordBytes)
+		}
+		created = append(created, j)
+	}
+	_, u, _, _ := s.AccountLimits(ctx, "a", l)
+	_, err := s.CreateJobWithin(ctx, withDestinations(2), nil, l)
+	wantQuota(t, err, "max_job_bytes", itoa(64<<10), itoa(u.JobBytes))
+
+	// A finished job's destinations go with the transition that ends it.
+	for _, j := range created {
+		if _, err := s.UpdateJob(ctx, j.ID, func(j *mj.Job) error { j.Status = mj.StatusCancelled; return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if d, err := s.Destinations(ctx, j.ID); err != nil || d != nil {
+			t.Fatalf("destinations of a finished job: %v, %v; want none", d, err)
+		}
+	}
+	if _, u, _, _ = s.AccountLimits(ctx, "a", l); u.JobBytes != created[0].RecordBytes+created[1].RecordBytes {
+		t.Fatalf("held %d; the finished jobs count %d until the retention deletes them", u.JobBytes, created[0].RecordBytes+created[1].RecordBytes)
+	}
+	if n, err := s.DeleteFinishedJobs(ctx, time.Now().Add(time.Hour), 0); err != nil || n != 2 {
+		t.Fatalf("DeleteFinishedJobs = %d, %v", n, err)
+	}
+	if _, u, _, _ = s.AccountLimits(ctx, "a", l); u.JobBytes != 0 {
+		t.Fatalf("held %d after the retention; want 0", u.JobBytes)
+	}
+	resp, err := s.Client().Get(ctx, "", clientv3.WithFromKey(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		if k := string(kv.Key); strings.Contains(k, "destinations/") || strings.Contains(k, "idem/") {
+			t.Fatalf("left behind: %s", k)
+		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 //	session_index/<key hash>/<sha256(id)>     the lease id (hex): the sessions a key opened, leased
 //	session_index/login-link.<account>/<sha256(id)>   the same for the account's sign-in links
 //	login_tokens/<sha256(token)>              the link's account (JSON), leased
+//	links_ended/<account>                     the id of the key whose revocation shut the account out
 
 // LoginLinkKey is the key hash recorded for a session opened by a sign-in link
 // (no API key signed it in).
@@ -55,6 +56,9 @@ type Session struct {
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Lease     int64     `json:"lease"`
+	// Rev is the etcd revision that created the session (not stored): a link's
+	// session made before the account was shut out has ended (LinksEnded).
+	Rev int64 `json:"-"`
 }
 
 // LoginToken is what a sign-in link's token stands for.
@@ -63,6 +67,7 @@ type LoginToken struct {
 	CreatedAt time.Time `json:"created_at"`
 	ExpiresAt time.Time `json:"expires_at"`
 	Lease     int64     `json:"lease"`
+	Rev       int64     `json:"-"` // the revision that created it, as Session.Rev
 }
 
 func (s *Store) sessionKey(id string) string { return s.p + "sessions/" + hashID(id) }
@@ -127,8 +132,23 @@ func (s *Store) Session(ctx context.Context, id string) (*Session, error) {
 	if err := json.Unmarshal(resp.Kvs[0].Value, &sess); err != nil {
 		return nil, err
 	}
-	sess.ID = id
+	sess.ID, sess.Rev = id, resp.Kvs[0].CreateRevision
 	return &sess, nil
+}
+
+func (s *Store) linksEndedKey(accountID string) string { return s.p + "links_ended/" + accountID }
+
+// LinksEnded tells whether the account's sign-in links and their sessions made
+// at revision rev (Session.Rev, LoginToken.Rev) have ended: the account's last
+// key was revoked since. Revoking writes this in the same transaction as the key's
+// deletion, so it holds even when deleting the sessions fails; comparing
+// revisions, not clocks, needs no agreement between machines.
+func (s *Store) LinksEnded(ctx context.Context, accountID string, rev int64) (bool, error) {
+	resp, err := s.cli.Get(ctx, s.linksEndedKey(accountID))
+	if err != nil {
+		return false, err
+	}
+	return len(resp.Kvs) > 0 && resp.Kvs[0].ModRevision > rev, nil
 }
 
 // DeleteSession ends the session whose cookie is id (signing out). Ending one that
@@ -202,6 +222,31 @@ func (s *Store) CreateLoginToken(ctx context.Context, accountID string, ttl time
 	return token, t.ExpiresAt, nil
 }
 
+// LoginToken returns what the token stands for without using it up (the link's
+// confirmation page names the account). An unknown, used or expired token is
+// mj.ErrNotFound.
+func (s *Store) LoginToken(ctx context.Context, token string, now time.Time) (*LoginToken, error) {
+	if token == "" {
+		return nil, mj.ErrNotFound
+	}
+	resp, err := s.cli.Get(ctx, s.loginTokenKey(token))
+	if err != nil {
+		return nil, err
+	}
+	if len(resp.Kvs) == 0 {
+		return nil, mj.ErrNotFound
+	}
+	var t LoginToken
+	if err := json.Unmarshal(resp.Kvs[0].Value, &t); err != nil {
+		return nil, err
+	}
+	if !now.Before(t.ExpiresAt) {
+		return nil, mj.ErrNotFound
+	}
+	t.Rev = resp.Kvs[0].CreateRevision
+	return &t, nil
+}
+
 // ConsumeLoginToken deletes the token and returns what it stood for: a token
 // works once (of two concurrent uses, one gets it). An unknown, used or expired
 // token is mj.ErrNotFound.
@@ -220,6 +265,7 @@ func (s *Store) ConsumeLoginToken(ctx context.Context, token string, now time.Ti
 	if err := json.Unmarshal(resp.PrevKvs[0].Value, &t); err != nil {
 		return nil, err
 	}
+	t.Rev = resp.PrevKvs[0].CreateRevision
 	s.revokeLease(t.Lease) // it holds nothing more
 	if !now.Before(t.ExpiresAt) {
 		return nil, mj.ErrNotFound // its lease had not run out yet

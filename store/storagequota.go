@@ -75,8 +75,8 @@ func (s *Store) heldExpKey(account, obj string, exp time.Time) string {
 // expStamp is a time as a fixed-width UTC stamp: the keys sort in time order.
 func expStamp(t time.Time) string { return t.UTC().Format("20060102T150405.000000000Z") }
 
-// heldIndexedKey holds when ReleaseExpired last gave every held record without
-// one its heldexp/ entry (indexHeld).
+// heldIndexedKey holds when the last scan of held/ for records without their
+// heldexp/ entry ended (indexHeld).
 func (s *Store) heldIndexedKey() string { return s.p + "migrations/heldexp" }
 
 // TallyPrefix holds the succeeded jobs whose outputs are still to be counted.
@@ -230,23 +230,55 @@ func (s *Store) DropTally(ctx context.Context, jobID string) error {
 // heldPage is how many held records one read of ReleaseExpired takes.
 const heldPage = 500
 
-// heldScanEvery is how often ReleaseExpired goes over held/ itself, to index
+// heldScanPage is how many held records one sweep's index scan reads (one page
+// a sweep: a scan of any size costs each sweep the same).
+const heldScanPage = 1000
+
+// heldScanEvery is how often the index scan goes over held/ again, to index
 // records written without their heldexp/ entry (by a version before the index,
 // still running during an upgrade).
 const heldScanEvery = 24 * time.Hour
+
+// heldScanQuiet ends the scans: once a whole scan that began this long after
+// the last scan that indexed a record finds nothing to index, no version before
+// the index is taken to be running any more, and held/ is not scanned again
+// (docs/limits.md says how to scan again after a downgrade).
+const heldScanQuiet = 7 * 24 * time.Hour
+
+// heldScanKey holds the index scan's state (heldScan); heldIndexedKey, when
+// the last scan ended, which versions with a whole-held/ scan read too.
+func (s *Store) heldScanKey() string { return s.p + "migrations/heldexp_scan" }
+
+// heldScan is where the index scan stands.
+type heldScan struct {
+	// Cursor is the held/ key the scan in progress goes on from ("": none).
+	Cursor string `json:"cursor,omitempty"`
+	// Started is when the scan in progress began.
+	Started time.Time `json:"started,omitzero"`
+	// Found is when a scan last indexed a record (at first, the first scan's start).
+	Found time.Time `json:"found,omitzero"`
+	// Done: no version before the index writes any more; no scan is needed.
+	Done bool `json:"done,omitempty"`
+}
 
 // ReleaseExpired gives back the storage of the objects whose records expired
 // before now: it deletes each one's blob with del (which must treat a blob
 // already gone as deleted), then its record, adding its bytes to the account's
 // freed counter in the same transaction. A record whose blob could not be
 // deleted stays for the next sweep. It reads only the expired part of the
-// expiry index (heldexp/), after indexing what held/ holds unindexed when that
-// was last done more than heldScanEvery ago. The janitor is the only caller. It
+// expiry index (heldexp/). Then it indexes one page of held/ when a scan for
+// records written without their entry is due (indexHeld): releasing never
+// waits for the scan, whatever held/ holds. The janitor is the only caller. It
 // returns how many records it released and the first error.
 func (s *Store) ReleaseExpired(ctx context.Context, now time.Time, del func(blob string) error) (int, error) {
-	if err := s.indexHeld(ctx, now); err != nil {
-		return 0, err
+	n, first := s.releaseIndexed(ctx, now, del)
+	if ctx.Err() == nil {
+		first = cmp(first, s.indexHeld(ctx, now))
 	}
+	return n, first
+}
+
+func (s *Store) releaseIndexed(ctx context.Context, now time.Time, del func(blob string) error) (int, error) {
 	prefix := s.heldExpPrefix()
 	from, end := prefix, prefix+expStamp(now)
 	n := 0
@@ -254,7 +286,7 @@ func (s *Store) ReleaseExpired(ctx context.Context, now time.Time, del func(blob
 	for {
 		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(heldPage))
 		if err != nil {
-			return n, fmt.Errorf("list expired storage: %w", err)
+			return n, cmp(first, fmt.Errorf("list expired storage: %w", err))
 		}
 		for _, kv := range resp.Kvs {
 			// heldexp/<stamp>/<account>/<object>
@@ -284,45 +316,93 @@ func (s *Store) ReleaseExpired(ctx context.Context, now time.Time, del func(blob
 	}
 }
 
-// indexHeld gives every held record without one its heldexp/ entry, when the
-// last time it did (the migrations/heldexp key's value) is more than
-// heldScanEvery before now.
+// heldGetOps is how many reads one multi-get transaction of indexHeld holds
+// (etcd allows 128 operations in a transaction by default).
+const heldGetOps = 100
+
+// indexHeld takes the index scan one page further: it gives the held records of
+// the page without their heldexp/ entry one, and writes nothing for those that
+// have it (read first, a multi-get per heldGetOps records), so a scan of records
+// all indexed costs one write per page, for its cursor. A scan starts when the
+// last one ended heldScanEvery before now, until one finds that no version
+// before the index can be writing any more (heldScanQuiet).
 func (s *Store) indexHeld(ctx context.Context, now time.Time) error {
-	resp, err := s.cli.Get(ctx, s.heldIndexedKey())
+	resp, err := s.cli.Txn(ctx).Then(clientv3.OpGet(s.heldIndexedKey()), clientv3.OpGet(s.heldScanKey())).Commit()
 	if err != nil {
-		return fmt.Errorf("read held storage: %w", err)
+		return fmt.Errorf("read held storage scan: %w", err)
 	}
-	if len(resp.Kvs) > 0 {
-		if at, err := time.Parse(time.RFC3339, string(resp.Kvs[0].Value)); err == nil && now.Sub(at) < heldScanEvery {
-			return nil
-		}
+	var st heldScan
+	stateRev := int64(0)
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		stateRev = kvs[0].ModRevision
+		json.Unmarshal(kvs[0].Value, &st) // damaged: scanned as if new
 	}
-	from, end := s.HeldPrefix(), clientv3.GetPrefixRangeEnd(s.HeldPrefix())
-	for {
-		resp, err := s.cli.Get(ctx, from, clientv3.WithRange(end), clientv3.WithLimit(heldPage))
-		if err != nil {
-			return fmt.Errorf("list held storage: %w", err)
-		}
-		for _, kv := range resp.Kvs {
-			account, obj, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.HeldPrefix()), "/")
-			var h Held
-			json.Unmarshal(kv.Value, &h) // a damaged record: indexed as expired long ago
-			ek := s.heldExpKey(account, obj, h.Expires)
-			// Unless it has its entry, or changed (was released) since it was read.
-			if _, err := s.cli.Txn(ctx).If(
-				clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
-				clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
-			).Then(clientv3.OpPut(ek, string(kv.Value))).Commit(); err != nil {
-				return fmt.Errorf("index held storage: %w", err)
+	if st.Done {
+		return nil
+	}
+	if st.Cursor == "" {
+		if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+			if at, err := time.Parse(time.RFC3339, string(kvs[0].Value)); err == nil && now.Sub(at) < heldScanEvery {
+				return nil
 			}
 		}
-		if !resp.More || len(resp.Kvs) == 0 {
-			break
+		st.Cursor, st.Started = s.HeldPrefix(), now
+		if st.Found.IsZero() {
+			st.Found = now
 		}
-		from = string(resp.Kvs[len(resp.Kvs)-1].Key) + "\x00"
 	}
-	if _, err := s.cli.Put(ctx, s.heldIndexedKey(), now.UTC().Format(time.RFC3339)); err != nil {
-		return fmt.Errorf("record held storage indexed: %w", err)
+	page, err := s.cli.Get(ctx, st.Cursor, clientv3.WithRange(clientv3.GetPrefixRangeEnd(s.HeldPrefix())), clientv3.WithLimit(heldScanPage))
+	if err != nil {
+		return fmt.Errorf("list held storage: %w", err)
+	}
+	entries := make([]string, len(page.Kvs))
+	for i, kv := range page.Kvs {
+		account, obj, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), s.HeldPrefix()), "/")
+		var h Held
+		json.Unmarshal(kv.Value, &h) // a damaged record: indexed as expired long ago
+		entries[i] = s.heldExpKey(account, obj, h.Expires)
+	}
+	for i := 0; i < len(entries); i += heldGetOps {
+		chunk := entries[i:min(i+heldGetOps, len(entries))]
+		gets := make([]clientv3.Op, len(chunk))
+		for j, ek := range chunk {
+			gets[j] = clientv3.OpGet(ek, clientv3.WithCountOnly())
+		}
+		has, err := s.cli.Txn(ctx).Then(gets...).Commit()
+		if err != nil {
+			return fmt.Errorf("read held storage index: %w", err)
+		}
+		for j, ek := range chunk {
+			if has.Responses[j].GetResponseRange().Count > 0 {
+				continue
+			}
+			kv := page.Kvs[i+j]
+			// Unless it was given its entry, or changed (was released), since it was read.
+			put, err := s.cli.Txn(ctx).If(
+				clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision),
+				clientv3.Compare(clientv3.CreateRevision(ek), "=", 0),
+			).Then(clientv3.OpPut(ek, string(kv.Value))).Commit()
+			if err != nil {
+				return fmt.Errorf("index held storage: %w", err)
+			}
+			if put.Succeeded {
+				st.Found = now // a version before the index wrote it
+			}
+		}
+	}
+	ops := []clientv3.Op(nil)
+	if page.More && len(page.Kvs) > 0 {
+		st.Cursor = string(page.Kvs[len(page.Kvs)-1].Key) + "\x00"
+	} else {
+		st.Done = st.Started.Sub(st.Found) >= heldScanQuiet // nothing found since, this scan included
+		st.Cursor, st.Started = "", time.Time{}
+		ops = append(ops, clientv3.OpPut(s.heldIndexedKey(), now.UTC().Format(time.RFC3339)))
+	}
+	b, _ := json.Marshal(st)
+	// A janitor of another leader that moved the scan on meanwhile wins.
+	if _, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(s.heldScanKey()), "=", stateRev)).
+		Then(append(ops, clientv3.OpPut(s.heldScanKey(), string(b)))...).Commit(); err != nil {
+		return fmt.Errorf("record held storage scan: %w", err)
 	}
 	return nil
 }

@@ -169,6 +169,12 @@ func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 	}
 	if j.Status.Terminal() && (old == nil || !old.Status.Terminal()) {
 		ops = append(ops, clientv3.OpPut(s.doneKey(j), j.ID))
+		if old != nil && j.HasDestinations {
+			// Read only by the upload links of an open attempt (gateway/uploads.go,
+			// which refuses a finished job): the URLs, credentials, go now. The
+			// bytes they counted are given back with the record (retention.go).
+			ops = append(ops, clientv3.OpDelete(s.destinationsKey(j.ID)))
+		}
 		if tallied(j) { // its outputs are counted next (storagequota.go)
 			ops = append(ops, clientv3.OpPut(s.tallyKey(j.ID), ""))
 		}
@@ -203,6 +209,12 @@ type idemRecord struct {
 	CreatedAt   time.Time `json:"created_at"`
 }
 
+// idemValue is the Idempotency-Key record a create of j with idem stores.
+func idemValue(j *mj.Job, idem *Idempotency) []byte {
+	b, _ := json.Marshal(idemRecord{JobID: j.ID, Fingerprint: idem.Fingerprint, CreatedAt: j.CreatedAt})
+	return b
+}
+
 func (s *Store) idemKey(account, key string) string {
 	sum := sha256.Sum256([]byte(key))
 	return s.p + "idem/" + account + "/" + hex.EncodeToString(sum[:])
@@ -228,7 +240,11 @@ func (s *Store) CreateJobWithin(ctx context.Context, j *mj.Job, idem *Idempotenc
 		sum := sha256.Sum256([]byte(idem.Key))
 		j.IdemHash = hex.EncodeToString(sum[:])
 	}
-	b, err := encodeRecord(j)
+	beside, err := s.besideBytes(j, idem)
+	if err != nil {
+		return nil, err
+	}
+	b, err := encodeRecord(j, beside)
 	if err != nil {
 		return nil, err
 	}
@@ -240,7 +256,7 @@ func (s *Store) CreateJobWithin(ctx context.Context, j *mj.Job, idem *Idempotenc
 		limits := u.overrides.Apply(defaults)
 		if j.MaxInputBytes != limits.MaxInputBytes { // the runner's bound (docs/limits.md)
 			j.MaxInputBytes = limits.MaxInputBytes
-			if b, err = encodeRecord(j); err != nil {
+			if b, err = encodeRecord(j, beside); err != nil {
 				return nil, err
 			}
 		}
@@ -305,8 +321,7 @@ func (s *Store) createOnce(ctx context.Context, j *mj.Job, b []byte, idem *Idemp
 	var ik string
 	if idem != nil {
 		ik = s.idemKey(j.AccountID, idem.Key)
-		rec, _ := json.Marshal(idemRecord{JobID: j.ID, Fingerprint: idem.Fingerprint, CreatedAt: j.CreatedAt})
-		ops = append(ops, clientv3.OpPut(ik, string(rec)))
+		ops = append(ops, clientv3.OpPut(ik, string(idemValue(j, idem))))
 		conds = append(conds, clientv3.Compare(clientv3.CreateRevision(ik), "=", 0))
 	}
 	// The usage read still holds: the job's shard of the byte counter is

@@ -23,7 +23,11 @@ import (
 // with its result (UpdateJob, UpdateJobs): that write happens once per job (a
 // compare-and-swap on the job's revision, and a terminal job never changes
 // status again), so a replayed event or a restart cannot count a job twice, and
-// no job is counted without its result being stored. A shard of the counter is
+// no job is counted without its result being stored. A job cancelled while it
+// ran is counted by the cancel (its wall time); a report of its runner that
+// arrives later adds what it reports beyond that to the same counter, in the
+// write that stores it on the job, without counting the job again
+// (meterDelta). A shard of the counter is
 // chosen by the job's id, so jobs of one account ending at once rarely contend.
 // Counters older than usage.retention_days are deleted by the janitor (SweepUsage).
 
@@ -101,10 +105,32 @@ func (s *Store) meterKey(j *mj.Job) string {
 	return s.meterPrefix(j.AccountID) + day.UTC().Format(DayLayout) + "/" + j.Machine + "/" + strconv.Itoa(int(h.Sum32()%meterShards))
 }
 
-// metered reports whether writing j over old counts j's usage: the write that
-// ends the job with its result.
+// metered reports whether writing j over old adds to j's usage counter
+// (meterDelta).
 func metered(old, j *mj.Job) bool {
-	return j.Usage != nil && j.Status.Terminal() && (old == nil || !old.Status.Terminal())
+	_, ok := meterDelta(old, j)
+	return ok
+}
+
+// meterDelta is what writing j over old adds to j's usage counter. The write
+// that ends the job with its usage counts the job and its usage. A later write
+// that raises the usage of a job already ended (a job cancelled while it ran,
+// whose runner's report arrives after the cancel: docs/usage.md) adds only the
+// difference, figure by figure: the job is counted once, its usage in full.
+func meterDelta(old, j *mj.Job) (meterRecord, bool) {
+	if j.Usage == nil || !j.Status.Terminal() {
+		return meterRecord{}, false
+	}
+	if old == nil || !old.Status.Terminal() || old.Usage == nil {
+		return meterRecord{}.add(*j.Usage), true
+	}
+	u, o := *j.Usage, *old.Usage
+	d := meterRecord{
+		WallMS: max(ms(u.WallSeconds)-ms(o.WallSeconds), 0), CPUMS: max(ms(u.CPUSeconds)-ms(o.CPUSeconds), 0),
+		GPUMS:      max(ms(u.GPUSeconds)-ms(o.GPUSeconds), 0),
+		InputBytes: max(u.InputBytes-o.InputBytes, 0), OutputBytes: max(u.OutputBytes-o.OutputBytes, 0),
+	}
+	return d, d != meterRecord{}
 }
 
 // counterRead is a meter counter as read (modRev 0: absent).
@@ -143,18 +169,19 @@ func (s *Store) readMeters(ctx context.Context, keys []string) (map[string]count
 	return out, nil
 }
 
-// meterOps are the write of j's usage into counter c, and the condition that c
-// is still what was read.
-func (s *Store) meterOps(j *mj.Job, c counterRead) (clientv3.Op, clientv3.Cmp) {
+// meterOps are the write of delta (meterDelta) into j's counter c, and the
+// condition that c is still what was read.
+func (s *Store) meterOps(j *mj.Job, c counterRead, delta meterRecord) (clientv3.Op, clientv3.Cmp) {
 	key := s.meterKey(j)
-	b, _ := json.Marshal(c.rec.add(*j.Usage))
+	b, _ := json.Marshal(c.rec.plus(delta))
 	return clientv3.OpPut(key, string(b)), clientv3.Compare(clientv3.ModRevision(key), "=", c.modRev)
 }
 
 // withMeter adds to a job's write (ops, under cmps) the update of its usage
 // counter when the write is the one that counts (metered).
 func (s *Store) withMeter(ctx context.Context, old, j *mj.Job, ops []clientv3.Op, cmps []clientv3.Cmp) ([]clientv3.Op, []clientv3.Cmp, error) {
-	if !metered(old, j) {
+	delta, ok := meterDelta(old, j)
+	if !ok {
 		return ops, cmps, nil
 	}
 	key := s.meterKey(j)
@@ -162,7 +189,7 @@ func (s *Store) withMeter(ctx context.Context, old, j *mj.Job, ops []clientv3.Op
 	if err != nil {
 		return nil, nil, err
 	}
-	op, cmp := s.meterOps(j, cs[key])
+	op, cmp := s.meterOps(j, cs[key], delta)
 	return append(ops, op), append(cmps, cmp), nil
 }
 
@@ -319,7 +346,8 @@ func (s *Store) commitMetered(ctx context.Context, us []JobUpdate, meters []mete
 			g.idx = append(g.idx, m.i)
 			g.ops = append(g.ops, m.ops...)
 			g.cmps = append(g.cmps, clientv3.Compare(clientv3.ModRevision(s.jobKey(jobs[m.i].ID)), "=", olds[m.i].Revision))
-			g.rec = g.rec.add(*jobs[m.i].Usage)
+			delta, _ := meterDelta(olds[m.i], jobs[m.i])
+			g.rec = g.rec.plus(delta)
 			g.size += n
 			total += n
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -55,7 +56,10 @@ type WarmRun struct {
 	// lapses before is one its runner never got (it went away while its poll
 	// was answered): the attempt did not run.
 	Started bool  `json:"started,omitempty"`
-	Rev     int64 `json:"-"`
+	Rev     int64 `json:"-"` // the key's mod revision
+	// Created is the key's create revision: it names the run (a re-put, as
+	// MarkWarmStarted's, keeps it; a new run is a new key).
+	Created int64 `json:"-"`
 }
 
 // WarmDone is a run that ended on its runner's word.
@@ -69,6 +73,9 @@ type WarmDone struct {
 	// without a result ("stopped": its allocation is stopping; a worker fault).
 	Outcome string `json:"outcome"`
 	Why     string `json:"why,omitempty"`
+	// At is when the run ended (FinishWarmRun): a result reported and not
+	// readable yet is read again for a while from then, not retried at once.
+	At time.Time `json:"at,omitempty"`
 }
 
 // ErrWarmGone: the idle runner or the run a call named is no longer there (its
@@ -115,7 +122,7 @@ func (s *Store) StopWaiting(ctx context.Context, pool, alloc string, rev int64) 
 	if len(kvs) == 0 {
 		return nil, nil
 	}
-	return decodeRun(kvs[0].Value, kvs[0].ModRevision)
+	return decodeRun(kvs[0])
 }
 
 // WarmRunOf reads the run handed to a runner; nil when none.
@@ -127,15 +134,15 @@ func (s *Store) WarmRunOf(ctx context.Context, pool, alloc string) (*WarmRun, er
 	if len(resp.Kvs) == 0 {
 		return nil, nil
 	}
-	return decodeRun(resp.Kvs[0].Value, resp.Kvs[0].ModRevision)
+	return decodeRun(resp.Kvs[0])
 }
 
-func decodeRun(b []byte, rev int64) (*WarmRun, error) {
+func decodeRun(kv *mvccpb.KeyValue) (*WarmRun, error) {
 	var r WarmRun
-	if err := json.Unmarshal(b, &r); err != nil {
+	if err := json.Unmarshal(kv.Value, &r); err != nil {
 		return nil, fmt.Errorf("decode warm run: %w", err)
 	}
-	r.Rev = rev
+	r.Rev, r.Created = kv.ModRevision, kv.CreateRevision
 	return &r, nil
 }
 
@@ -226,7 +233,10 @@ func (s *Store) MarkWarmStarted(ctx context.Context, r *WarmRun) error {
 // FinishWarmRun records that a runner's run ended (d.Run must be the run its
 // run key holds now): the run key goes and the done key stays for the
 // dispatcher. ErrWarmGone when the run is no longer the runner's (its lease
-// lapsed, the job went on without it): what it reports is refused.
+// lapsed, the job went on without it): what it reports is refused. The write
+// is conditioned on the key's create revision, which names the run, not on its
+// mod revision: the runner's first renewal (MarkWarmStarted) re-puts the key,
+// and must not make done lose to it.
 func (s *Store) FinishWarmRun(ctx context.Context, d WarmDone) error {
 	cur, err := s.WarmRunOf(ctx, d.Pool, d.Alloc)
 	if err != nil {
@@ -235,9 +245,12 @@ func (s *Store) FinishWarmRun(ctx context.Context, d WarmDone) error {
 	if cur == nil || cur.Run != d.Run || cur.JobID != d.JobID || cur.Attempt != d.Attempt {
 		return ErrWarmGone
 	}
+	if d.At.IsZero() {
+		d.At = time.Now().UTC()
+	}
 	runKey := s.WarmRunKey(d.Pool, d.Alloc)
 	resp, err := s.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.ModRevision(runKey), "=", cur.Rev)).
+		If(clientv3.Compare(clientv3.CreateRevision(runKey), "=", cur.Created)).
 		Then(clientv3.OpDelete(runKey), clientv3.OpPut(s.warmDoneKey(d.Run), string(mustJSON(d)))).Commit()
 	if err != nil {
 		return fmt.Errorf("record a warm run's end: %w", err)
@@ -297,7 +310,7 @@ func (s *Store) WarmRuns(ctx context.Context) (map[string]WarmRun, error) {
 	}
 	out := make(map[string]WarmRun, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		r, err := decodeRun(kv.Value, kv.ModRevision)
+		r, err := decodeRun(kv)
 		if err == nil {
 			out[r.Run] = *r
 		}

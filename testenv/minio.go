@@ -62,6 +62,8 @@ type MinIO struct {
 	Dir       string // the data directory
 
 	logPath string
+	bin     string
+	console string
 	cmd     *exec.Cmd
 	exited  chan struct{}
 }
@@ -166,15 +168,26 @@ func startMinIO(bin, dir string) (*MinIO, error) {
 		Region:    "us-east-1",
 		Dir:       data,
 		logPath:   filepath.Join(dir, "minio.log"),
+		bin:       bin,
+		console:   addrs[1],
 	}
+	if err := m.start(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// start runs the server on m's address, credentials and data, and waits until
+// it is ready.
+func (m *MinIO) start() error {
 	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer logf.Close() // the child has its own descriptor
 	// The console is off (MINIO_BROWSER=off); its address is pinned to loopback
 	// all the same, so that nothing listens beyond 127.0.0.1.
-	cmd := exec.Command(bin, "server", "--address", addrs[0], "--console-address", addrs[1], data)
+	cmd := exec.Command(m.bin, "server", "--address", strings.TrimPrefix(m.Endpoint, "http://"), "--console-address", m.console, m.Dir)
 	cmd.Env = append(minioFreeEnv(),
 		"MINIO_ROOT_USER="+m.AccessKey,
 		"MINIO_ROOT_PASSWORD="+m.SecretKey,
@@ -187,7 +200,7 @@ func startMinIO(bin, dir string) (*MinIO, error) {
 	// A test binary killed by its -timeout runs no Cleanup: the server goes with it.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("minio: %w", err)
+		return fmt.Errorf("minio: %w", err)
 	}
 	m.cmd = cmd
 	m.exited = make(chan struct{})
@@ -201,7 +214,7 @@ func startMinIO(bin, dir string) (*MinIO, error) {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return m, nil
+				return nil
 			}
 			last = resp.Status
 		} else {
@@ -209,11 +222,11 @@ func startMinIO(bin, dir string) (*MinIO, error) {
 		}
 		if time.Now().After(deadline) {
 			m.Close()
-			return nil, fmt.Errorf("minio server not ready after 60s (last: %s); log tail:\n%s", last, tail(m.Log(), 3000))
+			return fmt.Errorf("minio server not ready after 60s (last: %s); log tail:\n%s", last, tail(m.Log(), 3000))
 		}
 		select {
 		case <-m.exited:
-			return nil, fmt.Errorf("%w while starting; log tail:\n%s", errMinIOExited, tail(m.Log(), 3000))
+			return fmt.Errorf("%w while starting; log tail:\n%s", errMinIOExited, tail(m.Log(), 3000))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -244,6 +257,25 @@ func (m *MinIO) Close() {
 		<-m.exited
 	}
 	m.cmd = nil
+}
+
+// Kill stops the server at once (SIGKILL), as a crash: its data stays.
+func (m *MinIO) Kill() {
+	if m.cmd == nil || m.cmd.Process == nil {
+		return
+	}
+	m.cmd.Process.Kill()
+	<-m.exited
+	m.cmd = nil
+}
+
+// Restart starts a stopped server again on the same address, credentials and
+// data, and waits until it is ready.
+func (m *MinIO) Restart() error {
+	if m.cmd != nil {
+		return errors.New("minio: still running")
+	}
+	return m.start()
 }
 
 func randomHex(n int) string {

@@ -34,6 +34,10 @@
 //     from create to delivered webhook, per kind of key, for a short job and a 60 s
 //     one with progress, and the old design's estimate for a job that stored
 //     progress reports (no target).
+//   - the soak (BenchmarkSoak in ./bench/e2e, `make soak`): jobs by outcome and
+//     path, webhooks received exactly once, nothing left running, and the
+//     gateway's and dispatcher's goroutines and heap, the first third's median
+//     beside the last's, with their bounds.
 //
 // Rounds pair best when each round runs all benchmarks back to back:
 //
@@ -156,6 +160,7 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 	for _, n := range FairBenchmarks {
 		fair = fair || res[n] != nil
 	}
+	soak := res["Soak"] != nil
 	complete, met = true, true
 	printed := false
 	sep := func() {
@@ -164,7 +169,7 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 		}
 		printed = true
 	}
-	if gw || !e2e && !warm && !cost && !tr && !scale && !fair {
+	if gw || !e2e && !warm && !cost && !tr && !scale && !fair && !soak {
 		sep()
 		complete, met = GatewayTable(w, res)
 	}
@@ -196,6 +201,11 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 	if cost {
 		sep()
 		complete = EtcdCostTable(w, res) && complete
+	}
+	if soak {
+		sep()
+		c, m := SoakTable(w, res)
+		complete, met = complete && c, met && m
 	}
 	return complete, met
 }
@@ -561,6 +571,62 @@ func WarmTable(w io.Writer, res Result) (complete, met bool) {
 	} else {
 		tb.missing("burst, jobs created at once", "WarmBurst")
 	}
+	return tb.complete, tb.met
+}
+
+// The soak's bounds (BenchmarkSoak in ./bench/e2e, soak_test.go): the last third's
+// median of the gateway's and the dispatcher's goroutines at most
+// SoakGoroutineSlack above the first third's (less its first 3 minutes), and
+// of their heap at most SoakHeapRatio × the first third's; checked from 12
+// minutes of load on.
+const (
+	SoakGoroutineSlack = 50
+	SoakHeapRatio      = 1.5
+)
+
+// SoakTable writes the soak's table: what ran, whether every job ended as its
+// kind says, every webhook arrived once and nothing was left running, and the
+// gateway's and dispatcher's goroutines and heap in the first and last thirds.
+func SoakTable(w io.Writer, res Result) (complete, met bool) {
+	tb := newRows(w, 4)
+	r := res["Soak"]
+	fmt.Fprintln(w, "| soak | figure | target | result |")
+	fmt.Fprintln(w, "|---|---|---|---|")
+	if !has(r, "jobs", "wrong-status", "webhook-faults", "left-running", "gw-goroutines-first", "gw-heap-MB-first") {
+		tb.missing("soak", "Soak")
+		return tb.complete, tb.met
+	}
+	v := func(unit string) float64 { return Median(r[unit]) }
+	fmt.Fprintf(w, "| jobs, two accounts, %.0f min | %.0f jobs (%.2f/s): %.0f succeeded, %.0f failed, %.0f cancelled (%.0f before they started, %.0f running); %.0f ran warm, %.0f dispatched; %.0f client errors, %.0f with another status | every job terminal with its expected status | %s |\n",
+		v("min"), v("jobs"), v("jobs/s"), v("succeeded"), v("failed"), v("cancelled"), v("cancelled-queued"), v("cancelled-running"),
+		v("warm"), v("dispatched"), v("errors"), v("wrong-status"), tb.verdict(v("errors") == 0 && v("wrong-status") == 0))
+	fmt.Fprintf(w, "| webhooks | %.0f received; %.0f faults (missing, repeated, another delivery id or event, left in the outbox) | exactly once per job | %s |\n",
+		v("webhooks"), v("webhook-faults"), tb.verdict(v("webhook-faults") == 0))
+	fmt.Fprintf(w, "| after the load | %s | no Nomad child pending or running, every warm runner waiting for work | %s |\n",
+		map[bool]string{true: "quiet", false: "**work left running**"}[v("left-running") == 0], tb.verdict(v("left-running") == 0))
+	// The bounds hold from 12 minutes of load on (soak_test.go, soakEnforceFrom);
+	// a shorter run's figures are reported only.
+	checked := v("flat-checked") == 1
+	verdict := func(ok bool) string {
+		if !checked {
+			return "– (run under 12 min: reported only)"
+		}
+		return tb.verdict(ok)
+	}
+	for _, c := range []struct{ what, unit string }{{"gateway", "gw"}, {"dispatcher", "disp"}} {
+		g0, g1 := v(c.unit+"-goroutines-first"), v(c.unit+"-goroutines-last")
+		fmt.Fprintf(w, "| %s goroutines, median of the first → last third | %.0f → %.0f | ≤ +%d | %s |\n",
+			c.what, g0, g1, SoakGoroutineSlack, verdict(g1 <= g0+SoakGoroutineSlack))
+		h0, h1 := v(c.unit+"-heap-MB-first"), v(c.unit+"-heap-MB-last")
+		fmt.Fprintf(w, "| %s heap (MB in use at the last GC, by allocating stack), median of the first → last third | %.2f → %.2f (%.2f ×) | ≤ %.1f × | %s |\n",
+			c.what, h0, h1, h1/h0, SoakHeapRatio, verdict(h0 > 0 && h1 <= SoakHeapRatio*h0))
+	}
+	fmt.Fprintf(w, "| the gateway's job cache (up to 50,000 jobs or 256 MiB, by design) | heap %.2f → %.2f MB | – (reported) | – |\n",
+		v("cache-heap-MB-first"), v("cache-heap-MB-last"))
+	fmt.Fprintf(w, "| embedded etcd | goroutines %.0f → %.0f; heap %.1f → %.1f MB | – (reported) | – |\n",
+		v("etcd-goroutines-first"), v("etcd-goroutines-last"), v("etcd-heap-MB-first"), v("etcd-heap-MB-last"))
+	fmt.Fprintf(w, "| the whole process (gateway, dispatcher, embedded etcd, the load's clients) | goroutines %.0f → %.0f; live heap %.1f → %.1f MB | – (reported) | – |\n",
+		v("proc-goroutines-first"), v("proc-goroutines-last"), v("proc-heap-MB-first"), v("proc-heap-MB-last"))
 	return tb.complete, tb.met
 }
 

@@ -137,16 +137,18 @@ func TestAdminLoginLink(t *testing.T) {
 	}
 	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	// The link shows a confirmation page; its form posts the token.
-	open := func() (*http.Response, *http.Cookie) {
+	open := func(used bool) (*http.Response, *http.Cookie) {
 		t.Helper()
 		page, err := noFollow.Get(link)
 		if err != nil {
 			t.Fatal(err)
 		}
 		page.Body.Close()
-		if page.StatusCode != 200 {
-			t.Fatalf("the link's page: %d %v", page.StatusCode, page.Header)
+		// A used link's page already sends the browser to the error.
+		if used && (page.StatusCode != 303 || page.Header.Get("Location") != "/dashboard/?error=link") || !used && page.StatusCode != 200 {
+			t.Fatalf("the link's page (used %v): %d %v", used, page.StatusCode, page.Header)
 		}
+		// The confirmation is posted either way: it must refuse a used link too.
 		u, _ := url.Parse(link)
 		req, _ := http.NewRequest("POST", stack.URL+"/dashboard/login", strings.NewReader(url.Values{"token": {u.Query().Get("token")}}.Encode()))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
@@ -163,7 +165,7 @@ func TestAdminLoginLink(t *testing.T) {
 		}
 		return resp, nil
 	}
-	resp, cookie := open()
+	resp, cookie := open(false)
 	if resp.StatusCode != 303 || resp.Header.Get("Location") != "/dashboard/" || cookie == nil || !cookie.HttpOnly {
 		t.Fatalf("the link: %d %v", resp.StatusCode, resp.Header)
 	}
@@ -171,7 +173,7 @@ func TestAdminLoginLink(t *testing.T) {
 	if r.Status != 200 || r.data(t)["account"].(map[string]any)["name"] != name {
 		t.Fatalf("the link's session: %d %s", r.Status, r.Body)
 	}
-	if resp, cookie := open(); resp.StatusCode != 303 || resp.Header.Get("Location") != "/dashboard/?error=link" || cookie != nil {
+	if resp, cookie := open(true); resp.StatusCode != 303 || resp.Header.Get("Location") != "/dashboard/?error=link" || cookie != nil {
 		t.Fatalf("the link used twice: %d %v", resp.StatusCode, resp.Header)
 	}
 

@@ -52,6 +52,9 @@ func openBackendsLog(cfg *config.Config, secretFile string, log *slog.Logger) (*
 			return nil, err
 		}
 	}
+	for _, w := range cfg.Warnings() { // what config check warns of
+		log.Warn(w)
+	}
 	var cli *clientv3.Client
 	var closeFn func()
 	// etcd's warnings join the log, except for the noise of its closing.
@@ -119,6 +122,14 @@ func (b *backends) gateway(ctx context.Context, log *slog.Logger) *fiber.App {
 		log.Warn("warm runners cannot be admitted", "err", err)
 	} else {
 		g.Warm = auth
+	}
+	if auth, addr, err := uploaderAuth(b.cfg); err != nil {
+		log.Warn("output_destinations cannot be handed out: workers' identities cannot be checked", "err", err)
+	} else {
+		if config.PlainRemote(addr) {
+			log.Warn("Nomad's address is plain http to another machine: the keys that check workers' identities (for output_destinations) are fetched in clear", "nomad", addr)
+		}
+		g.Uploaders = auth
 	}
 	go g.Watch(ctx)
 	return g.App()
@@ -189,7 +200,7 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 		DisconnectGrace: b.cfg.Dispatcher.DisconnectD,
 		Accounts:        b.store, Name: dispatcherName(),
 		Webhook: &dispatcher.WebhookSender{Base: b.cfg.Webhooks.BaseD, Cap: b.cfg.Webhooks.CapD,
-			AttemptTimeout: b.cfg.Webhooks.TimeoutD, Guard: b.cfg.Server.Guard(),
+			AttemptTimeout: b.cfg.Webhooks.TimeoutD, Guard: b.cfg.Guard(),
 			MaxIdlePerHost: b.cfg.Webhooks.Concurrency},
 	}, nil
 }

@@ -162,6 +162,9 @@ func runConfigCheck(args []string, stdout io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stdout, "%s: ok\n", file)
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stdout, "  warning: %s\n", w)
+	}
 	if *connect {
 		b, err := openBlobs(cfg)
 		if err == nil {

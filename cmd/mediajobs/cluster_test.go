@@ -90,6 +90,7 @@ server {
   public_url     = %q
   signing_secret = %q
   allow_loopback = true
+  destination_allow_loopback = true
   rate_limit     = 0
 }
 etcd {
@@ -132,6 +133,9 @@ pool "cpu" {
 	g := &gateway.Gateway{Config: cfg, Store: s, Blobs: blobs, Signer: blob.Signer{Secret: []byte(secret), Base: apiURL},
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	if g.Warm, err = warmAuth(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if g.Uploaders, _, err = uploaderAuth(cfg); err != nil {
 		t.Fatal(err)
 	}
 	for _, p := range cfg.Pools {

@@ -147,13 +147,26 @@ func TestOutputDestinations(t *testing.T) {
 			// is looked for.)
 			secrets := []string{sig(keptURL), sig(bad), user.AccessKey}
 			var texts []string
-			for _, id := range []string{kept, sent, refused} {
-				texts = append(texts, string(call(t, "GET", c.apiURL+"/api/jobs/"+id, c.key, nil).Body))
-				texts = append(texts, c.nomadTexts(c.stored(id).NomadJobID)...)
+			gather := func() string {
+				texts = nil
+				for _, id := range []string{kept, sent, refused} {
+					texts = append(texts, string(call(t, "GET", c.apiURL+"/api/jobs/"+id, c.key, nil).Body))
+					texts = append(texts, c.nomadTexts(c.stored(id).NomadJobID)...)
+				}
+				texts = append(texts, string(call(t, "GET", c.apiURL+"/api/jobs", c.key, nil).Body), disp.log.String())
+				return strings.Join(texts, "\n")
 			}
-			texts = append(texts, string(call(t, "GET", c.apiURL+"/api/jobs", c.key, nil).Body), disp.log.String())
-			if all := strings.Join(texts, "\n"); !strings.Contains(all, "to its destination "+user.Endpoint+"/"+user.Bucket+"/"+keptKey) {
-				t.Fatalf("the runner's log does not say where the output went:\n%s", tail(all, 3000))
+			// Nomad's log shipper writes a task's logs behind the task (docker's
+			// later still): read until the runner's line is there.
+			wantLine := "to its destination " + user.Endpoint + "/" + user.Bucket + "/" + keptKey
+			if !strings.Contains(gather(), wantLine) {
+				deadline := time.Now().Add(60 * time.Second)
+				for !strings.Contains(gather(), wantLine) {
+					if time.Now().After(deadline) {
+						t.Fatalf("the runner's log does not say where the output went:\n%s", tail(strings.Join(texts, "\n"), 3000))
+					}
+					time.Sleep(500 * time.Millisecond)
+				}
 			}
 			for _, text := range texts {
 				for _, s := range secrets {

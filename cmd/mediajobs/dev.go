@@ -115,6 +115,9 @@ func devConfig(path, dataDir string) (*config.Config, error) {
 	} else {
 		cfg = config.Default()
 		cfg.Server.AllowLoopback = true
+		// Destinations may try a local MinIO; the control plane (Nomad's API,
+		// etcd, these listeners) stays refused all the same.
+		cfg.Server.DestinationAllowLoopback = true
 		// Both pools, so a newcomer without a GPU sees an nvidia job wait with its
 		// reason, then fail after the queue limit.
 		// Two small warm runners take the cpu pool's short jobs (docs/warm.md).

@@ -8,19 +8,24 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/client"
+	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/gateway"
 	"github.com/modelcontextprotocol/go-sdk/auth"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/spf13/cobra"
@@ -33,7 +38,7 @@ import (
 // URLs only (the server's disk is not the agent's).
 
 func mcpCmd(api *apiFlags) *cobra.Command {
-	var addr string
+	h := defaultMCPHTTP("")
 	cmd := &cobra.Command{
 		Use:   "mcp [-http ADDR]",
 		Short: "serve the Model Context Protocol (stdio, or streamable HTTP on ADDR) as a client of the service",
@@ -45,13 +50,15 @@ Over stdio (the default; an MCP client starts this command) it talks to the
 service at -url / MEDIAJOBS_URL with -api-key / MEDIAJOBS_API_KEY, and tools may
 read local input files and save outputs locally. With -http ADDR it serves
 streamable HTTP at http://ADDR/mcp instead: each session uses the API key of the
-request that opened it (Authorization: Bearer), and tools take URLs only.`,
+request that opened it (Authorization: Bearer), and tools take URLs only. It
+sends each client's address to the service in X-Forwarded-For: list this host
+in the gateway's server.trusted_proxies (docs/mcp.md).`,
 		Example: `  claude mcp add mediajobs -e MEDIAJOBS_URL=http://127.0.0.1:8080 -e MEDIAJOBS_API_KEY=mj_... -- mediajobs mcp
   mediajobs mcp -http 127.0.0.1:8090`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if addr != "" {
-				return serveMCPHTTP(cmd.Context(), addr, api, cmd.ErrOrStderr())
+			if h.addr != "" {
+				return h.serve(cmd.Context(), api, cmd.ErrOrStderr())
 			}
 			c, err := api.client()
 			if err != nil {
@@ -60,27 +67,79 @@ request that opened it (Authorization: Bearer), and tools take URLs only.`,
 			return newMCPServer(c, true).Run(cmd.Context(), &mcp.StdioTransport{})
 		},
 	}
-	cmd.Flags().StringVar(&addr, "http", "", "serve streamable HTTP on this address (e.g. 127.0.0.1:8090) instead of stdio")
+	cmd.Flags().StringVar(&h.addr, "http", "", "serve streamable HTTP on this address (e.g. 127.0.0.1:8090) instead of stdio")
+	cmd.Flags().StringSliceVar(&h.trustedProxies, "trusted-proxy", nil, "with -http: an address or range of a reverse proxy in front of this server (TLS); its X-Forwarded-For names the client (repeatable)")
+	cmd.Flags().IntVar(&h.sessions.max, "max-sessions", h.sessions.max, "with -http: sessions open at once, in all")
+	cmd.Flags().IntVar(&h.sessions.perKey, "max-sessions-per-key", h.sessions.perKey, "with -http: sessions open at once per API key")
 	return cmd
 }
 
-// serveMCPHTTP serves streamable HTTP at /mcp until ctx ends. A session's client
-// carries the key of the request that opened it; requests without one are 401.
+// mcpHTTP is `mediajobs mcp -http`, with the bounds that keep one caller from
+// locking the others out or growing the process (docs/mcp.md, "Limits").
+type mcpHTTP struct {
+	addr           string
+	trustedProxies []string
+	sessions       mcpSessions
+	// failures limits unknown keys per client address, before the service is
+	// asked: the service sees this host's junk as its clients' (X-Forwarded-For).
+	failures gateway.AuthFailures
+	now      func() time.Time // the limits' clock
+}
+
+func defaultMCPHTTP(addr string) *mcpHTTP {
+	return &mcpHTTP{addr: addr, sessions: mcpSessions{max: 1000, perKey: 16},
+		failures: gateway.AuthFailures{Rate: 1, Burst: 20, GlobalRate: 100, GlobalBurst: 1000}, now: time.Now}
+}
+
+// serveMCPHTTP serves streamable HTTP at /mcp on addr with the default limits.
 func serveMCPHTTP(ctx context.Context, addr string, api *apiFlags, stderr io.Writer) error {
+	return defaultMCPHTTP(addr).serve(ctx, api, stderr)
+}
+
+// serve serves streamable HTTP at /mcp until ctx ends. A session's client
+// carries the key of the request that opened it; requests without one are 401.
+func (m *mcpHTTP) serve(ctx context.Context, api *apiFlags, stderr io.Writer) error {
 	base := api.baseURL()
-	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
-		c, err := client.New(base, bearer(r), client.WithUserAgent("mediajobs-mcp/"+mj.Version))
+	var proxies []netip.Prefix
+	for _, s := range m.trustedProxies {
+		p, err := config.ParseProxy(s)
 		if err != nil {
-			return nil
+			return fmt.Errorf("-trusted-proxy %q is neither an address nor a range such as 10.0.0.0/8", s)
 		}
-		return newMCPServer(c, false)
+		proxies = append(proxies, p)
+	}
+	keys := &keyVerifier{base: base, proxies: proxies, failures: &m.failures, now: m.now,
+		good: map[string]time.Time{}, bad: map[string]time.Time{}}
+	// The SDK asks for a server on every request, if only for the protocol
+	// versions it speaks; a new session's request asks twice (the slot guard
+	// gave it keeps its one server).
+	versions := newMCPServer(nil, false) // never connected
+	h := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
+		slot, _ := r.Context().Value(sessionSlot{}).(*sessionSlot)
+		if slot == nil {
+			return versions
+		}
+		if !slot.made {
+			slot.made = true
+			c, err := client.New(base, bearer(r), client.WithUserAgent("mediajobs-mcp/"+mj.Version),
+				client.WithForwardedFor(keys.clientAddr(r).String()))
+			info := auth.TokenInfoFromContext(r.Context())
+			if err != nil || info == nil {
+				return nil
+			}
+			srv := newMCPServer(c, false)
+			if m.sessions.add(info.UserID, srv) { // else over a limit: guard answered 429, bar a race
+				slot.srv = srv
+			}
+		}
+		return slot.srv
 	}, &mcp.StreamableHTTPOptions{SessionTimeout: 30 * time.Minute})
-	// Every request's key is checked with the service, and a session is bound to
-	// the key that opened it (TokenInfo.UserID): a session id is no credential.
-	keys := &keyVerifier{base: base, ok: map[string]time.Time{}}
+	// Every request's key is checked with the service (guard), and a session is
+	// bound to the key that opened it (TokenInfo.UserID): a session id is no
+	// credential.
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", auth.RequireBearerToken(keys.verify, nil)(h))
-	ln, err := net.Listen("tcp", addr)
+	mux.Handle("/mcp", keys.guard(&m.sessions, auth.RequireBearerToken(keys.verify, nil)(h)))
+	ln, err := net.Listen("tcp", m.addr)
 	if err != nil {
 		return err
 	}
@@ -94,45 +153,247 @@ func serveMCPHTTP(ctx context.Context, addr string, api *apiFlags, stderr io.Wri
 }
 
 // keyVerifier checks API keys with the service (GET /api/account), remembering
-// a good one for a minute; a revoked key stops working within that minute.
+// a good one for a minute (a revoked key stops working within that minute) and
+// a bad one for badKeyTTL. A key never found good takes a token of the client
+// address's failure limit first, so junk costs the service a bounded number of
+// checks, and locks out only its own sender.
 type keyVerifier struct {
-	base string
-	mu   sync.Mutex
-	ok   map[string]time.Time // sha256 of a key → when it was checked
+	base     string
+	proxies  []netip.Prefix // -trusted-proxy
+	failures *gateway.AuthFailures
+	now      func() time.Time
+	mu       sync.Mutex
+	good     map[string]time.Time // sha256 of a key → when the service last said it is good
+	bad      map[string]time.Time // sha256 of a key → until when it is taken as bad
 }
 
-func (v *keyVerifier) verify(ctx context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
+const (
+	goodKeyTTL = time.Minute
+	badKeyTTL  = 10 * time.Second
+	maxKeys    = 4096 // in each of good and bad
+)
+
+// verifiedKey marks a request whose key guard found good.
+type verifiedKey struct{}
+
+// sessionSlot holds the server of a request that opens a session.
+type sessionSlot struct {
+	made bool
+	srv  *mcp.Server
+}
+
+func keyID(key string) string {
 	sum := sha256.Sum256([]byte(key))
-	id := hex.EncodeToString(sum[:])
-	info := &auth.TokenInfo{UserID: id, Expiration: time.Now().Add(time.Hour)}
-	v.mu.Lock()
-	at, known := v.ok[id]
-	v.mu.Unlock()
-	if known && time.Since(at) < time.Minute {
-		return info, nil
-	}
-	c, err := client.New(v.base, key, client.WithUserAgent("mediajobs-mcp/"+mj.Version))
-	if err != nil {
-		return nil, err
-	}
-	if _, err := c.Account(ctx); err != nil {
-		if client.IsCode(err, mj.EBadAPIKey) {
-			return nil, fmt.Errorf("%w: the mediajobs API key was refused", auth.ErrInvalidToken)
-		}
-		return nil, err
-	}
-	v.mu.Lock()
-	if len(v.ok) >= 4096 { // bounded: forget them all, they are checked again
-		clear(v.ok)
-	}
-	v.ok[id] = time.Now()
-	v.mu.Unlock()
-	return info, nil
+	return hex.EncodeToString(sum[:])
 }
 
+// clientAddr is the address r comes from (through -trusted-proxy proxies).
+func (v *keyVerifier) clientAddr(r *http.Request) netip.Addr {
+	ap, _ := netip.ParseAddrPort(r.RemoteAddr)
+	return gateway.ClientAddr(ap.Addr(), r.Header.Values("X-Forwarded-For"), v.proxies)
+}
+
+// guard answers a request whose key is not good (401), whose address is out of
+// failures (429), or that would open a session over its limits (429); it passes
+// the others on, marked as checked for verify.
+func (v *keyVerifier) guard(sessions *mcpSessions, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key := bearer(r)
+		if key == "" {
+			next.ServeHTTP(w, r) // 401 from RequireBearerToken
+			return
+		}
+		id := keyID(key)
+		if status, retry, msg := v.check(r, key, id); status != 0 {
+			if retry > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(retry))
+			}
+			if status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", "Bearer")
+			}
+			http.Error(w, msg, status)
+			return
+		}
+		ctx := context.WithValue(r.Context(), verifiedKey{}, id)
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" { // a new session
+			if msg := sessions.full(id); msg != "" {
+				http.Error(w, msg, http.StatusTooManyRequests)
+				return
+			}
+			slot := &sessionSlot{}
+			defer func() { sessions.settle(slot.srv) }()
+			ctx = context.WithValue(ctx, sessionSlot{}, slot)
+		}
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+// check checks key (whose sha256 is id) for r: status 0 when it is good, else
+// the status, Retry-After seconds and message to answer with.
+func (v *keyVerifier) check(r *http.Request, key, id string) (status, retry int, msg string) {
+	now := v.now()
+	v.mu.Lock()
+	at, known := v.good[id]
+	until, bad := v.bad[id]
+	v.mu.Unlock()
+	if known && now.Sub(at) < goodKeyTTL {
+		return 0, 0, ""
+	}
+	if bad && now.Before(until) {
+		return http.StatusUnauthorized, 0, "invalid token: the mediajobs API key was refused"
+	}
+	addr := v.clientAddr(r)
+	took := false
+	if !known { // a key found good before is no junk: it takes no token
+		ok, wait := v.failures.Take(addr, now)
+		if !ok {
+			secs := max(int(math.Ceil(wait.Seconds())), 1)
+			return http.StatusTooManyRequests, secs, fmt.Sprintf("too many failed authentications from this address; retry after %ds", secs)
+		}
+		took = true
+	}
+	c, err := client.New(v.base, key, client.WithUserAgent("mediajobs-mcp/"+mj.Version),
+		client.WithForwardedFor(addr.String()), client.WithRetries(0, 0))
+	if err != nil {
+		return http.StatusInternalServerError, 0, err.Error()
+	}
+	_, err = c.Account(r.Context())
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	switch {
+	case err == nil:
+		if took {
+			v.failures.Refund(addr)
+		}
+		bound(v.good, now, goodKeyTTL)
+		v.good[id] = now
+		return 0, 0, ""
+	case client.IsCode(err, mj.EBadAPIKey):
+		delete(v.good, id)
+		bound(v.bad, now, 0)
+		v.bad[id] = now.Add(badKeyTTL)
+		return http.StatusUnauthorized, 0, "invalid token: the mediajobs API key was refused"
+	case client.IsCode(err, mj.ETooManyRequests):
+		return http.StatusTooManyRequests, 1, err.Error()
+	default: // the service is away: not the key's fault
+		if took {
+			v.failures.Refund(addr)
+		}
+		return http.StatusBadGateway, 0, "the mediajobs service could not check the key: " + err.Error()
+	}
+}
+
+// bound makes room in m (of times; ttl: how long one is worth keeping) for one
+// more entry: the stale ones go, and if that is not enough, all of them (they
+// are checked again).
+func bound(m map[string]time.Time, now time.Time, ttl time.Duration) {
+	if len(m) < maxKeys {
+		return
+	}
+	for k, t := range m {
+		if !now.Before(t.Add(ttl)) {
+			delete(m, k)
+		}
+	}
+	if len(m) >= maxKeys {
+		clear(m)
+	}
+}
+
+// verify is RequireBearerToken's verifier: the key guard checked for this request.
+func (v *keyVerifier) verify(ctx context.Context, key string, _ *http.Request) (*auth.TokenInfo, error) {
+	id := keyID(key)
+	if ctx.Value(verifiedKey{}) != id {
+		return nil, fmt.Errorf("%w: the mediajobs API key was refused", auth.ErrInvalidToken)
+	}
+	return &auth.TokenInfo{UserID: id, Expiration: v.now().Add(time.Hour)}, nil
+}
+
+// bearer is the request's bearer token, read as the SDK reads it.
 func bearer(r *http.Request) string {
-	k, _ := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-	return strings.TrimSpace(k)
+	f := strings.Fields(r.Header.Get("Authorization"))
+	if len(f) != 2 || !strings.EqualFold(f[0], "Bearer") {
+		return ""
+	}
+	return f[1]
+}
+
+// mcpSessions bounds the sessions open at once, per key and in all: each holds
+// a server, a client of the service and their goroutines until it ends (DELETE)
+// or idles out (30 min).
+type mcpSessions struct {
+	max, perKey int
+	mu          sync.Mutex
+	open        map[*mcp.Server]sessionEntry // one server per session
+}
+
+// sessionEntry is a server's: settled once the request that made it is over,
+// and the session connected in it (or failed to).
+type sessionEntry struct {
+	key     string
+	settled bool
+}
+
+// over is why key may open no more sessions now ("" when it may), having
+// dropped the servers whose session ended. The caller holds s.mu.
+func (s *mcpSessions) over(key string) string {
+	all, mine := 0, 0
+	for srv, e := range s.open {
+		live := !e.settled
+		for range srv.Sessions() {
+			live = true
+		}
+		if !live {
+			delete(s.open, srv)
+			continue
+		}
+		all++
+		if e.key == key {
+			mine++
+		}
+	}
+	switch {
+	case s.perKey > 0 && mine >= s.perKey:
+		return fmt.Sprintf("this API key has %d MCP sessions open, the most it may (-max-sessions-per-key): end one (DELETE /mcp with its Mcp-Session-Id) or let one idle out (30 min)", mine)
+	case s.max > 0 && all >= s.max:
+		return fmt.Sprintf("this MCP server has %d sessions open, the most it may (-max-sessions); try again later", all)
+	}
+	return ""
+}
+
+// full is why key may open no more sessions now ("" when it may).
+func (s *mcpSessions) full(key string) string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.over(key)
+}
+
+// add counts srv as a session of key, unless that would cross a limit.
+func (s *mcpSessions) add(key string, srv *mcp.Server) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.over(key) != "" {
+		return false
+	}
+	if s.open == nil {
+		s.open = map[*mcp.Server]sessionEntry{}
+	}
+	s.open[srv] = sessionEntry{key: key}
+	return true
+}
+
+// settle marks srv's session as connected, or failed: from now on it counts
+// while it is open.
+func (s *mcpSessions) settle(srv *mcp.Server) {
+	if srv == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if e, ok := s.open[srv]; ok {
+		e.settled = true
+		s.open[srv] = e
+	}
 }
 
 // mcpTools is the tools' state: the service's client, and whether they may touch

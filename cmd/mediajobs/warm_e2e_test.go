@@ -15,7 +15,7 @@ import (
 )
 
 // warmPool is the shared stack's warm pool (e2e_test.go): 2 runners, jobs of up
-// to 60 s, a 3 s lease.
+// to 60 s, a 6 s lease.
 const warmPool = "short"
 
 // warmAllocs lists the running allocations of the warm pool's service job.
@@ -295,7 +295,7 @@ pool "clwarm" {
     max_job_seconds = 60
     cpu             = 100
     memory          = 256
-    lease_ttl       = "3s"
+    lease_ttl       = "6s"
   }
 }`, runnerBin))
 	d1 := c.startDispatcher("d1")

@@ -326,7 +326,7 @@ pool {{q .WarmPool}} {
     max_job_seconds = {{.WarmMaxJob}}
     cpu             = {{.WarmCPU}}
     memory          = 256
-    lease_ttl       = "3s"
+    lease_ttl       = "6s"
   }
 }
 {{.Extra}}

@@ -199,7 +199,7 @@ func TestClusterSurvivesFaults(t *testing.T) {
 
 	// 4. A warm runner dies with a job (kill -9 of its process, as a crash). The
 	// runner Nomad restarts in place gives the job up at its first poll, or its
-	// lease lapses (lease_ttl 3s): either way it runs again, once, as attempt 2.
+	// lease lapses (lease_ttl 6s): either way it runs again, once, as attempt 2.
 	// The job is one that just started, so it cannot finish before the kill.
 	var warmVictim *mj.Job
 	var warmPid int
@@ -284,6 +284,102 @@ func TestClusterSurvivesFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	report("", "restarted client until its node is ready", time.Since(t1))
+
+	// 6. etcd loses quorum: 2 of its 3 members are down for 30 s. The gateways
+	// answer what needs etcd with 503 and a Retry-After, never a 500 or a hang;
+	// a create sent then, retried with its Idempotency-Key once etcd is back,
+	// makes exactly one job; the jobs in flight finish (checked below).
+	create(api0, 5)
+	testenv.Eventually(t, 90*time.Second, "jobs running on Nomad", running(2))
+	lead, err := c.EtcdLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := []int{lead, (lead + 1) % 3}
+	t0 = time.Now()
+	for _, i := range down {
+		c.Etcd[i].Kill()
+	}
+	quorumKey := fmt.Sprintf("quorum-%d", time.Now().UnixNano())
+	quorumBody := map[string]any{"input_files": map[string]string{"in": inputs.URL + "/clip.mp4?job=quorum"}, "output_files": []string{"out.mp4"},
+		"ffmpeg_commands": []string{"-re -i {{in}} -c copy {{out.mp4}}"}, "webhook_url": hookSrv.URL + "/quorum"}
+	for g, base := range c.GatewayURLs {
+		status, retryAfter, body := rawCreate(t, base, c.APIKey, quorumKey, quorumBody)
+		if status != http.StatusServiceUnavailable || retryAfter == "" || !strings.Contains(body, `"unavailable"`) {
+			t.Errorf("gateway%d without etcd quorum: HTTP %d, Retry-After %q: %s", g+1, status, retryAfter, body)
+		}
+	}
+	report("kill -9 etcd (2 of 3 members)", "until both gateways answered 503", time.Since(t0))
+	time.Sleep(time.Until(t0.Add(30 * time.Second))) // the outage's length, not a condition
+	t1 = time.Now()
+	for _, i := range down {
+		if err := c.Etcd[i].Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	testenv.Eventually(t, 90*time.Second, "the etcd cluster whole again", func() bool { return c.EtcdHealthy(ctx) == nil })
+	report("", "restarted members until all 3 agree on a leader", time.Since(t1))
+	var quorumID string
+	testenv.Eventually(t, 90*time.Second, "the create retried with its Idempotency-Key", func() bool {
+		status, _, body := rawCreate(t, c.GatewayURLs[1], c.APIKey, quorumKey, quorumBody)
+		var r struct{ Data jobView }
+		if status != 200 || json.Unmarshal([]byte(body), &r) != nil {
+			return false
+		}
+		quorumID = r.Data.ID
+		return quorumID != ""
+	})
+	if status, _, body := rawCreate(t, c.GatewayURLs[0], c.APIKey, quorumKey, quorumBody); status != 200 || !strings.Contains(body, quorumID) {
+		t.Errorf("the same Idempotency-Key through the other gateway: HTTP %d %s (want job %s)", status, body, quorumID)
+	}
+	ids = append(ids, quorumID)
+	report("", "until the retried create made its one job", time.Since(t1))
+
+	// 7. The object store (MinIO) dies while jobs run, warm and dispatched, and
+	// comes back 10 s later: runners and the dispatcher wait for it, no job is
+	// lost or failed for it (checked below).
+	create(api1, 6) // two of them short: warm
+	testenv.Eventually(t, 90*time.Second, "dispatched and warm jobs running", func() bool {
+		jobs, _ := c.Store.Jobs(ctx, ids[len(ids)-6:])
+		paths := map[string]bool{}
+		for _, j := range jobs {
+			if j != nil && j.Status == mj.StatusRunning && j.Worker != nil {
+				paths[j.Worker.Path] = true
+			}
+		}
+		return paths[mj.WorkerWarm] && paths[mj.WorkerDispatch]
+	})
+	t0 = time.Now()
+	c.MinIO.Kill()
+	time.Sleep(10 * time.Second) // the outage's length, not a condition
+	if err := c.MinIO.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	report("kill -9 MinIO with jobs running", "10 s down, until it is ready again", time.Since(t0))
+
+	// 8. The leading dispatcher is paused (SIGSTOP) in the middle of a burst,
+	// dispatching and handing jobs to warm runners, past its session's TTL: the
+	// standby takes over; the old leader then resumes and must write nothing
+	// (its writes are fenced), so no job runs twice or ends twice (checked below).
+	leader, err = c.Leader(ctx)
+	if err != nil || leader < 0 {
+		t.Fatalf("no leading dispatcher: %v", err)
+	}
+	create(api0, 6)
+	t0 = time.Now()
+	if err := syscall.Kill(c.Dispatchers[leader].Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitLeader(ctx, leader, 60*time.Second); err != nil {
+		syscall.Kill(c.Dispatchers[leader].Pid(), syscall.SIGCONT)
+		t.Fatal(err)
+	}
+	report("SIGSTOP leading dispatcher mid-burst", "until the standby leads", time.Since(t0))
+	create(api1, 3)
+	if err := syscall.Kill(c.Dispatchers[leader].Pid(), syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	report("", "SIGCONT: the old leader resumes behind the new", time.Since(t0))
 
 	// Afterwards.
 	testenv.Eventually(t, 4*time.Minute, "every job terminal", func() bool { return w.terminalCountOf(ids) == len(ids) })
@@ -406,6 +502,24 @@ func (c client) do(method, path string, body any) ([]byte, error) {
 		}
 		return b, nil
 	}
+}
+
+// rawCreate is one POST /api/ffmpeg with the given Idempotency-Key, not
+// retried: its status, Retry-After and body.
+func rawCreate(t *testing.T, base, key, idem string, body any) (int, string, string) {
+	t.Helper()
+	b, _ := json.Marshal(body)
+	req, _ := http.NewRequest("POST", base+"/api/ffmpeg", bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer "+key)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", idem)
+	resp, err := (&http.Client{Timeout: 2 * time.Minute}).Do(req)
+	if err != nil {
+		t.Fatalf("POST %s/api/ffmpeg: %v", base, err)
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Retry-After"), string(rb)
 }
 
 func (c client) create(body any) (string, error) {
