@@ -275,8 +275,9 @@ const warmResync = 10 * time.Second
 
 // warmApplyWorkers is how many warm ends (done keys, lapses, starts) are
 // applied at once: each is a blob read and a few etcd round trips, and one at a
-// time would cap a pool's completions at a few dozen a second.
-const warmApplyWorkers = 16
+// time would cap a pool's completions at a few dozen a second (a variable for
+// BenchmarkDispatcherWarmDoneApply's baseline).
+var warmApplyWorkers = 16
 
 // warmWorkers starts n workers; apply queues f on the one of job id (one job's
 // ends apply in the order seen), waiting while that worker is full; wait ends

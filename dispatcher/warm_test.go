@@ -28,7 +28,7 @@ import (
 // key, a lapsed lease, a timeout) is applied.
 
 type warmEnv struct {
-	t     *testing.T
+	t     testing.TB
 	d     *Dispatcher
 	s     *store.Store
 	blobs *blob.Bucket
@@ -38,7 +38,7 @@ type warmEnv struct {
 
 // newWarmEnv is a dispatcher (not running) of one warm pool "cpu": jobs with a
 // timeout up to 60 s fit, 3 attempts, spill_after 30s.
-func newWarmEnv(t *testing.T) *warmEnv {
+func newWarmEnv(t testing.TB) *warmEnv {
 	s, _ := testenv.Etcd(t)
 	cfg := config.Default()
 	cfg.Pools = []*config.Pool{{Name: "cpu", MaxAttempts: 3, Warm: &config.Warm{Count: 2, MaxJobSeconds: 60, LeaseTTL: "6s", SpillAfter: "30s"}}}
