@@ -663,3 +663,69 @@ func TestWarmManifestFaultNamesNoSignature(t *testing.T) {
 		t.Fatalf("the fault names the manifest's signed link: %q", whys[0])
 	}
 }
+
+// TestWarmTokenOutOfReach: the warm runner's Nomad identity token (its
+// TokenFile, on the host) is a canary. Jobs with the checker bypassed name its
+// absolute host path the ways ffmpeg opens files from inside a job (a -safe 0
+// concat list, an HLS playlist with its extension checks off, /proc/self/root,
+// the file: protocol, a plain -i): none of its bytes reaches an output, a log
+// or the result.
+func TestWarmTokenOutOfReach(t *testing.T) {
+	ff := testenv.Binary(t, "ffmpeg")
+	testenv.Binary(t, "bwrap")
+	bypassChecker(t)
+	c := newWarmControl(t)
+	w := startWarm(t, c, ff)
+	path := w.TokenFile
+	secret := strings.TrimSpace(c.token)
+	if secret == "" {
+		t.Fatal("no token to look for")
+	}
+	copyOut := " -map 0 -c copy -f data outputs/out.raw"
+	for _, a := range []struct {
+		name   string
+		inputs map[string][]byte
+		cmd    string
+	}{
+		{"concat list -safe 0", map[string][]byte{"l.txt": []byte("ffconcat version 1.0\nfile '" + path + "'\n")}, "-f concat -safe 0 -i inputs/l.txt" + copyOut},
+		{"HLS playlist", map[string][]byte{"p.m3u8": []byte("#EXTM3U\n#EXT-X-TARGETDURATION:1\n#EXTINF:1,\n" + path + "\n#EXT-X-ENDLIST\n")},
+			"-allowed_extensions ALL -allowed_segment_extensions ALL -extension_picky 0 -i inputs/p.m3u8" + copyOut},
+		{"/proc/self/root", nil, "-f data -i /proc/self/root" + path + copyOut},
+		{"file: protocol", nil, "-f data -i file:" + path + copyOut},
+		{"absolute path", nil, "-f data -i " + path + copyOut},
+	} {
+		t.Run(a.name, func(t *testing.T) {
+			srv, up := newServer(t, a.inputs)
+			m := mj.Manifest{JobID: "job-" + uuid.NewString()[:8], Attempt: 1, InputFiles: map[string]string{}, OutputNames: []string{"out.raw"},
+				FFmpegCommands: []string{a.cmd}, UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok", AllowLoopback: true, TimeoutSeconds: 60}
+			for n := range a.inputs {
+				m.InputFiles[n] = srv.URL + "/in/" + n
+			}
+			run := c.submit(m)
+			if got := c.waitRan(t, run); len(got) != 1 || got[0] != "reported" {
+				t.Fatalf("outcomes reported: %q, want [reported]", got)
+			}
+			res, ok := up.uploaded("/result.json")
+			if !ok {
+				t.Fatal("no result.json uploaded")
+			}
+			up.mu.Lock()
+			defer up.mu.Unlock()
+			for name, b := range up.files {
+				if bytes.Contains(b, []byte(secret)) {
+					t.Fatalf("the runner's identity token is in %s", name)
+				}
+			}
+			t.Logf("result: %.300s", res)
+		})
+	}
+	// The control: the same copy of a file the job has does carry its bytes,
+	// so the attacks above would have shown the token had they reached it.
+	srv, up := newServer(t, map[string][]byte{"t": []byte(secret)})
+	run := c.submit(mj.Manifest{JobID: "job-control", Attempt: 1, InputFiles: map[string]string{"t": srv.URL + "/in/t"}, OutputNames: []string{"out.raw"},
+		FFmpegCommands: []string{"-f data -i inputs/t" + copyOut}, UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok", AllowLoopback: true, TimeoutSeconds: 60})
+	c.waitRan(t, run)
+	if out, _ := up.uploaded("/outputs/out.raw"); !bytes.Contains(out, []byte(secret)) {
+		t.Fatalf("the control copy does not carry its input's bytes (%d bytes): the check above proves nothing", len(out))
+	}
+}

@@ -32,14 +32,25 @@ const (
 	transientBackoff = 300 * time.Millisecond
 )
 
+// transientBudget bounds the retries in time: an election is over within it,
+// while a cluster without quorum answers each try only after etcd's request
+// timeout (about 7 s), and the caller is better told at once (the gateway's
+// 503 with Retry-After) than after four of them.
+const transientBudget = 5 * time.Second
+
+// transientNow is the clock of transientBudget (tests swap it).
+var transientNow = time.Now
+
 // retryTransient runs try until it succeeds, fails otherwise, or has failed
-// transiently transientRetries+1 times. try learns whether an earlier attempt
-// failed transiently, since that attempt may have been applied.
+// transiently transientRetries+1 times or for transientBudget. try learns
+// whether an earlier attempt failed transiently, since that attempt may have
+// been applied.
 func retryTransient[T any](ctx context.Context, try func(retry bool) (T, error)) (T, error) {
 	wait := transientBackoff
+	start := transientNow()
 	for attempt := 0; ; attempt++ {
 		v, err := try(attempt > 0)
-		if !Transient(err) || attempt == transientRetries {
+		if !Transient(err) || attempt == transientRetries || transientNow().Sub(start) >= transientBudget {
 			return v, err
 		}
 		select {

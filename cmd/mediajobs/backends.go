@@ -125,10 +125,11 @@ func (b *backends) gateway(ctx context.Context, log *slog.Logger) *fiber.App {
 	}
 	if auth, addr, err := uploaderAuth(b.cfg); err != nil {
 		log.Warn("output_destinations cannot be handed out: workers' identities cannot be checked", "err", err)
+	} else if config.PlainRemote(addr) && !b.cfg.Server.AllowInsecureWarm {
+		// Keys fetched in clear can be swapped, and identities forged: as
+		// for warm pools, only with the operator's explicit opt-out.
+		log.Error("output_destinations cannot be handed out: Nomad's address is plain http to another machine, so the keys that check workers' identities would be fetched in clear (use https, or set server.allow_insecure_warm on a network you trust)", "nomad", addr)
 	} else {
-		if config.PlainRemote(addr) {
-			log.Warn("Nomad's address is plain http to another machine: the keys that check workers' identities (for output_destinations) are fetched in clear", "nomad", addr)
-		}
 		g.Uploaders = auth
 	}
 	go g.Watch(ctx)
