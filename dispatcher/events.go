@@ -759,6 +759,11 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) bool {
 		d.stopChild(ctx, a.NomadJobID, twinOf, id)
 	}
 	d.applied(ctx, id, a.NomadJobID, j, err)
+	if result != nil {
+		// Read: the grace of a late result is over, and its sighting need
+		// not wait for the prune.
+		d.seen.forget("reported/" + a.ID)
+	}
 	if err == nil && retried(j) {
 		metrics.JobRetries.WithLabelValues(j.Machine, retryReason(a)).Inc()
 	}

@@ -98,3 +98,33 @@ func TestCancelledWarmJobIsBilledItsLateReport(t *testing.T) {
 		t.Fatal("the done key outlived its application")
 	}
 }
+
+// A reported allocation's first sighting (kept for resultGrace, should its
+// result be late) goes once its result is read: the map holds the results
+// still awaited, not the last twenty minutes of completions.
+func TestReadResultForgetsItsSighting(t *testing.T) {
+	id, a1 := uuidN(3402), "11111111-2222-4333-8444-5555555555f2"
+	blobs := &fakeBlobs{data: map[string][]byte{}}
+	d, ctx := fixDispatcher(t, 1, &fakeJobs{children: map[string][]*api.AllocationListStub{}}, blobs)
+	started := time.Now().UTC().Add(-time.Minute)
+	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: child(id, 1), Attempt: 1, StartedAt: &started, AttemptStartedAt: &started,
+		TimeoutSeconds: 600, OutputNames: []string{"out.mp4"}})
+	reported := allocState{ID: a1, NomadJobID: child(id, 1), ClientStatus: api.AllocClientStatusComplete, Reported: true, ReportedAt: time.Now().UTC()}
+	d.apply(ctx, reported) // no result yet: late, its sighting kept
+	d.seen.mu.Lock()
+	_, kept := d.seen.at["reported/"+a1]
+	d.seen.mu.Unlock()
+	if !kept {
+		t.Fatal("a reported allocation without its result has no sighting: the test proves nothing")
+	}
+	blobs.data[runScope(id, 1)+a1+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: a1, Succeeded: true, Outputs: []mj.Output{{Name: "out.mp4", Size: 3}}})
+	d.apply(ctx, reported)
+	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusSucceeded {
+		t.Fatalf("job %s after its result: %s", id, j.Status)
+	}
+	d.seen.mu.Lock()
+	defer d.seen.mu.Unlock()
+	if _, kept := d.seen.at["reported/"+a1]; kept {
+		t.Fatal("the sighting of an allocation whose result was read is kept")
+	}
+}

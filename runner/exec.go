@@ -168,7 +168,22 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskL
 		err = cmd.Wait()
 		r.meter(cmd, start)
 	}
-	<-done
+	// The progress pipe ends when its last writer goes: ffmpeg, normally with
+	// the sandbox. A process left outside bwrap's reach (the sandbox killed as
+	// it was being set up, when the job is stopped just then) may hold it for
+	// ever: once the command is over, it is read for WaitDelay at most, and not
+	// at all when the job was stopped. What is left runs in the job's pids
+	// cgroup, which is emptied when the job ends.
+	wait := time.After(cmd.WaitDelay)
+	if ctx.Err() != nil {
+		wait = time.After(0)
+	}
+	select {
+	case <-done:
+	case <-wait:
+		pr.Close()
+		<-done
+	}
 	pr.Close()
 	if err == nil {
 		return nil

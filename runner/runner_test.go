@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -511,4 +512,32 @@ func keys(m map[string][]byte) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// A process left holding ffmpeg's progress pipe (one the sandbox's kill did
+// not reach, as when a warm job is stopped while bwrap sets up) no longer
+// holds the runner: the command is over when ffmpeg is. Without the sandbox
+// here, so that the process does outlive the command.
+func TestLeftoverHoldingTheProgressPipeHoldsNothing(t *testing.T) {
+	ff := testenv.Binary(t, "ffmpeg")
+	bypassChecker(t)
+	marker := fmt.Sprintf("mjleftover%d", time.Now().UnixNano())
+	killProcsWith(t, marker)
+	srv, _ := newServer(t, map[string][]byte{"a.sh": []byte("sh -c 'sleep 600' " + marker + " &\necho done > outputs/o.txt\n")})
+	m := mj.Manifest{JobID: "job-1", Attempt: 1, InputFiles: map[string]string{"a.sh": srv.URL + "/in/a.sh"}, OutputNames: []string{"o.txt"},
+		FFmpegCommands: []string{"-mjsh inputs/a.sh"}, AllowLoopback: true, UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok"}
+	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard, FFmpeg: compromisedFFmpeg(t, ff)}
+	ended := make(chan error, 1)
+	go func() { _, err := r.Run(context.Background(), &m); ended <- err }()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+	case <-time.After(2 * time.Minute): // the leftover sleeps 600 s
+		t.Fatal("the runner still waits on a process holding ffmpeg's progress pipe")
+	}
+	if len(procsWith(marker)) == 0 {
+		t.Fatal("the leftover process did not outlive the command: the test proves nothing")
+	}
 }
