@@ -171,12 +171,14 @@ const (
 // its function names: the gateway (its package, fiber, fasthttp), the
 // dispatcher (its package), the embedded etcd server; "" for the rest (gRPC
 // and the etcd client's own goroutines, this benchmark's clients and receiver,
-// the runtime). An allocation under the gateway's job watch is the job cache's.
+// the runtime). An allocation under the gateway's job watch, or of the cache
+// itself (a created job it keeps), is the job cache's.
 func component(funcs []string) string {
 	comp := ""
 	for _, f := range funcs {
 		switch {
-		case strings.HasPrefix(f, "github.com/mediajobs/mediajobs/gateway.(*Gateway).watchJobs"):
+		case strings.HasPrefix(f, "github.com/mediajobs/mediajobs/gateway.(*Gateway).watchJobs"),
+			strings.HasPrefix(f, "github.com/mediajobs/mediajobs/gateway.(*jobCache)."):
 			return compJobCache
 		case strings.HasPrefix(f, "github.com/mediajobs/mediajobs/gateway."),
 			strings.HasPrefix(f, "github.com/gofiber/"), strings.HasPrefix(f, "github.com/valyala/fasthttp"):
@@ -765,6 +767,7 @@ func TestSoakSampling(t *testing.T) {
 		{[]string{"github.com/valyala/fasthttp.(*workerPool).workerFunc", "github.com/valyala/fasthttp.(*workerPool).getCh.func1"}, compGateway},
 		{[]string{"github.com/mediajobs/mediajobs/store.(*Store).Job", "github.com/mediajobs/mediajobs/gateway.(*Gateway).getJob"}, compGateway},
 		{[]string{"encoding/json.Unmarshal", "github.com/mediajobs/mediajobs/store.(*Store).WatchJobs", "github.com/mediajobs/mediajobs/gateway.(*Gateway).watchJobs.func1"}, compJobCache},
+		{[]string{"github.com/mediajobs/mediajobs/gateway.(*jobCache).put", "github.com/mediajobs/mediajobs/gateway.(*Gateway).createJob", "github.com/gofiber/fiber/v2.(*App).next"}, compJobCache},
 		{[]string{"github.com/mediajobs/mediajobs/store.(*Store).UpdateJob", "github.com/mediajobs/mediajobs/dispatcher.(*Dispatcher).eventLoop"}, compDisp},
 		{[]string{"go.etcd.io/raft/v3.(*MemoryStorage).Append", "go.etcd.io/etcd/server/v3/etcdserver.(*EtcdServer).run"}, compEtcd},
 		{[]string{"net/http.(*persistConn).readLoop", "net/http.(*Transport).dialConn"}, ""},
