@@ -16,3 +16,13 @@ plugin "raw_exec" {
     enabled = true
   }
 }
+
+# The worker image (make docker) is built on this machine and cannot be pulled
+# again: the docker driver must not remove it 3 minutes after its last task.
+plugin "docker" {
+  config {
+    gc {
+      image = false
+    }
+  }
+}

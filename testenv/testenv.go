@@ -192,6 +192,15 @@ plugin "raw_exec" {
     enabled = true
   }
 }
+# The worker image is built here, never pulled: the driver's image GC would
+# remove it 3 minutes after its last task, under the next package's tests.
+plugin "docker" {
+  config {
+    gc {
+      image = false
+    }
+  }
+}
 `, filepath.Join(dir, "data"), ports[0], ports[1], ports[2])
 	cfgPath := filepath.Join(dir, "agent.hcl")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
