@@ -28,11 +28,18 @@ var DefaultControlPorts = []uint16{2379, 2380, 4646, 4647, 4648, 8200, 8201, 830
 // NewControlPlane; a Policy without one refuses DefaultControlPorts alone.
 type ControlPlane struct {
 	entries []string
-	mu      sync.Mutex
-	loaded  time.Time
-	// addrs are the endpoints' addresses (names resolved once, on first use);
-	// names the host names as written ("nomad.internal:4646"), compared with
-	// what a URL names before it is resolved.
+
+	mu        sync.Mutex
+	current   *endpoints // nil until first use
+	loaded    time.Time
+	resolving bool // a refresh is under way: the others use current
+}
+
+// endpoints is one reading of the entries, never changed once built.
+type endpoints struct {
+	// addrs are the endpoints' addresses (names resolved); names the host
+	// names as written ("nomad.internal:4646"), compared with what a URL
+	// names before it is resolved.
 	addrs map[netip.AddrPort]bool
 	names map[string]bool
 	// ports are refused on this host's own addresses: the defaults and the
@@ -50,7 +57,7 @@ var (
 // loopback or unspecified address (":8080", "0.0.0.0:8080") refuses its port on
 // every local address. Entries that parse as neither are ignored (config check
 // names them). The same entries give the same *ControlPlane, so a name is
-// resolved once per process, not per request.
+// resolved once a minute per process, not per request.
 func NewControlPlane(entries []string) *ControlPlane {
 	key := strings.Join(entries, "\n")
 	cpMu.Lock()
@@ -100,35 +107,51 @@ var lookupControl = net.DefaultResolver.LookupNetIP
 // reresolve is how long the addresses of names are kept: endpoints move.
 const reresolve = time.Minute
 
-// load reads the entries into the maps (names resolved again each reresolve),
-// and is called with c.mu held.
-func (c *ControlPlane) load() {
-	if !c.loaded.IsZero() && time.Since(c.loaded) < reresolve {
-		return
+// read is the entries' current reading. Names are resolved again each
+// reresolve, outside the lock: one caller refreshes while the others go on
+// with the last reading; only the first use waits for one.
+func (c *ControlPlane) read() *endpoints {
+	c.mu.Lock()
+	cur := c.current
+	refresh := cur == nil || time.Since(c.loaded) >= reresolve && !c.resolving
+	if refresh && cur != nil {
+		c.resolving = true
 	}
-	c.loaded = time.Now()
-	c.addrs, c.names, c.ports = map[netip.AddrPort]bool{}, map[string]bool{}, map[uint16]bool{}
+	c.mu.Unlock()
+	if !refresh {
+		return cur
+	}
+	e := c.build()
+	c.mu.Lock()
+	c.current, c.loaded, c.resolving = e, time.Now(), false
+	c.mu.Unlock()
+	return e
+}
+
+// build reads the entries, resolving their names.
+func (c *ControlPlane) build() *endpoints {
+	e := &endpoints{addrs: map[netip.AddrPort]bool{}, names: map[string]bool{}, ports: map[uint16]bool{}}
 	for _, p := range DefaultControlPorts {
-		c.ports[p] = true
+		e.ports[p] = true
 	}
-	for _, e := range c.entries {
-		host, port, err := SplitEndpoint(e)
+	for _, entry := range c.entries {
+		host, port, err := SplitEndpoint(entry)
 		if err != nil {
 			continue
 		}
 		if host == "" || host == "localhost" {
-			c.ports[port] = true
+			e.ports[port] = true
 			continue
 		}
 		if a, err := netip.ParseAddr(host); err == nil {
 			a = a.Unmap()
 			if a.IsLoopback() || a.IsUnspecified() {
-				c.ports[port] = true
+				e.ports[port] = true
 			}
-			c.addrs[netip.AddrPortFrom(a, port)] = true
+			e.addrs[netip.AddrPortFrom(a, port)] = true
 			continue
 		}
-		c.names[net.JoinHostPort(host, strconv.Itoa(int(port)))] = true
+		e.names[net.JoinHostPort(host, strconv.Itoa(int(port)))] = true
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		as, err := lookupControl(ctx, "ip", host)
 		cancel()
@@ -138,16 +161,17 @@ func (c *ControlPlane) load() {
 		for _, a := range as {
 			a = a.Unmap()
 			if a.IsLoopback() || a.IsUnspecified() {
-				c.ports[port] = true
+				e.ports[port] = true
 			}
 			// A public address of a name (public_url behind a shared
 			// front end) may serve other sites too: that name alone is
 			// refused, not everything else on its address.
 			if k, _ := classify(a); k != public {
-				c.addrs[netip.AddrPortFrom(a, port)] = true
+				e.addrs[netip.AddrPortFrom(a, port)] = true
 			}
 		}
 	}
+	return e
 }
 
 // localAddrs are this host's interface addresses, read once: the control
@@ -171,11 +195,9 @@ func isLocal(a netip.Addr) bool {
 // refusesName reports whether hostport (as a URL names it) is an endpoint
 // written by name.
 func (c *ControlPlane) refusesName(host string, port uint16) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.load()
+	e := c.read()
 	hp := net.JoinHostPort(strings.ToLower(strings.TrimSuffix(host, ".")), strconv.Itoa(int(port)))
-	if c.names[hp] {
+	if e.names[hp] {
 		return refusal(hp)
 	}
 	return nil
@@ -192,12 +214,10 @@ func (c *ControlPlane) refuses(ap netip.AddrPort) error {
 	if v4, ok := embeddedIPv4(a); ok {
 		candidates = append(candidates, v4)
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.load()
+	e := c.read()
 	for _, a := range candidates {
 		k, _ := classify(a)
-		if c.addrs[netip.AddrPortFrom(a, port)] || isLocal(a) && c.ports[port] || k != public && slices.Contains(DefaultControlPorts, port) {
+		if e.addrs[netip.AddrPortFrom(a, port)] || isLocal(a) && e.ports[port] || k != public && slices.Contains(DefaultControlPorts, port) {
 			return refusal(netip.AddrPortFrom(a, port).String())
 		}
 	}

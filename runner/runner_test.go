@@ -432,6 +432,24 @@ func TestUploadLinksUnreachableReportsNothing(t *testing.T) {
 	}
 }
 
+// failingStore is srv behind a front that answers the first times PUTs of
+// outputs with status and msg (times < 0: every one), as the service's object
+// store would while restarting or down; it counts the PUTs of outputs.
+func failingStore(t *testing.T, srv *httptest.Server, status int, msg string, times int32) (*httptest.Server, *atomic.Int32) {
+	var puts atomic.Int32
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == "PUT" && strings.Contains(r.URL.Path, "/outputs/") {
+			if n := puts.Add(1); times < 0 || n <= times {
+				http.Error(w, msg, status)
+				return
+			}
+		}
+		srv.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(store.Close)
+	return store, &puts
+}
+
 // The service's object store down when the outputs go up (restarting, as MinIO
 // killed and started again) for longer than a few quick retries: the runner
 // keeps trying, and the job succeeds once the store answers.
@@ -439,15 +457,7 @@ func TestOutputUploadsOutlastAStoreRestart(t *testing.T) {
 	defer func(w time.Duration) { patientWait = w }(patientWait)
 	patientWait = 20 * time.Millisecond
 	srv, up := newServer(t, nil)
-	var puts atomic.Int32
-	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == "PUT" && strings.HasSuffix(r.URL.Path, "/outputs/a.wav") && puts.Add(1) <= 6 { // past the 3 retries of a quick call
-			http.Error(w, "store restarting", http.StatusServiceUnavailable)
-			return
-		}
-		srv.Config.Handler.ServeHTTP(w, r)
-	}))
-	defer store.Close()
+	store, puts := failingStore(t, srv, http.StatusServiceUnavailable, "store restarting", 6) // past the 3 retries of a quick call
 	m := mj.Manifest{OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"}}
 	if res := run(t, store, m); !res.Succeeded || len(up.files["linked/outputs/a.wav"]) == 0 && len(up.files["outputs/a.wav"]) == 0 {
 		t.Fatalf("after the store came back: %+v, files %v", res, keys(up.files))
@@ -464,14 +474,7 @@ func TestOutputUploadsToADownStoreReportNothing(t *testing.T) {
 	defer func(w time.Duration) { patientWait = w }(patientWait)
 	patientWait = time.Millisecond
 	srv, up := newServer(t, nil)
-	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == "PUT" && strings.Contains(r.URL.Path, "/outputs/") {
-			http.Error(w, "store down", http.StatusBadGateway)
-			return
-		}
-		srv.Config.Handler.ServeHTTP(w, r)
-	}))
-	defer store.Close()
+	store, _ := failingStore(t, srv, http.StatusBadGateway, "store down", -1)
 	m := mj.Manifest{JobID: "job-1", Attempt: 1, OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"},
 		UploadURL: store.URL + "/up/%7Bpath%7D?sig=ok"}
 	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard}
@@ -492,14 +495,7 @@ func TestOutputUploadRefusedByTheStoreFailsTheJob(t *testing.T) {
 	defer func(w time.Duration) { patientWait = w }(patientWait)
 	patientWait = time.Millisecond
 	srv, _ := newServer(t, nil)
-	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == "PUT" && strings.Contains(r.URL.Path, "/outputs/") {
-			http.Error(w, "the upload exceeds max_upload_bytes", http.StatusRequestEntityTooLarge)
-			return
-		}
-		srv.Config.Handler.ServeHTTP(w, r)
-	}))
-	defer store.Close()
+	store, _ := failingStore(t, srv, http.StatusRequestEntityTooLarge, "the upload exceeds max_upload_bytes", -1)
 	res := run(t, store, mj.Manifest{OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"}})
 	if res.Succeeded || !strings.Contains(res.ErrorMessage, "413") || !strings.Contains(res.ErrorMessage, "max_upload_bytes") {
 		t.Fatalf("an output the store refused: %+v", res)
