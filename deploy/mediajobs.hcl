@@ -99,6 +99,16 @@ server {
   # broad one. Checked by the gateway, the dispatcher's webhooks and the runners.
   # allow_cidrs = ["10.1.0.0/16", "fd12:3456::/48"]
   # allow_hosts = ["minio.internal", "*.svc.internal"]
+
+  # output_destinations get a PUT of bytes the job controls: they reach public
+  # addresses only, unless these lists (theirs alone) open more.
+  # destination_allow_cidrs = ["10.9.0.0/16"]
+  # destination_allow_hosts = ["minio.internal"]
+
+  # More of your own endpoints that no input, webhook or destination may reach,
+  # beside those this file names (Nomad, etcd, the listeners) and the well-known
+  # Nomad, etcd, Consul and Vault ports, which are always refused.
+  # control_plane = ["consul.internal:8500", "vault.internal:8200"]
 }
 
 etcd {
