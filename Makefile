@@ -50,10 +50,15 @@ cluster: deps build ## a cluster on loopback: 3 etcd members, a Nomad server and
 	$(GO) build -o bin/mediajobs-cluster ./cmd/mediajobs-cluster
 	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) MINIO_BIN=$$(deploy/scripts/install-minio.sh) bin/mediajobs-cluster
 
-.PHONY: test
-test: test-deps docker ## the whole suite against real etcd, Nomad, Docker and ffmpeg, plus vet, gofmt and short fuzz runs
+.PHONY: check
+check: ## gofmt, vet, and the one door into etcd: gateway/ and dispatcher/ import no go.etcd.io package (they use store/'s verbs)
 	@test -z "$$(gofmt -l .)" || { echo "gofmt needed on:"; gofmt -l .; exit 1; }
 	$(GO) vet ./...
+	@bad=$$($(GO) list -f '{{.ImportPath}}: {{join .Imports " "}}' ./gateway/... ./dispatcher/... | tr ' ' '\n' | grep '^go\.etcd\.io/' | sort -u); \
+	test -z "$$bad" || { echo "gateway/ and dispatcher/ must reach etcd through store/, not import:"; echo "$$bad"; exit 1; }
+
+.PHONY: test
+test: test-deps docker check ## the whole suite against real etcd, Nomad, Docker and ffmpeg, plus check (gofmt, vet, import rules) and short fuzz runs
 	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) CI=$${CI:-true} $(GO) test -count=1 -timeout=20m ./...
 	$(GO) test -run='^$$' -fuzz=FuzzPrepare -fuzztime=$(FUZZTIME) ./command/
 	$(GO) test -run='^$$' -fuzz=FuzzCreateRequest -fuzztime=$(FUZZTIME) ./gateway/

@@ -6,13 +6,9 @@ package config
 import (
 	"fmt"
 	"log/slog"
-	"net"
-	"net/netip"
-	"net/url"
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +16,6 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 	mj "github.com/mediajobs/mediajobs"
-	"github.com/mediajobs/mediajobs/logging"
 	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/zclconf/go-cty/cty"
 	"github.com/zclconf/go-cty/cty/function"
@@ -713,609 +708,46 @@ func (c *Config) ControlPlane() []string {
 	return out
 }
 
-// stringList decodes a list-of-strings attribute kept as an expression, with the
-// range of each element (the attribute's own where the list is not written out).
-func stringList(expr hcl.Expression) ([]string, []hcl.Range, hcl.Diagnostics) {
-	if expr == nil {
-		return nil, nil, nil
-	}
-	v, diags := expr.Value(evalContext())
-	if diags.HasErrors() || v.IsNull() {
-		return nil, nil, diags
-	}
-	var out []string
-	if diags := gohcl.DecodeExpression(expr, evalContext(), &out); diags.HasErrors() {
-		return nil, nil, diags
-	}
-	ranges := make([]hcl.Range, len(out))
-	tuple, _ := expr.(*hclsyntax.TupleConsExpr)
-	for i := range out {
-		ranges[i] = expr.Range()
-		if tuple != nil && i < len(tuple.Exprs) {
-			ranges[i] = tuple.Exprs[i].Range()
-		}
-	}
-	return out, ranges, nil
-}
-
-// listenProblem says what is wrong with a host:port to listen on, or "".
-// fromFile: port 0 (any free port) is for code, not for a file others dial.
-func listenProblem(addr string, fromFile bool) string {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return fmt.Sprintf("%q is not host:port, such as \"127.0.0.1:8080\" or \":8080\" (all interfaces).", addr)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 0 || n > 65535 || (n == 0 && fromFile) {
-		return fmt.Sprintf("%q: port %q must be a number from 1 to 65535.", addr, port)
-	}
-	if host != "" && !strings.EqualFold(host, "localhost") {
-		if _, err := netip.ParseAddr(host); err != nil && netguard.CheckHost(host) != nil {
-			return fmt.Sprintf("%q: %q is neither an IP address nor a host name.", addr, host)
-		}
-	}
-	return ""
-}
-
+// finish applies every block's defaults, then checks the blocks in order; each
+// check also parses its block's durations and the like.
 func (c *Config) finish() hcl.Diagnostics {
-	var diags hcl.Diagnostics
-	bad := func(rng hcl.Range, summary, detail string) {
-		r := rng
-		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: &r})
-	}
-	dur := func(s string, rng hcl.Range, name string) time.Duration {
-		d, err := time.ParseDuration(s)
-		if err != nil || d <= 0 {
-			bad(rng, "Invalid duration", fmt.Sprintf("%s = %q is not a positive duration such as \"30s\", \"10m\" or \"1h\".", name, s))
-		}
-		return d
-	}
+	c.defaults()
+	var ck checker
+	c.Server.check(&ck)
+	c.Log.check(&ck)
+	c.Etcd.check(&ck)
+	c.Nomad.check(&ck)
+	c.Webhooks.check(&ck)
+	c.Dispatcher.check(&ck)
+	c.Storage.check(&ck)
+	c.Usage.check(&ck)
+	c.Limits.check(&ck)
+	c.checkPools(&ck)
+	return ck.diags
+}
 
-	s := c.Server
-	if s.PublicURL == "" {
-		s.PublicURL = "http://" + s.Listen
-	}
-	if u, err := url.Parse(s.PublicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad(s.PublicURLRange, "Invalid public_url", fmt.Sprintf("public_url = %q must be an absolute http(s) URL that clients and workers can reach.", s.PublicURL))
-	}
-	s.PublicURL = strings.TrimRight(s.PublicURL, "/")
-	if msg := listenProblem(s.Listen, s.ListenRange.Filename != ""); msg != "" {
-		bad(s.ListenRange, "Invalid listen", "listen = "+msg)
-	}
-	if s.MetricsListen != "" {
-		if msg := listenProblem(s.MetricsListen, s.MetricsRange.Filename != ""); msg != "" {
-			bad(s.MetricsRange, "Invalid metrics_listen", "metrics_listen = "+msg)
-		} else if s.MetricsListen == s.Listen {
-			bad(s.MetricsRange, "Invalid metrics_listen", fmt.Sprintf("metrics_listen = %q is listen's address: leave it unset to serve /metrics on the public port, or give it an address of its own.", s.MetricsListen))
-		}
-	}
-	if s.RateLimit < 0 {
-		bad(s.RateLimitRange, "Invalid rate_limit", fmt.Sprintf("rate_limit = %g: use requests per second above 0, or 0 for no limit.", s.RateLimit))
-	}
-	if s.RateBurst < 0 {
-		bad(s.RateBurstRange, "Invalid rate_burst", fmt.Sprintf("rate_burst = %d: use the requests an account may send at once above rate_limit (at least 1).", s.RateBurst))
-	}
-	if s.AuthFailureRate == 0 && s.AuthRateRange.Filename == "" { // unset in a Config built in code
-		s.AuthFailureRate = 1
-	}
-	if s.AuthFailureBurst == 0 && s.AuthBurstRange.Filename == "" {
-		s.AuthFailureBurst = 20
-	}
-	if s.AuthFailureRate < 0 {
-		bad(s.AuthRateRange, "Invalid auth_failure_rate", fmt.Sprintf("auth_failure_rate = %g: use failed authentications per second per client address above 0 (default 1), or 0 for no limit.", s.AuthFailureRate))
-	}
-	if s.AuthFailureBurst < 0 {
-		bad(s.AuthBurstRange, "Invalid auth_failure_burst", fmt.Sprintf("auth_failure_burst = %d: use the failed authentications a client address may make at once (default 20).", s.AuthFailureBurst))
-	}
-	if s.AuthFailureGlobalRate == 0 && s.GlobRateRange.Filename == "" {
-		s.AuthFailureGlobalRate = 100
-	}
-	if s.AuthFailureGlobalBurst == 0 && s.GlobBurstRange.Filename == "" {
-		s.AuthFailureGlobalBurst = 1000
-	}
-	if s.AuthFailureGlobalRate < 0 {
-		bad(s.GlobRateRange, "Invalid auth_failure_global_rate", fmt.Sprintf("auth_failure_global_rate = %g: use failed authentications per second from all client addresses together above 0 (default 100), or 0 for no global limit.", s.AuthFailureGlobalRate))
-	}
-	if s.AuthFailureGlobalBurst < 0 {
-		bad(s.GlobBurstRange, "Invalid auth_failure_global_burst", fmt.Sprintf("auth_failure_global_burst = %d: use the failed authentications all client addresses together may make at once (default 1000).", s.AuthFailureGlobalBurst))
-	}
-	for _, p := range s.TrustedProxies {
-		if _, err := ParseProxy(p); err != nil {
-			bad(s.ProxiesRange, "Invalid trusted_proxies", fmt.Sprintf("trusted_proxies: %q is neither an address nor a range such as \"10.0.0.0/8\".", p))
-		}
-	}
-	if s.MaxBodyBytes == 0 && s.BodyBytesRange.Filename == "" { // unset in a Config built in code
-		s.MaxBodyBytes = 1 << 20
-	}
-	if s.MaxUploadBytes == 0 && s.UploadRange.Filename == "" {
-		s.MaxUploadBytes = 8 << 30
-	}
-	if s.MaxBodyBytes <= 0 {
-		bad(s.BodyBytesRange, "Invalid max_body_bytes", fmt.Sprintf("max_body_bytes = %d must be positive (default 1048576): every create request is a JSON body.", s.MaxBodyBytes))
-	}
-	if s.MaxUploadBytes <= 0 {
-		bad(s.UploadRange, "Invalid max_upload_bytes", fmt.Sprintf("max_upload_bytes = %d must be positive (default 8589934592, 8 GiB).", s.MaxUploadBytes))
-	}
-	// allow_cidrs and allow_hosts: every entry checked where it is written.
-	for _, l := range []struct {
-		expr  hcl.Expression
-		dst   *[]string
-		name  string
-		check func(string) error
-	}{
-		{s.AllowCIDRsExpr, &s.AllowCIDRs, "allow_cidrs", func(v string) error { _, err := netguard.ParseCIDR(v); return err }},
-		{s.AllowHostsExpr, &s.AllowHosts, "allow_hosts", netguard.CheckHost},
-		{s.DestCIDRsExpr, &s.DestinationAllowCIDRs, "destination_allow_cidrs", func(v string) error { _, err := netguard.ParseCIDR(v); return err }},
-		{s.DestHostsExpr, &s.DestinationAllowHosts, "destination_allow_hosts", netguard.CheckHost},
-	} {
-		vals, ranges, d := stringList(l.expr)
-		diags = append(diags, d...)
-		if vals != nil {
-			*l.dst = vals
-		}
-		for i, v := range *l.dst {
-			if err := l.check(v); err != nil {
-				var rng hcl.Range
-				if i < len(ranges) {
-					rng = ranges[i]
-				}
-				bad(rng, "Invalid "+l.name, fmt.Sprintf("%s: %v.", l.name, err))
-			}
-		}
-	}
-	for _, e := range s.ControlPlane {
-		if _, _, err := netguard.SplitEndpoint(e); err != nil {
-			bad(s.ControlRange, "Invalid control_plane", fmt.Sprintf("control_plane: %v.", err))
-		}
-	}
-	s.WaitLimitD = dur(s.WaitLimit, s.WaitLimitRange, "wait_limit")
-	s.RequestTimeoutD = dur(s.RequestTimeout, s.ReqTimeRange, "request_timeout")
-	s.TmpFileTTLD = dur(s.TmpFileTTL, s.TmpTTLRange, "tmp_file_ttl")
-	s.UploadTimeoutD = dur(s.UploadTimeout, s.UploadTORange, "upload_timeout")
-	if s.HeaderTimeout == "" && s.HeaderTORange.Filename == "" { // unset in a Config built in code
-		s.HeaderTimeout = "10s"
-	}
-	s.HeaderTimeoutD = dur(s.HeaderTimeout, s.HeaderTORange, "header_timeout")
-	if s.SessionTTL == "" && s.SessionRange.Filename == "" { // unset in a Config built in code
-		s.SessionTTL = "12h"
-	}
-	if s.SessionTTLD = dur(s.SessionTTL, s.SessionRange, "session_ttl"); s.SessionTTLD > 0 && (s.SessionTTLD < time.Minute || s.SessionTTLD > 30*24*time.Hour) {
-		bad(s.SessionRange, "Invalid session_ttl", fmt.Sprintf("session_ttl = %q: a dashboard sign-in lasts from 1m to 720h (30 days); the default is 12h.", s.SessionTTL))
-	}
-	if s.ShutdownTimeout == "" {
-		s.ShutdownD = max(DefaultShutdownTimeout, s.WaitLimitD+5*time.Second)
-	} else if s.ShutdownD = dur(s.ShutdownTimeout, s.ShutdownRange, "shutdown_timeout"); s.ShutdownD > 0 && s.ShutdownD < s.WaitLimitD {
-		bad(s.ShutdownRange, "Invalid shutdown_timeout", fmt.Sprintf("shutdown_timeout = %q is shorter than wait_limit = %q: a POST ?wait=true in flight at shutdown would be cut off; use at least wait_limit (default: the larger of 30s and wait_limit + 5s).", s.ShutdownTimeout, s.WaitLimit))
-	}
-	if s.SigningSecret != "" && len(s.SigningSecret) < 16 {
-		bad(s.SecretRange, "Signing secret too short", "signing_secret must be at least 16 characters; use a long random string.")
-	}
-	// The settings that size a job: each at most its ceiling, so that the largest
-	// job record stays within etcd's request limit (see mediajobs' bounds.go).
-	jobBound := func(v *int, def, ceil int, rng hcl.Range, name, why string) {
-		switch {
-		case *v == 0 && rng.Filename == "": // unset in a Config built in code
-			*v = def
-		case *v <= 0 || *v > ceil:
-			bad(rng, "Invalid "+name, fmt.Sprintf("%s = %d must be between 1 and %d (default %d): a job is stored as one etcd value, which etcd refuses over 1.5 MiB; %s.", name, *v, ceil, def, why))
-		}
-	}
-	jobBound(&s.MaxCommands, mj.DefaultMaxCommands, mj.CeilMaxCommands, s.CommandsRange, "max_commands",
-		"the largest job allowed is computed with this many commands")
-	jobBound(&s.MaxCommandBytes, mj.DefaultMaxCommandBytes, mj.CeilMaxCommandBytes, s.CmdBytesRange, "max_command_bytes",
-		"the commands' text is stored in the job record, beside 50 inputs of 4 KiB URLs and 1,000 output files with their probe data")
-	jobBound(&s.MaxInputs, mj.DefaultMaxInputs, mj.CeilMaxInputs, s.InputsRange, "max_inputs",
-		fmt.Sprintf("each input may carry a URL of %d bytes, and %d of them already take a fifth of the job record's budget", mj.MaxURLBytes, mj.CeilMaxInputs))
-	jobBound(&s.MaxOutputs, mj.DefaultMaxOutputs, mj.CeilMaxOutputs, s.OutputsRange, "max_outputs",
-		"the declared output names are stored in the job record")
-	jobBound(&s.MaxOutputFiles, mj.DefaultMaxOutputFiles, mj.CeilMaxOutputFiles, s.OutFilesRange, "max_output_files",
-		"every file produced is stored in the job record with its name, key and probe, about 400 bytes each plus probe data")
-
-	if c.Log == nil { // a Config built in code
+// defaults fills what is unset, blocks a Config built in code leaves out
+// included. A pool's warm block follows its pool's defaults.
+func (c *Config) defaults() {
+	if c.Log == nil {
 		c.Log = &Log{}
 	}
-	lg := c.Log
-	switch lg.Format {
-	case "":
-		lg.Format = "text"
-	case "text", "json":
-	default:
-		bad(lg.FormatRange, "Invalid log format", fmt.Sprintf("format = %q; use \"text\" (key=value lines, the default) or \"json\" (one JSON object a line).", lg.Format))
-	}
-	if v, err := logging.ParseLevel(lg.Level); err != nil {
-		bad(lg.LevelRange, "Invalid log level", fmt.Sprintf("level = %q; use \"debug\", \"info\" (the default), \"warn\" or \"error\".", lg.Level))
-	} else {
-		lg.LevelV = v
-	}
-
-	e := c.Etcd
-	e.DialTimeoutD = dur(e.DialTimeout, e.DialTimeoutRange, "dial_timeout")
-	if !e.Embedded && len(e.Endpoints) == 0 {
-		e.Endpoints = []string{"http://127.0.0.1:2379"}
-	}
-	if e.Embedded {
-		for _, l := range []struct {
-			addr, name string
-			rng        hcl.Range
-		}{{e.ListenClient, "listen_client", e.ClientRange}, {e.ListenPeer, "listen_peer", e.PeerRange}} {
-			if msg := listenProblem(l.addr, l.rng.Filename != ""); msg != "" {
-				bad(l.rng, "Invalid "+l.name, l.name+" = "+msg)
-			}
-		}
-	} else {
-		for _, ep := range e.Endpoints {
-			if u, err := url.Parse(ep); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || (u.Path != "" && u.Path != "/") {
-				bad(e.EndpointsRange, "Invalid endpoints", fmt.Sprintf("endpoints: %q is not an etcd client URL such as \"http://etcd-1.internal:2379\" (https:// with TLS).", ep))
-			}
-		}
-	}
-	if !strings.HasSuffix(e.Prefix, "/") {
-		e.Prefix += "/"
-	}
-	e.CompactionRetentionD = dur(e.CompactionRetention, e.CompactionRange, "compaction_retention")
-	if e.CompactionRetentionD > 0 && e.CompactionRetentionD < time.Minute {
-		bad(e.CompactionRange, "Invalid compaction_retention", fmt.Sprintf("compaction_retention = %q is too short: watchers resume from revisions read moments earlier and would have to start over; use at least \"1m\" (default \"10m\").", e.CompactionRetention))
-	}
-	if e.QuotaBackendBytes < MinQuotaBackendBytes || e.QuotaBackendBytes > MaxQuotaBackendBytes {
-		bad(e.QuotaRange, "Invalid quota_backend_bytes", fmt.Sprintf("quota_backend_bytes = %d must be between %d (64 MiB: less trips etcd's NOSPACE alarm in ordinary bursts) and %d (100 GiB: etcd recommends at most 8 GiB; beyond this snapshots, recovery and defragmentation take too long). Default 8589934592 (8 GiB).", e.QuotaBackendBytes, int64(MinQuotaBackendBytes), int64(MaxQuotaBackendBytes)))
-	}
-	e.DefragEveryD = dur(e.DefragEvery, e.DefragEveryRange, "defrag_every")
-	if e.DefragEveryD > 0 && e.DefragEveryD < time.Minute {
-		bad(e.DefragEveryRange, "Invalid defrag_every", fmt.Sprintf("defrag_every = %q is too short: a defragmentation stalls its member; check at most every minute (default \"10m\").", e.DefragEvery))
-	}
-	if !(e.DefragFreeRatio > 0 && e.DefragFreeRatio < 1) {
-		bad(e.DefragRatioRange, "Invalid defrag_free_ratio", fmt.Sprintf("defrag_free_ratio = %g must be above 0 and below 1: the share of a member's database that must be free space before it is defragmented (default 0.5).", e.DefragFreeRatio))
-	}
-	if e.DefragMinBytes < 0 || e.DefragMinBytes >= e.QuotaBackendBytes {
-		bad(e.DefragMinRange, "Invalid defrag_min_bytes", fmt.Sprintf("defrag_min_bytes = %d must be at least 0 and below quota_backend_bytes (%d), or no member is ever defragmented before etcd refuses writes (default 67108864, 64 MiB).", e.DefragMinBytes, e.QuotaBackendBytes))
-	}
-
-	c.Nomad.PurgeAfterD = dur(c.Nomad.PurgeAfter, c.Nomad.PurgeRange, "purge_after")
-
-	wh := c.Webhooks
-	wh.BaseD = dur(wh.BackoffBase, wh.BaseRange, "backoff_base")
-	wh.CapD = dur(wh.BackoffCap, wh.CapRange, "backoff_cap")
-	wh.TimeoutD = dur(wh.AttemptTimeout, wh.TimeoutRange, "attempt_timeout")
-	if wh.Concurrency < 0 || (wh.Concurrency == 0 && wh.ConcRange.Filename != "") {
-		bad(wh.ConcRange, "Invalid concurrency", fmt.Sprintf("concurrency = %d: webhook attempts in flight at once must be at least 1 (default 128).", wh.Concurrency))
-	}
-	if wh.AccountConcurrency < 0 || (wh.AcctRange.Filename != "" && (wh.AccountConcurrency == 0 || wh.AccountConcurrency > max(wh.Concurrency, 1))) {
-		bad(wh.AcctRange, "Invalid account_concurrency", fmt.Sprintf("account_concurrency = %d must be between 1 and concurrency (%d); default an eighth of concurrency.", wh.AccountConcurrency, wh.Concurrency))
-	}
-	if wh.Concurrency <= 0 {
-		wh.Concurrency = 128
-	}
-	if wh.AccountConcurrency <= 0 || wh.AccountConcurrency > wh.Concurrency {
-		wh.AccountConcurrency = max(1, wh.Concurrency/8)
-	}
-
-	dd := c.Dispatcher
-	dd.ReconcileD = dur(dd.ReconcileEvery, dd.ReconcileRange, "reconcile_every")
-	dd.LeaderTTLD = dur(dd.LeaderTTL, dd.LeaderRange, "leader_ttl")
-	dd.TimeoutGraceD = dur(dd.TimeoutGrace, dd.GraceRange, "timeout_grace")
-	dd.DisconnectD = dur(dd.DisconnectGrace, dd.DisconnectRange, "disconnect_grace")
-	if dd.LeaderTTLD > 0 && dd.LeaderTTLD < 2*time.Second {
-		bad(dd.LeaderRange, "Invalid leader_ttl", "leader_ttl must be at least 2s: etcd sessions count in whole seconds.")
-	}
-	if dd.Listen != "" {
-		if msg := listenProblem(dd.Listen, dd.ListenRange.Filename != ""); msg != "" {
-			bad(dd.ListenRange, "Invalid listen", "dispatcher listen = "+msg)
-		}
-	}
-
-	st := c.Storage
-	if st.Type != "local" {
-		bad(st.TypeRange, "Unsupported storage type", fmt.Sprintf("storage type %q is not supported; set url instead (file:///dir or s3://bucket?...).", st.Type))
-	}
-	if st.URL != "" {
-		if msg := storageURLProblem(st.URL); msg != "" {
-			bad(st.URLRange, "Invalid storage url", msg)
-		}
-	} else if st.Path == "" {
-		rng := st.PathRange
-		if rng.Filename == "" {
-			rng = st.DefRange
-		}
-		bad(rng, "Missing storage", "storage needs url (file:///dir or s3://bucket?...) or path (a local directory).")
-	}
-	st.TTL = dur(st.DownloadURLTTL, st.TTLRange, "download_url_ttl")
-	st.Retention = dur(st.OutputRetention, st.RetentionRange, "output_retention")
-	st.Sweep = dur(st.SweepEvery, st.SweepRange, "sweep_every")
-	st.JobRetentionD = dur(st.JobRetention, st.JobRetRange, "job_retention")
-	if st.JobRetentionD > 0 && st.JobRetentionD < st.Retention {
-		bad(st.JobRetRange, "Invalid job_retention", fmt.Sprintf("job_retention = %q is shorter than output_retention = %q: a job must outlive its output files, or their links would point at a deleted job's files.", st.JobRetention, st.OutputRetention))
-	}
-
 	if c.Limits == nil {
 		c.Limits = &Limits{}
 	}
 	if c.Usage == nil {
 		c.Usage = &Usage{RetentionDays: DefaultUsageRetentionDays}
 	}
-	c.Usage.check(bad)
-	if c.Limits.MaxRunningPerAccount < 0 {
-		bad(c.Limits.MaxRunningRange, "Invalid max_running_per_account", fmt.Sprintf("max_running_per_account = %d; use 0 for no limit, or how many jobs of one account may run in a pool at once.", c.Limits.MaxRunningPerAccount))
-	}
-	for _, l := range []struct {
-		v    **int64
-		name string
-		def  int64
-	}{
-		{&c.Limits.MaxQueuedJobs, "max_queued_jobs", DefaultMaxQueuedJobs},
-		{&c.Limits.MaxJobBytes, "max_job_bytes", DefaultMaxJobBytes},
-		{&c.Limits.MaxTimeoutSeconds, "max_timeout_seconds", 0},
-		{&c.Limits.MaxStorageBytes, "max_storage_bytes", DefaultMaxStorage},
-		{&c.Limits.MaxEventStreams, "max_event_streams", DefaultMaxStreams},
-		{&c.Limits.MaxInputBytes, "max_input_bytes", 0},
-	} {
-		if *l.v == nil {
-			*l.v = &l.def
-		} else if **l.v < 0 {
-			bad(c.Limits.DefRange, "Invalid "+l.name, fmt.Sprintf("%s = %d; use 0 for no limit.", l.name, **l.v))
-		}
-	}
-
 	if len(c.Pools) == 0 {
 		c.Pools = []*Pool{{Name: "cpu"}}
 	}
-	seen := map[string]bool{}
+	c.Server.defaults()
+	c.Log.defaults()
+	c.Etcd.defaults()
+	c.Webhooks.defaults()
+	c.Limits.defaults()
 	for _, p := range c.Pools {
-		if seen[p.Name] {
-			bad(p.DefRange, "Duplicate pool", fmt.Sprintf("pool %q is defined twice.", p.Name))
-		}
-		seen[p.Name] = true
-		// Written as 0 (or less) in the file: applyDefaults would take it for unset.
-		inFlight0 := p.MaxInFlight == 0 && p.InFlightRange.Filename != ""
-		if p.DispatchLookahead < 0 || p.DispatchLookahead == 0 && p.LookaheadRange.Filename != "" {
-			bad(p.LookaheadRange, "Invalid dispatch_lookahead", fmt.Sprintf("pool %q: dispatch_lookahead = %d; use a positive number (default %d).", p.Name, p.DispatchLookahead, DefaultDispatchLookahead))
-		}
-		attempts, attempts0 := p.MaxAttempts, p.MaxAttempts <= 0 && p.AttemptsRange.Filename != ""
-		p.applyDefaults()
-		if !supportedDrivers[p.Driver] {
-			bad(p.DriverRange, "Unsupported driver", fmt.Sprintf("pool %q: driver %q has no jobspec; supported: docker, raw_exec.", p.Name, p.Driver))
-		}
-		if p.Driver == "docker" && p.Image == "" {
-			bad(p.DefRange, "Missing image", fmt.Sprintf("pool %q uses the docker driver and needs an image (the worker image, e.g. \"mediajobs-worker:local\").", p.Name))
-		}
-		switch {
-		case p.Driver == "raw_exec" && p.Sandbox != "bwrap" && p.Sandbox != "none":
-			bad(p.SandboxRange, "Invalid sandbox", fmt.Sprintf("pool %q: sandbox = %q; use \"bwrap\" (bubblewrap, the default) or \"none\" (no sandbox: only for trusted commands).", p.Name, p.Sandbox))
-		case p.Driver == "docker" && p.Sandbox != "":
-			bad(p.SandboxRange, "Invalid sandbox", fmt.Sprintf("pool %q: sandbox applies to raw_exec pools; a docker pool's ffmpeg runs in its container (no network, unprivileged user, read-only root). Remove the setting.", p.Name))
-		}
-		if p.Disk < 50 {
-			bad(p.DiskRange, "Invalid disk", fmt.Sprintf("pool %q: disk = %d MB is too small; jobs keep inputs and outputs there (at least 50).", p.Name, p.Disk))
-		}
-		for _, c := range p.Constraints {
-			switch c.Operator {
-			case "=", "!=", ">", ">=", "<", "<=", "regexp", "set_contains", "set_contains_any", "version", "semver", "is_set", "is_not_set", "distinct_hosts", "distinct_property":
-			default:
-				bad(c.DefRange, "Invalid constraint", fmt.Sprintf("pool %q: constraint operator %q is not one of Nomad's (=, !=, <, <=, >, >=, regexp, set_contains, version, is_set, ...).", p.Name, c.Operator))
-			}
-			if _, err := regexp.Compile(c.Value); c.Operator == "regexp" && err != nil && !strings.Contains(c.Value, "${") {
-				bad(c.ValueRange, "Invalid constraint", fmt.Sprintf("pool %q: constraint value %q is not a regular expression: %v.", p.Name, c.Value, err))
-			}
-		}
-		if g := p.GPU; g != nil {
-			if g.Vendor != "nvidia" {
-				bad(g.VendorRange, "Unsupported GPU vendor", fmt.Sprintf("pool %q: gpu vendor %q is not supported; use \"nvidia\".", p.Name, g.Vendor))
-			}
-			if g.Count < 1 || g.Count > 16 {
-				bad(g.CountRange, "Invalid GPU count", fmt.Sprintf("pool %q: gpu count = %d must be between 1 and 16.", p.Name, g.Count))
-			}
-			if g.MinMemoryMB < 0 {
-				bad(g.MinMemRange, "Invalid min_memory_mb", fmt.Sprintf("pool %q: gpu min_memory_mb = %d: use the least GPU memory in MiB, or leave it unset.", p.Name, g.MinMemoryMB))
-			}
-			if _, err := regexp.Compile(g.Model); g.Model != "" && err != nil {
-				bad(g.ModelRange, "Invalid GPU model", fmt.Sprintf("pool %q: gpu model = %q is not a regular expression (Nomad matches the device model with it): %v.", p.Name, g.Model, err))
-			}
-		}
-		if p.CPU < 100 {
-			bad(p.CPURange, "Invalid cpu", fmt.Sprintf("pool %q: cpu = %d MHz is below Nomad's minimum of 100.", p.Name, p.CPU))
-		}
-		if p.MaxInFlight < -1 || inFlight0 {
-			rng := p.InFlightRange
-			if rng.Filename == "" {
-				rng = p.DefRange
-			}
-			bad(rng, "Invalid max_in_flight", fmt.Sprintf("pool %q: max_in_flight = %d; use a positive number, or -1 for no cap (default %d).", p.Name, min(p.MaxInFlight, 0), DefaultMaxInFlight))
-		}
-		if attempts0 {
-			bad(p.AttemptsRange, "Invalid max_attempts", fmt.Sprintf("pool %q: max_attempts = %d must be at least 1 (default 3): the first attempt counts.", p.Name, attempts))
-		}
-		if p.Memory < 64 {
-			bad(p.MemoryRange, "Invalid memory", fmt.Sprintf("pool %q: memory = %d MiB is too small for ffmpeg; use at least 64.", p.Name, p.Memory))
-		}
-		p.DefaultTimeoutD = dur(p.DefaultTimeout, p.DefaultTORange, "default_timeout")
-		p.MaxTimeoutD = dur(p.MaxTimeout, p.MaxTORange, "max_timeout")
-		p.QueueLimitD = dur(p.QueueLimit, p.QueueLimRange, "queue_limit")
-		p.StartTimeoutD = dur(p.StartTimeout, p.StartTORange, "start_timeout")
-		if p.DefaultTimeoutD > p.MaxTimeoutD && p.MaxTimeoutD > 0 {
-			bad(p.DefaultTORange, "Invalid default_timeout", fmt.Sprintf("pool %q: default_timeout %s is above max_timeout %s.", p.Name, p.DefaultTimeout, p.MaxTimeout))
-		}
-		if p.Warm != nil {
-			p.Warm.check(p, bad, dur)
-			c.checkWarmTransport(p, bad)
-		}
-	}
-	// A warm pool's service job is mediajobs-<pool>-warm: the parameterized job of
-	// a pool named "<pool>-warm" would have the same Nomad ID.
-	for _, p := range c.Pools {
-		if p.Warm != nil {
-			if q := c.Pool(p.Name + "-warm"); q != nil {
-				bad(q.DefRange, "Conflicting pool name", fmt.Sprintf("pool %q: its Nomad job would be mediajobs-%s, the ID of pool %q's warm runners; rename the pool.", q.Name, q.Name, p.Name))
-			}
-		}
-	}
-	return diags
-}
-
-// check reports what is wrong with pool p's warm block, its defaults applied,
-// and sets LeaseTTLD.
-func (w *Warm) check(p *Pool, bad func(hcl.Range, string, string), dur func(string, hcl.Range, string) time.Duration) {
-	at := func(rng hcl.Range) hcl.Range { // the block itself for a value not written
-		if rng.Filename == "" {
-			return w.DefRange
-		}
-		return rng
-	}
-	switch {
-	case p.Driver == "docker":
-		bad(w.DefRange, "Invalid warm block", fmt.Sprintf("pool %q: warm pools run on raw_exec with bubblewrap: a docker pool's runner cannot lease work while ffmpeg has no network in the same container; remove the warm block or use driver = \"raw_exec\".", p.Name))
-	case p.Driver == "raw_exec" && p.Sandbox == "none":
-		bad(w.DefRange, "Invalid warm block", fmt.Sprintf("pool %q: a warm runner takes the jobs of every account one after another; with sandbox = \"none\" they would share it unsandboxed. Remove the warm block or use sandbox = \"bwrap\".", p.Name))
-	}
-	if w.Count < 0 {
-		bad(at(w.CountRange), "Invalid warm count", fmt.Sprintf("pool %q: warm count = %d; use how many runners to start with, 0 or more (default %d).", p.Name, w.Count, DefaultWarmCount))
-	}
-	if w.Min < 0 {
-		bad(at(w.MinRange), "Invalid warm min", fmt.Sprintf("pool %q: warm min = %d; use the fewest runners Nomad's scaling may leave, 0 or more (default 0).", p.Name, w.Min))
-	}
-	if w.Max < w.Min {
-		bad(at(w.MaxRange), "Invalid warm max", fmt.Sprintf("pool %q: warm max = %d is below min = %d.", p.Name, w.Max, w.Min))
-	} else if w.Count >= 0 && (w.Count < w.Min || w.Count > w.Max) {
-		bad(at(w.CountRange), "Invalid warm count", fmt.Sprintf("pool %q: warm count = %d is outside min = %d and max = %d (Nomad refuses a count outside its scaling block).", p.Name, w.Count, w.Min, w.Max))
-	}
-	if w.MaxJobSeconds <= 0 {
-		bad(at(w.MaxJobRange), "Invalid max_job_seconds", fmt.Sprintf("pool %q: warm max_job_seconds = %d; use the longest timeout_seconds a job may have to run on a warm runner, above 0 (default %d).", p.Name, w.MaxJobSeconds, DefaultWarmMaxJobSeconds))
-	} else if p.MaxTimeoutD > 0 && time.Duration(w.MaxJobSeconds)*time.Second > p.MaxTimeoutD {
-		bad(at(w.MaxJobRange), "Invalid max_job_seconds", fmt.Sprintf("pool %q: warm max_job_seconds = %d is above the pool's max_timeout %s: no job could ask for that long.", p.Name, w.MaxJobSeconds, p.MaxTimeout))
-	}
-	if w.CPU < 100 {
-		bad(at(w.CPURange), "Invalid warm cpu", fmt.Sprintf("pool %q: warm cpu = %d MHz is below Nomad's minimum of 100.", p.Name, w.CPU))
-	}
-	if w.Memory < 64 {
-		bad(at(w.MemoryRange), "Invalid warm memory", fmt.Sprintf("pool %q: warm memory = %d MiB is too small for ffmpeg; use at least 64.", p.Name, w.Memory))
-	}
-	if w.Disk < 50 {
-		bad(at(w.DiskRange), "Invalid warm disk", fmt.Sprintf("pool %q: warm disk = %d MB is too small; each job's inputs and outputs are kept there (at least 50).", p.Name, w.Disk))
-	}
-	w.SpillAfterD = dur(w.SpillAfter, at(w.SpillRange), "spill_after")
-	if w.SpillAfterD < 0 || w.SpillAfterD > time.Hour {
-		bad(at(w.SpillRange), "Invalid spill_after", fmt.Sprintf("pool %q: warm spill_after = %q must be between \"0s\" (a job that fits goes to Nomad at once when no runner waits) and \"1h\"; default %q.", p.Name, w.SpillAfter, DefaultWarmSpillAfter))
-	}
-	w.LeaseTTLD = dur(w.LeaseTTL, at(w.LeaseTTLRange), "lease_ttl")
-	if w.LeaseTTLD > 0 && (w.LeaseTTLD < MinWarmLeaseTTL || w.LeaseTTLD > MaxWarmLeaseTTL) {
-		bad(at(w.LeaseTTLRange), "Invalid lease_ttl", fmt.Sprintf("pool %q: warm lease_ttl = %q must be between \"6s\" (three renewal periods of 2s: shorter, a slow renewal or a brief pause of a runner or the network would hand its job to another) and \"5m\" (a job whose runner died waits this long to run again); default %q.", p.Name, w.LeaseTTL, DefaultWarmLeaseTTL))
-	}
-}
-
-// DefaultShutdownTimeout is server.shutdown_timeout's floor when unset (see
-// Server.ShutdownTimeout).
-const DefaultShutdownTimeout = 30 * time.Second
-
-// DefaultMaxInFlight is a pool's max_in_flight when unset: enough to keep a
-// sizeable cluster busy, few enough that a burst waits in etcd, not in Nomad.
-const DefaultMaxInFlight = 256
-
-// DefaultDispatchLookahead is a pool's dispatch_lookahead when unset.
-const DefaultDispatchLookahead = 4
-
-// storageURLProblem says what is wrong with a storage url, or "".
-func storageURLProblem(raw string) string {
-	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return fmt.Sprintf("url is not a URL: %v.", err)
-	case u.Scheme == "file" && (u.Host != "" || !strings.HasPrefix(u.Path, "/")):
-		return "a file url names an absolute directory: file:///var/lib/mediajobs/blobs (three slashes)."
-	case u.Scheme == "s3" && u.Host == "":
-		return "an s3 url names its bucket: s3://BUCKET?region=us-east-1 (and, for MinIO or another S3-compatible store, &endpoint=http://host:9000&use_path_style=true)."
-	case u.Scheme != "file" && u.Scheme != "s3":
-		return fmt.Sprintf("storage scheme %q is not supported; use file:///dir or s3://bucket?....", u.Scheme)
-	case u.User != nil:
-		return "put no credentials in the url: the s3 driver reads AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or a profile, or an instance role)."
-	}
-	return ""
-}
-
-// supportedDrivers are the drivers with a jobspec in jobspecs/.
-var supportedDrivers = map[string]bool{"raw_exec": true, "docker": true}
-
-func (p *Pool) applyDefaults() {
-	if p.Driver == "" {
-		p.Driver = "raw_exec"
-	}
-	if p.Driver == "raw_exec" && p.Sandbox == "" {
-		p.Sandbox = "bwrap"
-	}
-	if len(p.Datacenters) == 0 {
-		p.Datacenters = []string{"*"}
-	}
-	if p.NodePool == "" {
-		p.NodePool = "default"
-	}
-	if p.CPU == 0 {
-		p.CPU = 1000
-	}
-	if p.Memory == 0 {
-		p.Memory = 1024
-	}
-	if p.Disk == 0 {
-		p.Disk = 2048
-	}
-	for _, c := range p.Constraints {
-		if c.Operator == "" {
-			c.Operator = "="
-		}
-	}
-	if g := p.GPU; g != nil {
-		if g.Count == 0 {
-			g.Count = 1
-		}
-		if g.Vendor == "" {
-			g.Vendor = "nvidia"
-		}
-		g.setNVENC()
-	}
-	if p.DefaultTimeout == "" {
-		p.DefaultTimeout = "1h"
-	}
-	if p.MaxTimeout == "" {
-		p.MaxTimeout = "6h"
-	}
-	if p.QueueLimit == "" {
-		p.QueueLimit = "10m"
-	}
-	if p.StartTimeout == "" {
-		p.StartTimeout = "10m"
-	}
-	if p.MaxInFlight == 0 {
-		p.MaxInFlight = DefaultMaxInFlight
-	}
-	if p.DispatchLookahead == 0 {
-		p.DispatchLookahead = DefaultDispatchLookahead
-	}
-	if p.MaxAttempts <= 0 {
-		p.MaxAttempts = 3
-	}
-	if w := p.Warm; w != nil {
-		// A 0 written in the file is kept (and checked); unset, or in a Config built
-		// in code, it is the default.
-		if w.Count == 0 && w.CountRange.Filename == "" {
-			w.Count = DefaultWarmCount
-		}
-		if w.Max == 0 && w.MaxRange.Filename == "" {
-			w.Max = max(w.Count, DefaultWarmMax)
-		}
-		if w.MaxJobSeconds == 0 && w.MaxJobRange.Filename == "" {
-			w.MaxJobSeconds = DefaultWarmMaxJobSeconds
-		}
-		if w.CPU == 0 && w.CPURange.Filename == "" {
-			w.CPU = p.CPU
-		}
-		if w.Memory == 0 && w.MemoryRange.Filename == "" {
-			w.Memory = p.Memory
-		}
-		if w.Disk == 0 && w.DiskRange.Filename == "" {
-			w.Disk = p.Disk
-		}
-		if w.LeaseTTL == "" && w.LeaseTTLRange.Filename == "" {
-			w.LeaseTTL = DefaultWarmLeaseTTL
-		}
-		if w.SpillAfter == "" && w.SpillRange.Filename == "" {
-			w.SpillAfter = DefaultWarmSpillAfter
-		}
+		p.defaults()
 	}
 }
 
@@ -1375,17 +807,3 @@ func sourceLine(src []byte, n int) string {
 
 // secretAttr is an attribute that holds a secret, up to its "=".
 var secretAttr = regexp.MustCompile(`^\s*(signing_secret|password|token|secret_access_key|access_key_id|secret)\s*=\s*`)
-
-// ParseProxy parses an entry of server.trusted_proxies: an address ("10.0.0.5")
-// or a range ("10.0.0.0/8").
-func ParseProxy(s string) (netip.Prefix, error) {
-	if p, err := netip.ParsePrefix(s); err == nil {
-		return p.Masked(), nil
-	}
-	a, err := netip.ParseAddr(s)
-	if err != nil {
-		return netip.Prefix{}, err
-	}
-	a = a.Unmap()
-	return netip.PrefixFrom(a, a.BitLen()), nil
-}

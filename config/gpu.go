@@ -91,3 +91,29 @@ func (g *GPU) setNVENC() {
 
 // CanEncode reports whether the pool has GPUs with an NVENC video encoder.
 func (p *Pool) CanEncode() bool { return p.GPU != nil && p.GPU.NVENC }
+
+func (g *GPU) defaults() {
+	if g.Count == 0 {
+		g.Count = 1
+	}
+	if g.Vendor == "" {
+		g.Vendor = "nvidia"
+	}
+	g.setNVENC()
+}
+
+// check reports what is wrong with pool p's gpu block.
+func (g *GPU) check(p *Pool, ck *checker) {
+	if g.Vendor != "nvidia" {
+		ck.bad(g.VendorRange, "Unsupported GPU vendor", fmt.Sprintf("pool %q: gpu vendor %q is not supported; use \"nvidia\".", p.Name, g.Vendor))
+	}
+	if g.Count < 1 || g.Count > 16 {
+		ck.bad(g.CountRange, "Invalid GPU count", fmt.Sprintf("pool %q: gpu count = %d must be between 1 and 16.", p.Name, g.Count))
+	}
+	if g.MinMemoryMB < 0 {
+		ck.bad(g.MinMemRange, "Invalid min_memory_mb", fmt.Sprintf("pool %q: gpu min_memory_mb = %d: use the least GPU memory in MiB, or leave it unset.", p.Name, g.MinMemoryMB))
+	}
+	if _, err := regexp.Compile(g.Model); g.Model != "" && err != nil {
+		ck.bad(g.ModelRange, "Invalid GPU model", fmt.Sprintf("pool %q: gpu model = %q is not a regular expression (Nomad matches the device model with it): %v.", p.Name, g.Model, err))
+	}
+}

@@ -58,7 +58,7 @@ func localHost(h string) bool {
 // signing keys) plain http:// to another machine, unless
 // server.allow_insecure_warm. A Nomad address from NOMAD_ADDR is checked as the
 // gateway starts (cmd/mediajobs/warm.go).
-func (c *Config) checkWarmTransport(p *Pool, bad func(hcl.Range, string, string)) {
+func (c *Config) checkWarmTransport(p *Pool, ck *checker) {
 	s := c.Server
 	if s.AllowInsecureWarm {
 		return
@@ -70,11 +70,11 @@ func (c *Config) checkWarmTransport(p *Pool, bad func(hcl.Range, string, string)
 		return rng
 	}
 	if plainRemote(s.PublicURL) {
-		bad(at(s.PublicURLRange), "Insecure warm pool", fmt.Sprintf("pool %q: its warm runners send their identity token to public_url = %q over plain http, where anyone on the network could take it and lease other accounts' jobs. "+
+		ck.bad(at(s.PublicURLRange), "Insecure warm pool", fmt.Sprintf("pool %q: its warm runners send their identity token to public_url = %q over plain http, where anyone on the network could take it and lease other accounts' jobs. "+
 			"Serve the gateway over https (or on loopback), or set server.allow_insecure_warm = true if the network is trusted.", p.Name, s.PublicURL))
 	}
 	if c.Nomad != nil && plainRemote(c.Nomad.Address) {
-		bad(at(c.Nomad.AddrRange), "Insecure warm pool", fmt.Sprintf("pool %q: the gateway checks its warm runners' identities with the keys Nomad publishes, and nomad.address = %q is plain http, where anyone on the path could swap the keys and forge identities. "+
+		ck.bad(at(c.Nomad.AddrRange), "Insecure warm pool", fmt.Sprintf("pool %q: the gateway checks its warm runners' identities with the keys Nomad publishes, and nomad.address = %q is plain http, where anyone on the path could swap the keys and forge identities. "+
 			"Use Nomad's https address (its tls settings apply), or set server.allow_insecure_warm = true if the network is trusted.", p.Name, c.Nomad.Address))
 	}
 }

@@ -22,8 +22,9 @@ type Usage struct {
 // DefaultUsageRetentionDays is usage.retention_days's default.
 const DefaultUsageRetentionDays = 400
 
-func (u *Usage) check(bad func(rng hcl.Range, summary, detail string)) {
+// check reports what is wrong with the usage block.
+func (u *Usage) check(ck *checker) {
 	if u.RetentionDays < 1 || u.RetentionDays > 100*366 {
-		bad(u.RetentionRange, "Invalid retention_days", fmt.Sprintf("usage retention_days = %d; use how many days of usage to keep, at least 1 (default %d).", u.RetentionDays, DefaultUsageRetentionDays))
+		ck.bad(u.RetentionRange, "Invalid retention_days", fmt.Sprintf("usage retention_days = %d; use how many days of usage to keep, at least 1 (default %d).", u.RetentionDays, DefaultUsageRetentionDays))
 	}
 }

@@ -59,6 +59,16 @@ func (t timedBlobs) Sweep(ctx context.Context, prefix string, cutoff time.Time) 
 	return bounded(ctx, sweepCalls*t.timeout, t.answered, "sweep", func(ctx context.Context) (int, error) { return t.b.Sweep(ctx, prefix, cutoff) })
 }
 
+func (t timedBlobs) Each(ctx context.Context, prefix string, fn func(key string, size int64, mod time.Time) error) error {
+	_, err := bounded(ctx, sweepCalls*t.timeout, t.answered, "list", func(ctx context.Context) (struct{}, error) { return struct{}{}, t.b.Each(ctx, prefix, fn) })
+	return err
+}
+
+func (t timedBlobs) Delete(ctx context.Context, key string) error {
+	_, err := bounded(ctx, t.timeout, t.answered, "delete", func(ctx context.Context) (struct{}, error) { return struct{}{}, t.b.Delete(ctx, key) })
+	return err
+}
+
 // bounded runs call with a deadline of timeout, returning by then whether or not
 // call did. Its errors, but "not found", count in mediajobs_dispatcher_blob_errors_total;
 // an answer (a value or "not found") is noted in answered.

@@ -1,11 +1,25 @@
 package dispatcher
 
-import "github.com/mediajobs/mediajobs/store"
+import (
+	"context"
 
-// The store upgrades this package takes at run time (d.Store.(fairStore),
-// d.Store.(warmStore)), checked when it compiles: a renamed store method
-// breaks the build instead of turning fair share or warm pools off.
+	"github.com/hashicorp/nomad/api"
+	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/store"
+)
+
+// usageSweeper deletes old usage counters (usage.go).
+type usageSweeper interface {
+	SweepUsage(ctx context.Context, cutoff string) (int, error)
+}
+
+// Every store interface of this package is *store.Store's, checked when it
+// compiles: a renamed store method breaks the build instead of turning a
+// feature off.
 var (
-	_ fairStore = (*store.Store)(nil)
-	_ warmStore = (*store.Store)(nil)
+	_ Store       = (*store.Store)(nil)
+	_ Blobs       = (*blob.Bucket)(nil)
+	_ NomadJobs   = (*api.Jobs)(nil)
+	_ NomadAllocs = (*api.Allocations)(nil)
+	_ NomadEvents = (*api.EventStream)(nil)
 )

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +18,6 @@ import (
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // dispatchConcurrency is how many Nomad dispatch calls run at once.
@@ -37,16 +35,7 @@ func (d *Dispatcher) dispatchLoop(ctx context.Context) {
 	for _, pool := range d.Config.Pools {
 		go d.watchChildren(ctx, pool)
 	}
-	for _, prefix := range []string{d.Store.QueuePrefix(), d.Store.ActivePrefix()} {
-		go func() {
-			for ctx.Err() == nil {
-				for range d.Store.Client().Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix()) {
-					poke()
-				}
-				sleep(ctx, time.Second)
-			}
-		}()
-	}
+	d.st().Notify(ctx, poke, store.Queue, store.Active)
 	for {
 		d.failUnknownPools(ctx)
 		next := d.dispatchPools(ctx)
@@ -224,7 +213,7 @@ func (d *Dispatcher) dispatchIDs(ctx context.Context, pool *config.Pool, ids []s
 				}
 			}
 			// Only a new detail is written: an outage costs no etcd write per pass.
-			d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+			d.st().UpdateJob(ctx, id, func(j *mj.Job) error {
 				if j.Status.Terminal() || j.NomadJobID != "" || j.StatusDetail == detail {
 					return errSkip
 				}
@@ -254,39 +243,21 @@ const unknownPoolGrace = 5 * time.Minute
 // It reads only the gaps of the queue between the configured pools' parts, so a
 // healthy queue costs a few empty range reads.
 func (d *Dispatcher) failUnknownPools(ctx context.Context) {
-	queue := d.Store.QueuePrefix()
-	known := make([]string, 0, len(d.Config.Pools))
+	pools := make([]string, 0, len(d.Config.Pools))
 	for _, p := range d.Config.Pools {
-		known = append(known, d.Store.PoolQueuePrefix(p.Name))
+		pools = append(pools, p.Name)
 	}
-	sort.Strings(known)
-	from := queue
-	var keys []string
-	for i := 0; i <= len(known); i++ {
-		to := clientv3.GetPrefixRangeEnd(queue)
-		if i < len(known) {
-			to = known[i]
-		}
-		if from < to {
-			resp, err := d.Store.Client().Get(ctx, from, clientv3.WithRange(to), clientv3.WithKeysOnly(), clientv3.WithLimit(1000))
-			if err != nil {
-				d.Log.Warn("list queued jobs of unknown pools", "err", err)
-				return
-			}
-			for _, kv := range resp.Kvs {
-				keys = append(keys, string(kv.Key))
-			}
-		}
-		if i < len(known) {
-			from = max(from, clientv3.GetPrefixRangeEnd(known[i]))
-		}
+	keys, err := d.st().QueuedOutsidePools(ctx, pools, 1000)
+	if err != nil {
+		d.Log.Warn("list queued jobs of unknown pools", "err", err)
+		return
 	}
 	for _, key := range keys {
 		if at, ok := store.QueuedAtFromKey(key); ok && time.Since(at) < unknownPoolGrace {
 			continue // no read while the grace lasts
 		}
 		id := store.IDFromKey(key)
-		j, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+		j, err := d.st().UpdateJob(ctx, id, func(j *mj.Job) error {
 			if j.Status.Terminal() || j.NomadJobID != "" || d.Config.Pool(j.Machine) != nil {
 				return errSkip
 			}
@@ -320,7 +291,7 @@ func (d *Dispatcher) failUnknownPools(ctx context.Context) {
 // (id/attempt/2, /3, ...) starts another. Every leader tries the tokens in the
 // same order, so a retry still finds the child it started.
 func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
-	j, err := d.Store.Job(ctx, id)
+	j, err := d.st().Job(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -369,7 +340,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	d.dispatchedOK(j.Machine)
 	now := time.Now().UTC()
 	child, recorded := resp.DispatchedJobID, false
-	_, err = d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+	_, err = d.st().UpdateJob(ctx, id, func(j *mj.Job) error {
 		// The idempotency token gives a retried dispatch the same child: another
 		// leader (or an earlier pass) may have recorded it already.
 		recorded = j.NomadJobID == child
@@ -405,7 +376,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 		// another child (see above).
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.CallTimeout)
 		defer cancel()
-		if cur, rerr := d.Store.Job(sctx, id); mj.ErrorCode(rerr) == mj.ENotFound || rerr == nil && cur.NomadJobID != child {
+		if cur, rerr := d.st().Job(sctx, id); mj.ErrorCode(rerr) == mj.ENotFound || rerr == nil && cur.NomadJobID != child {
 			d.stopChild(sctx, child, "dispatched by a leader deposed before it recorded it", id)
 		}
 	}
@@ -513,7 +484,7 @@ func (d *Dispatcher) refused(ctx context.Context, id string, err error) bool {
 	if r.n < dispatchRefusals || now.Sub(r.first) < dispatchRefusalSpan || !others {
 		return false
 	}
-	j, uerr := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+	j, uerr := d.st().UpdateJob(ctx, id, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != "" {
 			return errSkip
 		}
@@ -591,15 +562,15 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 // cancelLoop stops the Nomad child of every job that leaves the active set as
 // cancelled (the gateway marks it; Nomad follows).
 func (d *Dispatcher) cancelLoop(ctx context.Context) {
-	d.watchPrefix(ctx, d.Store.ActivePrefix(), time.Hour, func(ctx context.Context, id string, del *clientv3.Event) {
-		if del == nil || del.PrevKv == nil {
+	d.st().Follow(ctx, store.Active, time.Hour, d.Log, func(ctx context.Context, id string, del *store.Deleted) {
+		if del == nil || del.Prev == nil {
 			return
 		}
-		j, err := d.Store.Job(ctx, id)
+		j, err := d.st().Job(ctx, id)
 		if err != nil || j.Status != mj.StatusCancelled {
 			return
 		}
-		d.stopChild(ctx, string(del.PrevKv.Value), "job cancelled", id)
+		d.stopChild(ctx, string(del.Prev), "job cancelled", id)
 	})
 }
 

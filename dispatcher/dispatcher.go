@@ -30,8 +30,6 @@ import (
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // NomadJobs is what the dispatcher needs of Nomad's jobs API; *api.Jobs has it.
@@ -45,6 +43,7 @@ type NomadJobs interface {
 	List(q *api.QueryOptions) ([]*api.JobListStub, *api.QueryMeta, error)
 	Allocations(jobID string, allAllocs bool, q *api.QueryOptions) ([]*api.AllocationListStub, *api.QueryMeta, error)
 	Evaluations(jobID string, q *api.QueryOptions) ([]*api.Evaluation, *api.QueryMeta, error)
+	Summary(jobID string, q *api.QueryOptions) (*api.JobSummary, *api.QueryMeta, error)
 }
 
 // NomadAllocs lists allocations across jobs; *api.Allocations has it.
@@ -57,8 +56,23 @@ type NomadEvents interface {
 	Stream(ctx context.Context, topics map[api.Topic][]string, index uint64, q *api.QueryOptions) (<-chan *api.Events, error)
 }
 
-// Store is what the dispatcher needs of the job store.
+// Store is what the dispatcher needs of the job store, declared by the part
+// that uses it (jobStore here, fairStore, warmStore, storageCounter,
+// usageSweeper) and checked against *store.Store when this package compiles
+// (contracts.go): nothing is upgraded at run time.
 type Store interface {
+	jobStore
+	followStore
+	fairStore
+	warmStore
+	storageCounter
+	usageSweeper
+	NewLeaderSession(ctx context.Context, ttl time.Duration) (*store.LeaderSession, error)
+	Maintain(ctx context.Context, o store.MaintainOptions) *store.MaintainReport
+}
+
+// jobStore reads and writes jobs.
+type jobStore interface {
 	Job(ctx context.Context, id string) (*mj.Job, error)
 	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
 	UpdateJobs(ctx context.Context, us []store.JobUpdate) ([]*mj.Job, []error)
@@ -72,13 +86,19 @@ type Store interface {
 	BackfillDone(ctx context.Context) (int, error)
 	EventIndex(ctx context.Context) (uint64, error)
 	SaveEventIndex(ctx context.Context, idx uint64) error
-	QueuePrefix() string
 	ActivePrefix() string
 	OutboxPrefix() string
-	PoolQueuePrefix(pool string) string
 	PoolActivePrefix(pool string) string
-	ElectionPrefix() string
-	Client() *clientv3.Client
+}
+
+// followStore tells the loops what changed in etcd.
+type followStore interface {
+	Follow(ctx context.Context, f store.Family, resync time.Duration, log *slog.Logger, fn func(ctx context.Context, id string, del *store.Deleted))
+	Notify(ctx context.Context, poke func(), fams ...store.Family)
+	QueuedOutsidePools(ctx context.Context, pools []string, limit int) ([]string, error)
+	Healthy(ctx context.Context) error
+	Revision(ctx context.Context) (int64, error)
+	ActiveChildren(ctx context.Context) (map[string]string, error)
 }
 
 // Blobs is what the dispatcher needs of the blob store.
@@ -87,11 +107,15 @@ type Blobs interface {
 	Put(ctx context.Context, key string, r io.Reader, max int64) (int64, error)
 	Sweep(ctx context.Context, prefix string, cutoff time.Time) (int, error)
 	List(ctx context.Context, prefix string) ([]string, error)
+	Each(ctx context.Context, prefix string, fn func(key string, size int64, mod time.Time) error) error
+	Delete(ctx context.Context, key string) error
 }
 
 // Dispatcher runs the loops above. Fill the fields and call Run.
 type Dispatcher struct {
 	Config *config.Config
+	// Store is the store outside a term (campaigning, readiness); the loops of a
+	// term use its fenced copy (st).
 	Store  Store
 	Jobs   NomadJobs
 	Events NomadEvents
@@ -155,7 +179,10 @@ type Dispatcher struct {
 	// succeeded since.
 	nomadDown atomic.Bool
 	// session is the etcd session this dispatcher campaigns or leads with (Ready).
-	session atomic.Pointer[concurrency.Session]
+	session atomic.Pointer[store.LeaderSession]
+	// term is the store of the term this dispatcher leads or last led: every
+	// write through it is conditioned on the term's election key (st).
+	term atomic.Pointer[Store]
 	// ready is the last readiness Ready found, to log only its changes.
 	ready   atomic.Bool
 	mu      sync.Mutex
@@ -269,16 +296,16 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	metrics.EventStreamReconnects.WithLabelValues()
 	defer d.session.Store(nil)
 	for ctx.Err() == nil {
-		sess, err := concurrency.NewSession(d.Store.Client(), concurrency.WithTTL(int(d.LeaderTTL/time.Second)), concurrency.WithContext(ctx))
+		sess, err := d.Store.NewLeaderSession(ctx, d.LeaderTTL)
 		if err != nil {
 			d.Log.Warn("etcd session failed; retrying", "err", err)
 			sleep(ctx, time.Second)
 			continue
 		}
 		d.session.Store(sess)
-		el := concurrency.NewElection(sess, d.Store.ElectionPrefix())
 		d.Log.Info("dispatcher waiting for leadership", "name", d.Name)
-		if err := el.Campaign(ctx, d.Name); err != nil {
+		term, err := sess.Campaign(ctx, d.Name)
+		if err != nil {
 			sess.Close()
 			if ctx.Err() == nil {
 				d.Log.Warn("campaign failed; retrying", "err", err)
@@ -288,10 +315,12 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		}
 		d.Log.Info("dispatcher leading", "name", d.Name)
 		d.newTerm()
+		// Every write of the term's loops goes through the term's store, which
+		// conditions it on the election key: a paused leader whose session
+		// expired cannot write after the next took over.
+		var fenced Store = term.Store()
+		d.term.Store(&fenced)
 		lctx, cancel := context.WithCancel(ctx)
-		// Every store write made while leading is conditioned on the election key:
-		// a paused leader whose session expired cannot write after the next took over.
-		lctx = store.WithGuard(lctx, el.Key(), el.Rev())
 		go func() {
 			select {
 			case <-sess.Done():
@@ -305,11 +334,21 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		d.setLeading(false)
 		cancel()
 		rctx, rcancel := context.WithTimeout(context.Background(), 2*time.Second)
-		el.Resign(rctx)
+		term.Resign(rctx)
 		rcancel()
 		sess.Close()
 	}
 	return nil
+}
+
+// st is the store the loops use: the current (or last) term's, which refuses
+// every write once its leadership is gone; the plain store before any term
+// (tests that drive one loop).
+func (d *Dispatcher) st() Store {
+	if t := d.term.Load(); t != nil {
+		return *t
+	}
+	return d.Store
 }
 
 // newTerm forgets what this dispatcher learnt while it led before: another
@@ -584,34 +623,6 @@ func isNotFound(err error) bool {
 		return uep.StatusCode() == 404
 	}
 	return err != nil && strings.HasPrefix(err.Error(), "Unexpected response code: 404")
-}
-
-// watchPrefix calls fn for every event under prefix (nil first, for a full pass)
-// until ctx ends, listing again every resync so nothing missed stays missed.
-func (d *Dispatcher) watchPrefix(ctx context.Context, prefix string, resync time.Duration, fn func(ctx context.Context, id string, deleted *clientv3.Event)) {
-	for ctx.Err() == nil {
-		ids, rev, err := d.Store.JobIDs(ctx, prefix, 0)
-		if err != nil {
-			d.Log.Warn("list failed; retrying", "prefix", prefix, "err", err)
-			sleep(ctx, time.Second)
-			continue
-		}
-		for _, id := range ids {
-			fn(ctx, id, nil)
-		}
-		wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), resync)
-		for resp := range d.Store.Client().Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV()) {
-			for _, ev := range resp.Events {
-				id := store.IDFromKey(string(ev.Kv.Key))
-				if ev.Type == clientv3.EventTypeDelete {
-					fn(ctx, id, ev)
-				} else {
-					fn(ctx, id, nil)
-				}
-			}
-		}
-		cancel()
-	}
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -138,7 +138,7 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 		if !first {
 			metrics.EventStreamReconnects.WithLabelValues().Inc()
 		}
-		index, err := d.Store.EventIndex(ctx)
+		index, err := d.st().EventIndex(ctx)
 		if numErr := (*strconv.NumError)(nil); errors.As(err, &numErr) {
 			// A damaged index never reads: resume from where Nomad is now, and
 			// let reconcile settle what came before.
@@ -183,7 +183,7 @@ func (d *Dispatcher) follow(ctx context.Context, events <-chan *api.Events, work
 		if applied == saved || (!force && time.Since(savedAt) < eventIndexEvery) {
 			return
 		}
-		if err := d.Store.SaveEventIndex(ctx, applied); err != nil {
+		if err := d.st().SaveEventIndex(ctx, applied); err != nil {
 			d.Log.Warn("save event index", "err", err)
 			return
 		}
@@ -462,7 +462,7 @@ func (d *Dispatcher) stopStrayChildren(ctx context.Context) {
 		}
 		// A job this store does not know may belong to another installation that
 		// shares the Nomad namespace: leave it alone.
-		j, err := d.Store.Job(ctx, id)
+		j, err := d.st().Job(ctx, id)
 		switch {
 		case err != nil:
 		case j.Status.Terminal():

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/nomad/api"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/store"
@@ -103,13 +102,6 @@ func fairOrder(accounts map[string]*fairAccount, n int, passes map[string]float6
 		}
 	}
 	return out
-}
-
-// nomadSummaries is the part of Nomad's jobs API that reports a parameterized
-// job's children; *api.Jobs has it. A NomadJobs without it (a test double) gets
-// no window: max_in_flight alone caps the pool, dispatch_lookahead per pass.
-type nomadSummaries interface {
-	Summary(jobID string, q *api.QueryOptions) (*api.JobSummary, *api.QueryMeta, error)
 }
 
 // window is how many more children a pool may take now: Nomad holds pending
@@ -225,13 +217,9 @@ func (r *poolRoom) reset() {
 // disconnect block's delayed evaluation for an hour), which would close the
 // window for that long. ok=false when Nomad cannot say.
 func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight int) (n int, ok bool) {
-	ns, has := d.Jobs.(nomadSummaries)
-	if !has {
-		return 0, false
-	}
 	q, cancel := d.query(ctx)
 	defer cancel()
-	sum, _, err := ns.Summary(jobspecs.JobID(pool.Name), q)
+	sum, _, err := d.Jobs.Summary(jobspecs.JobID(pool.Name), q)
 	if err != nil || sum == nil || sum.Children == nil {
 		return 0, false
 	}
@@ -257,10 +245,7 @@ func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight
 // jobs queued.
 func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra, idle int) (chosen []store.QueueEntry, nomad int, refund func(store.QueueEntry), failed bool) {
 	refund = func(store.QueueEntry) {}
-	fs, ok := d.Store.(fairStore)
-	if !ok {
-		return nil, 0, refund, true
-	}
+	fs := d.st()
 	inFlight, total, err := fs.PoolInFlight(ctx, pool.Name)
 	if err != nil {
 		return nil, 0, refund, true
@@ -441,7 +426,7 @@ func (d *Dispatcher) poolPasses(pool string, accounts map[string]*fairAccount) m
 
 // fairStore is what fair-share dispatch reads; *store.Store has it.
 type fairStore interface {
-	NewQueueIndex() *store.QueueIndex
+	RunQueueIndex(changed func(), failed func(error)) *store.QueueIndex
 	QueueHeads(ctx context.Context, pool string, want map[string]int) (map[string][]store.QueueEntry, error)
 	PoolInFlight(ctx context.Context, pool string) (map[string]int, int, error)
 	MigrateQueueKeys(ctx context.Context, keys []string) (int, error)
@@ -453,8 +438,7 @@ type fairStore interface {
 // whoever leads, so a new term finds it ready.
 func (d *Dispatcher) queueIndex(fs fairStore) *store.QueueIndex {
 	d.queuesOnce.Do(func() {
-		d.queues = fs.NewQueueIndex()
-		go d.queues.Run(d.Store.Client().Ctx(), d.wake, func(err error) {
+		d.queues = fs.RunQueueIndex(d.wake, func(err error) {
 			d.Log.Warn("queue index: reading the queue's keys again", "err", err)
 		})
 	})
@@ -477,17 +461,13 @@ func (d *Dispatcher) wake() {
 // parameterized job change in Nomad (one placed, started or ended: a slot may
 // have freed), by a blocking query on the job's summary.
 func (d *Dispatcher) watchChildren(ctx context.Context, pool *config.Pool) {
-	ns, ok := d.Jobs.(nomadSummaries)
-	if !ok {
-		return
-	}
 	var index uint64
 	for ctx.Err() == nil {
 		q, cancel := context.WithTimeout(ctx, d.CallTimeout+5*time.Minute)
 		opts := d.queryOpts.WithContext(q)
 		opts.WaitIndex, opts.WaitTime = index, 5*time.Minute
 		start := time.Now()
-		_, meta, err := ns.Summary(jobspecs.JobID(pool.Name), opts)
+		_, meta, err := d.Jobs.Summary(jobspecs.JobID(pool.Name), opts)
 		cancel()
 		switch {
 		case err != nil:

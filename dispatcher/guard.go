@@ -50,7 +50,7 @@ func (d *Dispatcher) updateJobs(ctx context.Context, us []store.JobUpdate) ([]*m
 		u.Fn = recovered(u.Fn)
 		safe[i] = u
 	}
-	jobs, errs := d.Store.UpdateJobs(ctx, safe)
+	jobs, errs := d.st().UpdateJobs(ctx, safe)
 	for i, err := range errs {
 		var p *panicError
 		if errors.As(err, &p) {
@@ -69,7 +69,7 @@ func (d *Dispatcher) failInternal(ctx context.Context, id string, v any, stack [
 	d.Log.Error("internal error: panic while handling a job; failing the job", "job", id, "panic", fmt.Sprint(v), "stack", string(stack))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), groupTimeout)
 	defer cancel()
-	j, err := d.Store.UpdateJob(ctx, id, func(j *mj.Job) error {
+	j, err := d.st().UpdateJob(ctx, id, func(j *mj.Job) error {
 		if j.Status.Terminal() {
 			return errSkip
 		}

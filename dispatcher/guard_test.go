@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/metrics"
+	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -184,7 +185,7 @@ func TestReconcileGoesOnPastAnUndecodableJob(t *testing.T) {
 		started := time.Now().UTC().Add(-time.Minute)
 		fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: child(id, 1), Attempt: 1, StartedAt: &started, TimeoutSeconds: 600})
 	}
-	cli := d.Store.Client()
+	cli := d.Store.(*store.Store).Client()
 	resp, err := cli.Get(ctx, "", clientv3.WithFromKey())
 	if err != nil {
 		t.Fatal(err)

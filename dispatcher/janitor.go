@@ -45,7 +45,7 @@ func (d *Dispatcher) Sweep(ctx context.Context, now time.Time) {
 	d.purgeChildren(ctx, now)
 	d.deleteFinishedJobs(ctx, now)
 	d.sweepUsage(ctx, now) // usage.go
-	if n, err := d.Store.SweepIdempotency(ctx, now.Add(-idempotencyWindow)); err != nil {
+	if n, err := d.st().SweepIdempotency(ctx, now.Add(-idempotencyWindow)); err != nil {
 		d.Log.Warn("janitor: sweep idempotency keys", "err", err)
 	} else if n > 0 {
 		d.Log.Info("janitor: forgot old idempotency keys", "keys", n)
@@ -56,13 +56,13 @@ func (d *Dispatcher) Sweep(ctx context.Context, now time.Time) {
 // with every key derived from them. Jobs stored before the done index existed get
 // their done key first (once).
 func (d *Dispatcher) deleteFinishedJobs(ctx context.Context, now time.Time) {
-	if n, err := d.Store.BackfillDone(ctx); err != nil {
+	if n, err := d.st().BackfillDone(ctx); err != nil {
 		d.Log.Warn("janitor: index finished jobs", "err", err)
 		return
 	} else if n > 0 {
 		d.Log.Info("janitor: indexed finished jobs for retention", "jobs", n)
 	}
-	n, err := d.Store.DeleteFinishedJobs(ctx, now.Add(-d.Config.Storage.JobRetentionD), 0)
+	n, err := d.st().DeleteFinishedJobs(ctx, now.Add(-d.Config.Storage.JobRetentionD), 0)
 	if err != nil {
 		d.Log.Warn("janitor: delete finished jobs", "err", err, "deleted", n)
 	} else if n > 0 {
@@ -94,7 +94,7 @@ func (d *Dispatcher) purgeChildren(ctx context.Context, now time.Time) {
 		if !ok || !strings.HasPrefix(s.ParentID, "mediajobs-") {
 			continue
 		}
-		j, err := d.Store.Job(ctx, id)
+		j, err := d.st().Job(ctx, id)
 		if err == nil && !j.Status.Terminal() && j.NomadJobID == s.ID {
 			continue // still the job's current child
 		}

@@ -6,7 +6,6 @@ import (
 
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // etcdMaintenanceLoop keeps etcd small while this dispatcher leads: at start and
@@ -41,10 +40,6 @@ func (d *Dispatcher) etcdMaintenanceLoop(ctx context.Context) {
 // MaintainEtcd runs one etcd maintenance pass (see store.Maintain) with the
 // etcd.defrag_* and quota settings, and records what it saw in the etcd metrics.
 func (d *Dispatcher) MaintainEtcd(ctx context.Context) *store.MaintainReport {
-	cli := d.Store.Client()
-	if cli == nil {
-		return &store.MaintainReport{}
-	}
 	e := d.Config.Etcd
 	policy := store.DefragPolicy{FreeRatio: e.DefragFreeRatio, MinBytes: e.DefragMinBytes}
 	if policy.FreeRatio <= 0 { // a Config that was never finished
@@ -55,7 +50,7 @@ func (d *Dispatcher) MaintainEtcd(ctx context.Context) *store.MaintainReport {
 		quota = store.DefaultQuotaBackendBytes
 	}
 	metrics.EtcdQuota.WithLabelValues().Set(float64(quota))
-	r := store.Maintain(ctx, cli, store.MaintainOptions{Policy: policy, Quota: quota, Log: d.Log})
+	r := d.Store.Maintain(ctx, store.MaintainOptions{Policy: policy, Quota: quota, Log: d.Log})
 	for _, m := range r.Members {
 		if m.StatusErr != nil {
 			metrics.EtcdDBSize.DeleteLabelValues(m.Endpoint)
@@ -69,12 +64,12 @@ func (d *Dispatcher) MaintainEtcd(ctx context.Context) *store.MaintainReport {
 		}
 	}
 	if r.AlarmErr == nil {
-		for _, t := range []pb.AlarmType{pb.AlarmType_NOSPACE, pb.AlarmType_CORRUPT} {
+		for name, active := range r.AlarmsActive() {
 			v := 0.0
-			if r.AlarmActive(t) {
+			if active {
 				v = 1
 			}
-			metrics.EtcdAlarm.WithLabelValues(t.String()).Set(v)
+			metrics.EtcdAlarm.WithLabelValues(name).Set(v)
 		}
 	}
 	return r

@@ -14,7 +14,6 @@ import (
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // queueMetricsEvery is how often the leader counts the queue, the active set and
@@ -51,11 +50,7 @@ func (d *Dispatcher) queueMetricsLoop(ctx context.Context) {
 // account with queued jobs), and one count of the active set; one count of the
 // outbox. A failed read leaves the gauges as they were until the next pass.
 func (d *Dispatcher) countQueues(ctx context.Context) {
-	cli := d.Store.Client()
-	fs, ok := d.Store.(fairStore)
-	if cli == nil || !ok {
-		return
-	}
+	fs := d.st()
 	ctx, cancel := context.WithTimeout(ctx, queueMetricsEvery)
 	defer cancel()
 	qi := d.queueIndex(fs)
@@ -85,23 +80,23 @@ func (d *Dispatcher) countQueues(ctx context.Context) {
 				oldest = max(oldest, now.Sub(at).Seconds())
 			}
 		}
-		running, err := d.Store.Count(ctx, d.Store.PoolActivePrefix(pool.Name))
+		running, err := d.st().Count(ctx, d.st().PoolActivePrefix(pool.Name))
 		if err != nil {
 			return
 		}
 		metrics.JobsQueued.WithLabelValues(pool.Name).Set(float64(total))
 		metrics.OldestQueued.WithLabelValues(pool.Name).Set(oldest)
 		metrics.JobsRunning.WithLabelValues(pool.Name).Set(float64(running))
-		if ws, ok := d.Store.(warmStore); ok && pool.Warm != nil {
-			idle, ierr := d.Store.Count(ctx, ws.WarmIdlePrefix(pool.Name))
-			busy, berr := d.Store.Count(ctx, ws.WarmRunPrefix()+pool.Name+"/")
+		if ws := d.st(); pool.Warm != nil {
+			idle, ierr := d.st().Count(ctx, ws.WarmIdlePrefix(pool.Name))
+			busy, berr := d.st().Count(ctx, ws.WarmRunPrefix()+pool.Name+"/")
 			if ierr == nil && berr == nil {
 				metrics.WarmIdle.WithLabelValues(pool.Name).Set(float64(idle))
 				metrics.WarmBusy.WithLabelValues(pool.Name).Set(float64(busy))
 			}
 		}
 	}
-	if n, err := d.Store.Count(ctx, d.Store.OutboxPrefix()); err == nil {
+	if n, err := d.st().Count(ctx, d.st().OutboxPrefix()); err == nil {
 		metrics.OutboxDepth.WithLabelValues().Set(float64(n))
 	}
 }
@@ -130,7 +125,7 @@ func (d *Dispatcher) Ready(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	if _, err := d.Store.Client().Get(clientv3.WithRequireLeader(ctx), d.Store.ElectionPrefix(), clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil {
+	if err := d.Store.Healthy(ctx); err != nil {
 		return fmt.Errorf("%w: %w", errEtcdDown, err)
 	}
 	q := &api.QueryOptions{Region: d.Config.Nomad.Region, Namespace: d.Config.Nomad.Namespace, Prefix: "mediajobs-", PerPage: 1}

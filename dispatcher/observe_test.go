@@ -21,7 +21,6 @@ import (
 	"github.com/mediajobs/mediajobs/testenv"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	"go.uber.org/zap"
 )
 
@@ -90,7 +89,7 @@ func TestReadiness(t *testing.T) {
 	}
 
 	expect(503, "not ready: no etcd session") // not campaigning yet
-	sess, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	sess, err := d.Store.NewLeaderSession(context.Background(), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,6 +26,11 @@ type fakeJobs struct {
 	stopped  []string
 }
 
+// Summary: the fake keeps no summaries (as a Nomad that cannot say).
+func (f *fakeJobs) Summary(string, *api.QueryOptions) (*api.JobSummary, *api.QueryMeta, error) {
+	return nil, nil, errors.New("the fake keeps no job summaries")
+}
+
 func (f *fakeJobs) Info(id string, _ *api.QueryOptions) (*api.Job, *api.QueryMeta, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -286,10 +286,13 @@ func TestDeposedLeadersLateDispatchIsStopped(t *testing.T) {
 	d, ctx := fixDispatcher(t, 2, n.client().Jobs(), &fakeBlobs{})
 	id := uuidN(3301)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, Attempt: 1, TimeoutSeconds: 60})
-	deposed := store.WithGuard(ctx, "/test/election/gone", 1) // its election key is no more
-	if err := d.dispatch(deposed, id); !errors.Is(err, store.ErrNotLeader) {
+	// A term whose election key is no more.
+	var deposed Store = d.Store.(*store.Store).FencedBy("/test/election/gone", 1)
+	d.term.Store(&deposed)
+	if err := d.dispatch(ctx, id); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("dispatch by a deposed leader: %v", err)
 	}
+	d.term.Store(nil) // the next leader's
 	first := n.dispatched()
 	if len(first) != 1 || !n.stopped(first[0]) {
 		t.Fatalf("children %v: want one, stopped", first)
@@ -310,7 +313,9 @@ func TestDeposedLeadersLateDispatchIsStopped(t *testing.T) {
 		CreatedAt: time.Now().UTC(), QueuedAt: time.Now().UTC(), TimeoutSeconds: 60}); err != nil {
 		t.Fatal(err)
 	}
-	_ = d.dispatch(deposed, uuidN(3302)) // stopped: the first token's child
+	d.term.Store(&deposed)
+	_ = d.dispatch(ctx, uuidN(3302)) // stopped: the first token's child
+	d.term.Store(nil)
 	for range 2 {
 		if _, err := d.Store.UpdateJob(ctx, uuidN(3302), func(j *mj.Job) error { j.NomadJobID = ""; return nil }); err != nil {
 			t.Fatal(err)

@@ -29,7 +29,7 @@ const reconcileConcurrency = 16
 // its job is retried alone on the job as it now is.
 func (d *Dispatcher) update(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error) {
 	if d.writes == nil || d.ungrouped {
-		return d.Store.UpdateJob(ctx, id, fn)
+		return d.st().UpdateJob(ctx, id, fn)
 	}
 	return d.writes.Do(ctx, store.JobUpdate{ID: id, Fn: fn})
 }
@@ -85,7 +85,7 @@ type pass struct {
 // a 4xx (a filter it does not take) falls back to reading the children one by one.
 func (d *Dispatcher) reconcile(ctx context.Context) {
 	defer d.recoverPass(nil)
-	jobs, err := d.Store.JobsUnder(ctx, d.Store.ActivePrefix())
+	jobs, err := d.st().JobsUnder(ctx, d.st().ActivePrefix())
 	if err != nil {
 		d.Log.Warn("reconcile: read active jobs", "err", err)
 		return
@@ -382,7 +382,7 @@ func (p *pass) strays(ctx context.Context, children []*api.JobListStub) {
 		}
 		cands = append(cands, cand{s.ID, id, attempt})
 	}
-	jobs, errs := d.Store.Jobs(ctx, unread)
+	jobs, errs := d.st().Jobs(ctx, unread)
 	for i, id := range unread {
 		if errs[i] == nil {
 			p.seen[id] = jobs[i]

@@ -14,6 +14,7 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/config"
+	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
 )
 
@@ -50,6 +51,33 @@ func (f *fakeBlobs) List(_ context.Context, prefix string) ([]string, error) {
 		}
 	}
 	return keys, nil
+}
+
+func (f *fakeBlobs) Each(_ context.Context, prefix string, fn func(key string, size int64, mod time.Time) error) error {
+	f.mu.Lock()
+	var keys []string
+	for k := range f.data {
+		if strings.HasPrefix(k, prefix) {
+			keys = append(keys, k)
+		}
+	}
+	f.mu.Unlock()
+	for _, k := range keys {
+		f.mu.Lock()
+		n := len(f.data[k])
+		f.mu.Unlock()
+		if err := fn(k, int64(n), time.Time{}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *fakeBlobs) Delete(_ context.Context, key string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.data, key)
+	return nil
 }
 
 func fixDispatcher(t *testing.T, maxAttempts int, nomad NomadJobs, blobs Blobs) (*Dispatcher, context.Context) {
@@ -214,7 +242,7 @@ func TestUnknownPoolJobsFail(t *testing.T) {
 			t.Errorf("%s: %s %q", m, j.Status, j.ErrorMessage)
 		}
 	}
-	if ids, _, _ := d.Store.JobIDs(ctx, d.Store.QueuePrefix(), 0); len(ids) != 2 {
+	if ids, _, _ := d.Store.JobIDs(ctx, d.Store.(*store.Store).QueuePrefix(), 0); len(ids) != 2 {
 		t.Errorf("queue %v", ids)
 	}
 }

@@ -26,12 +26,6 @@ type storageCounter interface {
 	ReleaseExpired(ctx context.Context, now time.Time, del func(blob string) error) (int, error)
 }
 
-// sweepBlobs is what the storage sweep needs of the blob store (*blob.Bucket).
-type sweepBlobs interface {
-	Each(ctx context.Context, prefix string, fn func(key string, size int64, mod time.Time) error) error
-	Delete(ctx context.Context, key string) error
-}
-
 // limitDefaults are the configured limits of amounts held.
 func limitDefaults(l *config.Limits) store.Limits {
 	val := func(p *int64) int64 {
@@ -48,13 +42,12 @@ func limitDefaults(l *config.Limits) store.Limits {
 // nothing). The job's terminal write left a tally/ entry, which the count
 // settles; the janitor counts what a dispatcher that stopped in between left.
 func (d *Dispatcher) countOutputs(ctx context.Context, j *mj.Job) {
-	sc, ok := d.Store.(storageCounter)
 	held := j.TotalOutputBytes - mj.SentOnlyBytes(j.Outputs) // not those only sent to a destination
-	if !ok || j.Status != mj.StatusSucceeded || held <= 0 || j.FinishedAt == nil {
+	if j.Status != mj.StatusSucceeded || held <= 0 || j.FinishedAt == nil {
 		return
 	}
 	h := store.Held{Bytes: held, Expires: j.FinishedAt.Add(d.Config.Storage.Retention)}
-	if _, err := sc.CountOutputs(ctx, j, h); err != nil {
+	if _, err := d.st().CountOutputs(ctx, j, h); err != nil {
 		d.Log.Warn("count outputs against the account's storage; the janitor counts them", "job", j.ID, "err", err)
 	}
 }
@@ -79,7 +72,7 @@ func (d *Dispatcher) countLeftOutputs(ctx context.Context, sc storageCounter) {
 	if len(ids) == 0 {
 		return
 	}
-	jobs, errs := d.Store.Jobs(ctx, ids)
+	jobs, errs := d.st().Jobs(ctx, ids)
 	for i, id := range ids {
 		switch {
 		case errs[i] != nil && mj.ErrorCode(errs[i]) == mj.ENotFound:
@@ -100,11 +93,7 @@ func (d *Dispatcher) countLeftOutputs(ctx context.Context, sc storageCounter) {
 // max_upload_bytes or its account's max_storage_bytes is deleted, any other is
 // counted until it expires.
 func (d *Dispatcher) sweepStorage(ctx context.Context, now time.Time) {
-	sc, ok := d.Store.(storageCounter)
-	sb, ok2 := d.Blobs.(sweepBlobs)
-	if !ok || !ok2 {
-		return
-	}
+	sc, sb := d.st(), d.Blobs
 	ctx, cancel := context.WithTimeout(ctx, sweepCalls*cmp.Or(d.BlobTimeout, BlobTimeout))
 	defer cancel()
 	del := func(key string) error {

@@ -60,12 +60,7 @@ func (d *Dispatcher) sweepUsage(ctx context.Context, now time.Time) {
 		return
 	}
 	days := c.RetentionDays
-	sw, ok := d.Store.(interface {
-		SweepUsage(ctx context.Context, cutoff string) (int, error)
-	})
-	if !ok {
-		return
-	}
+	sw := d.st()
 	cutoff := now.UTC().AddDate(0, 0, -days).Format(store.DayLayout)
 	if n, err := sw.SweepUsage(ctx, cutoff); err != nil {
 		d.Log.Warn("janitor: delete old usage", "err", err)

@@ -2,11 +2,9 @@ package dispatcher
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,7 +15,6 @@ import (
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Warm pools (docs/warm.md): the pass that chooses a pool's next jobs by fair
@@ -29,10 +26,9 @@ import (
 
 // warmStore is what warm pools need of the store; *store.Store has it.
 type warmStore interface {
-	WarmPrefix() string
+	FollowWarm(ctx context.Context, rev int64, resync time.Duration, fn func([]store.WarmChange))
 	WarmIdlePrefix(pool string) string
 	WarmRunPrefix() string
-	WarmDonePrefix() string
 	WarmIdleRunners(ctx context.Context, pool string) ([]store.WarmIdle, error)
 	OfferWarm(ctx context.Context, id string, w store.WarmIdle, run *store.WarmRun, fn func(*mj.Job) error) (*mj.Job, error)
 	WarmDoneRuns(ctx context.Context) ([]store.WarmDone, error)
@@ -48,8 +44,8 @@ var errNotWarm = errors.New("not a warm job")
 // warmRunners lists the pool's waiting warm runners and counts its busy ones;
 // none when the pool is not warm.
 func (d *Dispatcher) warmRunners(ctx context.Context, pool *config.Pool) ([]store.WarmIdle, int) {
-	ws, ok := d.Store.(warmStore)
-	if !ok || pool.Warm == nil {
+	ws := d.st()
+	if pool.Warm == nil {
 		return nil, 0
 	}
 	idle, err := ws.WarmIdleRunners(ctx, pool.Name)
@@ -57,7 +53,7 @@ func (d *Dispatcher) warmRunners(ctx context.Context, pool *config.Pool) ([]stor
 		d.Log.Warn("list warm runners", "pool", pool.Name, "err", err)
 		return nil, 0
 	}
-	busy, err := d.Store.Count(ctx, ws.WarmRunPrefix()+pool.Name+"/")
+	busy, err := d.st().Count(ctx, ws.WarmRunPrefix()+pool.Name+"/")
 	if err != nil {
 		d.Log.Warn("count busy warm runners", "pool", pool.Name, "err", err)
 	}
@@ -84,7 +80,7 @@ const (
 // handWarm gives the chosen jobs that fit to the idle runners, in order, and
 // returns the others.
 func (d *Dispatcher) handWarm(ctx context.Context, pool *config.Pool, chosen []store.QueueEntry, idle []store.WarmIdle, refund func(store.QueueEntry)) (rest []store.QueueEntry) {
-	ws := d.Store.(warmStore)
+	ws := d.st()
 	for _, e := range chosen {
 		for {
 			if len(idle) == 0 {
@@ -128,7 +124,7 @@ func (d *Dispatcher) forNomad(ctx context.Context, pool *config.Pool, chosen []s
 		for i, e := range chosen {
 			all[i] = e.ID
 		}
-		jobs, _ = d.Store.Jobs(ctx, all)
+		jobs, _ = d.st().Jobs(ctx, all)
 	}
 	now := d.now()
 	for i, e := range chosen {
@@ -150,7 +146,7 @@ func (d *Dispatcher) forNomad(ctx context.Context, pool *config.Pool, chosen []s
 // started: warmStarted): a runner that went away as its poll was answered
 // leaves the job as it was, its attempt not started (warmLapsed).
 func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.Pool, id string, w store.WarmIdle) error {
-	j, err := d.Store.Job(ctx, id)
+	j, err := d.st().Job(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -195,7 +191,7 @@ func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.P
 // Nomad child's does.
 func (d *Dispatcher) warmStarted(ctx context.Context, r store.WarmRun) {
 	child := store.WarmChild(r.Run)
-	j, err := d.Store.UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
+	j, err := d.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child || j.AttemptStartedAt != nil {
 			return errSkip
 		}
@@ -220,10 +216,7 @@ func (d *Dispatcher) warmStarted(ctx context.Context, r store.WarmRun) {
 func (d *Dispatcher) warmLoop(ctx context.Context) {
 	// It runs whether or not a pool is warm now: runs handed out before a warm
 	// block was removed still end here.
-	ws, ok := d.Store.(warmStore)
-	if !ok {
-		return
-	}
+	ws := d.st()
 	apply, wait := warmWorkers(warmApplyWorkers)
 	defer wait()
 	for ctx.Err() == nil {
@@ -232,41 +225,23 @@ func (d *Dispatcher) warmLoop(ctx context.Context) {
 			sleep(ctx, time.Second)
 			continue
 		}
-		wctx, cancel := context.WithTimeout(clientv3.WithRequireLeader(ctx), warmResync)
-		for resp := range d.Store.Client().Watch(wctx, ws.WarmPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV()) {
-			done := map[string]bool{}
-			for _, ev := range resp.Events {
-				key := string(ev.Kv.Key)
+		ws.FollowWarm(ctx, rev, warmResync, func(batch []store.WarmChange) {
+			for _, c := range batch {
 				switch {
-				case ev.Type == clientv3.EventTypePut && strings.HasPrefix(key, ws.WarmDonePrefix()):
-					done[key[len(ws.WarmDonePrefix()):]] = true
-				}
-			}
-			for _, ev := range resp.Events {
-				key := string(ev.Kv.Key)
-				switch {
-				case ev.Type == clientv3.EventTypePut && !strings.HasPrefix(key, ws.WarmDonePrefix()) && !strings.HasPrefix(key, ws.WarmRunPrefix()):
+				case c.Waiting:
 					d.wake() // a runner waits: a pass may hand it a job
-				case ev.Type == clientv3.EventTypePut && strings.HasPrefix(key, ws.WarmRunPrefix()):
-					var r, prev store.WarmRun
-					if json.Unmarshal(ev.Kv.Value, &r) == nil && r.Started && (ev.PrevKv == nil || json.Unmarshal(ev.PrevKv.Value, &prev) != nil || !prev.Started) {
-						apply(r.JobID, func() { d.warmStarted(ctx, r) })
-					}
-				case ev.Type == clientv3.EventTypePut && strings.HasPrefix(key, ws.WarmDonePrefix()):
-					var wd store.WarmDone // the event holds it: no read
-					if json.Unmarshal(ev.Kv.Value, &wd) == nil && wd.Run != "" {
-						apply(wd.JobID, func() { d.applyWarmDone(ctx, ws, wd) })
-					}
-				case ev.Type == clientv3.EventTypeDelete && strings.HasPrefix(key, ws.WarmRunPrefix()) && ev.PrevKv != nil:
-					var r store.WarmRun
-					if err := json.Unmarshal(ev.PrevKv.Value, &r); err != nil || done[r.Run] {
-						continue
-					}
+				case c.Started != nil:
+					r := *c.Started
+					apply(r.JobID, func() { d.warmStarted(ctx, r) })
+				case c.Done != nil:
+					wd := *c.Done
+					apply(wd.JobID, func() { d.applyWarmDone(ctx, ws, wd) })
+				case c.Lapsed != nil:
+					r := *c.Lapsed
 					apply(r.JobID, func() { d.warmLapsed(ctx, ws, r) })
 				}
 			}
-		}
-		cancel()
+		})
 	}
 }
 
@@ -318,12 +293,11 @@ func warmShard(id string, n int) int {
 func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 	// The watch that follows starts after this revision, before everything read
 	// below: an event in between is seen twice (harmless), never missed.
-	first, err := d.Store.Client().Get(ctx, ws.WarmDonePrefix(), clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(1))
+	rev, err := d.st().Revision(ctx)
 	if err != nil {
 		d.Log.Warn("warm: read", "err", err)
 		return 0
 	}
-	rev := first.Header.Revision
 	dones, err := ws.WarmDoneRuns(ctx)
 	if err != nil {
 		d.Log.Warn("warm: list ended runs", "err", err)
@@ -345,18 +319,18 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 	// The active set's warm children, then the runs: a run handed out after the
 	// first read is not in it, and one ended after it has a done key (read again
 	// below). Only the jobs of warm children are read.
-	active, err := d.Store.Client().Get(ctx, d.Store.ActivePrefix(), clientv3.WithPrefix())
+	active, err := d.st().ActiveChildren(ctx)
 	if err != nil {
 		d.Log.Warn("warm: read the active set", "err", err)
 		return 0
 	}
 	var ids []string
-	for _, kv := range active.Kvs {
-		if _, warm := store.WarmRunOfChild(string(kv.Value)); warm {
-			ids = append(ids, store.IDFromKey(string(kv.Key)))
+	for id, child := range active {
+		if _, warm := store.WarmRunOfChild(child); warm {
+			ids = append(ids, id)
 		}
 	}
-	jobs, _ := d.Store.Jobs(ctx, ids)
+	jobs, _ := d.st().Jobs(ctx, ids)
 	runs, err := ws.WarmRuns(ctx)
 	if err != nil {
 		d.Log.Warn("warm: list runs", "err", err)
@@ -408,7 +382,7 @@ func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.W
 	if wd.Outcome == "reported" {
 		var err error
 		if r, err = d.resultAt(ctx, wd.JobID, wd.Attempt, prefix); err != nil {
-			if j, jerr := d.Store.Job(ctx, wd.JobID); mj.ErrorCode(jerr) == mj.ENotFound ||
+			if j, jerr := d.st().Job(ctx, wd.JobID); mj.ErrorCode(jerr) == mj.ENotFound ||
 				jerr == nil && (j.Status.Terminal() || j.NomadJobID != child) {
 				ws.DeleteWarmDone(ctx, wd.Run) // the job went on (or away) without it
 				return
@@ -429,7 +403,7 @@ func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.W
 		a.ClientStatus = api.AllocClientStatusFailed
 	}
 	now := d.now()
-	j, err := d.Store.UpdateJob(ctx, wd.JobID, func(j *mj.Job) error {
+	j, err := d.st().UpdateJob(ctx, wd.JobID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child || max(j.Attempt, 1) != wd.Attempt {
 			return d.lateUsage(j, child, wd.Attempt, r) // a cancelled job's report is still billed
 		}
@@ -484,7 +458,7 @@ func (d *Dispatcher) warmLapsed(ctx context.Context, ws warmStore, r store.WarmR
 	}
 	if res != nil {
 		a := allocState{ID: r.Alloc, NomadJobID: child, ClientStatus: api.AllocClientStatusComplete}
-		j, err := d.Store.UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
+		j, err := d.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
 			if j.Status.Terminal() || j.NomadJobID != child || max(j.Attempt, 1) != r.Attempt {
 				return d.lateUsage(j, child, r.Attempt, res) // a cancelled job's report is still billed
 			}
@@ -497,7 +471,7 @@ func (d *Dispatcher) warmLapsed(ctx context.Context, ws warmStore, r store.WarmR
 		d.lost(ctx, r.JobID, child, fmt.Sprintf("its warm runner (Nomad allocation %s) stopped renewing its lease (killed, its node lost, or cut off from the service)", r.Alloc))
 		return
 	}
-	j, err := d.Store.UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
+	j, err := d.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
 		}
@@ -523,7 +497,7 @@ func (d *Dispatcher) warmLapsed(ctx context.Context, ws warmStore, r store.WarmR
 // its runner should have stopped it and reported. Its lease is then refused.
 func (d *Dispatcher) warmTimedOut(ctx context.Context, j *mj.Job, r store.WarmRun) {
 	child := j.NomadJobID
-	nj, err := d.Store.UpdateJob(ctx, j.ID, func(j *mj.Job) error {
+	nj, err := d.st().UpdateJob(ctx, j.ID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
 		}

@@ -20,7 +20,6 @@ import (
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/mediajobs/mediajobs/store"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // WebhookAttempts is the contract: 1 attempt + 5 retries.
@@ -220,7 +219,7 @@ func (d *Dispatcher) webhookLoop(ctx context.Context) {
 	var inflight sync.Map // ids in progress or parked: passes skip them
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	d.watchPrefix(ctx, d.Store.OutboxPrefix(), time.Minute, func(ctx context.Context, id string, del *clientv3.Event) {
+	d.st().Follow(ctx, store.Outbox, time.Minute, d.Log, func(ctx context.Context, id string, del *store.Deleted) {
 		if del != nil {
 			return
 		}
@@ -362,12 +361,12 @@ func (d *Dispatcher) pendingWebhook(ctx context.Context, id string) *mj.Job {
 	j, err := d.hookReads.Do(ctx, id)
 	if err != nil {
 		if mj.ErrorCode(err) == mj.ENotFound {
-			d.Store.DeleteOutbox(ctx, id)
+			d.st().DeleteOutbox(ctx, id)
 		}
 		return nil
 	}
 	if w := j.Webhook; w == nil || w.Status != "pending" || j.WebhookURL == "" {
-		d.Store.DeleteOutbox(ctx, id) // settled before a crash
+		d.st().DeleteOutbox(ctx, id) // settled before a crash
 		return nil
 	}
 	return j
@@ -444,7 +443,7 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 		},
 	})
 	if aborted == errSkip {
-		d.Store.DeleteOutbox(ctx, id) // settled elsewhere meanwhile
+		d.st().DeleteOutbox(ctx, id) // settled elsewhere meanwhile
 		return
 	}
 	if aborted != nil || ctx.Err() != nil {
@@ -496,6 +495,6 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 		metrics.WebhookLatency.WithLabelValues(outcome).Observe(max(time.Since(*j.FinishedAt), 0).Seconds())
 	}
 	if err == errSkip {
-		d.Store.DeleteOutbox(ctx, id) // settled by someone else: the entry is stale
+		d.st().DeleteOutbox(ctx, id) // settled by someone else: the entry is stale
 	}
 }

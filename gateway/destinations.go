@@ -94,11 +94,7 @@ func (g *Gateway) uploadDestinations(ctx context.Context, j *mj.Job, req *upload
 	if !req.Destinations {
 		return nil, mj.Errorf(mj.EValidation, "this job has output_destinations, which this worker's runner cannot deliver to: upgrade the workers")
 	}
-	ds, ok := g.Store.(destinationStore)
-	if !ok {
-		return nil, mj.Errorf(mj.EUnavailable, "this store keeps no destinations")
-	}
-	d, err := ds.Destinations(ctx, j.ID)
+	d, err := g.Store.Destinations(ctx, j.ID)
 	if err != nil {
 		return nil, err
 	}

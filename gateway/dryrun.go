@@ -58,10 +58,8 @@ type constraint struct {
 // create makes (the caller made the others), storing nothing: no job, no
 // idempotency record, no use counted against a limit.
 func (g *Gateway) dryRun(c *fiber.Ctx, j *mj.Job) error {
-	if cc, ok := g.Store.(createChecker); ok {
-		if err := cc.CheckCreate(c.UserContext(), j, g.limitDefaults()); err != nil {
-			return err
-		}
+	if err := g.Store.CheckCreate(c.UserContext(), j, g.limitDefaults()); err != nil {
+		return err
 	}
 	pool := g.Config.Pool(j.Machine)
 	spec := commandSpec(g.Config, pool, j)

@@ -25,8 +25,25 @@ import (
 	"golang.org/x/sync/singleflight"
 )
 
-// Store is what the gateway needs of the job store.
+// Store is what the gateway needs of the job store: jobStore here, and the
+// interfaces each feature declares beside its handlers, checked against
+// *store.Store when this package compiles (contracts.go): nothing is upgraded
+// at run time.
 type Store interface {
+	jobStore
+	warmStore
+	storageLimiter
+	accountLimiter
+	queueStanding
+	usageReader
+	destinationStore
+	createChecker
+	streamLimiter
+	idempotentJobs
+}
+
+// jobStore keeps jobs, keys, sessions and progress.
+type jobStore interface {
 	CreateJob(ctx context.Context, j *mj.Job) error
 	Job(ctx context.Context, id string) (*mj.Job, error)
 	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
@@ -59,6 +76,7 @@ type Store interface {
 type Blobs interface {
 	Put(ctx context.Context, key string, r io.Reader, max int64) (int64, error)
 	Open(ctx context.Context, key string) (io.ReadSeekCloser, int64, error)
+	tmpBlobs
 }
 
 // Gateway holds the API's dependencies; App builds the fiber app on them.

@@ -97,11 +97,10 @@ type idempotentJobs interface {
 
 // idempotentJob is the job a create with idem stored before, nil if none.
 func (g *Gateway) idempotentJob(c *fiber.Ctx, idem *store.Idempotency) (*mj.Job, error) {
-	ij, ok := g.Store.(idempotentJobs)
-	if idem == nil || !ok {
+	if idem == nil {
 		return nil, nil
 	}
-	return ij.IdempotentJob(c.UserContext(), account(c), idem)
+	return g.Store.IdempotentJob(c.UserContext(), account(c), idem)
 }
 
 // checkHosts refuses input and webhook URLs whose hosts are, or resolve to, private,

@@ -37,11 +37,7 @@ func (g *Gateway) limitDefaults() store.Limits {
 // createWithin stores j within its account's limits; a create over one is
 // refused with quotaExceeded, with Retry-After where waiting helps.
 func (g *Gateway) createWithin(c *fiber.Ctx, j *mj.Job, idem *store.Idempotency) (*mj.Job, error) {
-	ls, ok := g.Store.(accountLimiter)
-	if !ok {
-		return g.Store.CreateJobOnce(c.UserContext(), j, idem)
-	}
-	stored, err := ls.CreateJobWithin(c.UserContext(), j, idem, g.limitDefaults())
+	stored, err := g.Store.CreateJobWithin(c.UserContext(), j, idem, g.limitDefaults())
 	var e *mj.Error
 	if errors.As(err, &e) && e.Code == mj.EQuotaExceeded && e.Details["limit"] == "max_queued_jobs" {
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(queuedRetryAfter))
@@ -57,11 +53,7 @@ func (g *Gateway) getAccount(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	ls, ok := g.Store.(accountLimiter)
-	if !ok {
-		return mj.Errorf(mj.EInternal, "the store keeps no account limits")
-	}
-	l, u, sc, err := ls.AccountLimits(ctx, id, g.limitDefaults())
+	l, u, sc, err := g.Store.AccountLimits(ctx, id, g.limitDefaults())
 	if err != nil {
 		return err
 	}

@@ -21,11 +21,10 @@ type queueStanding interface {
 // rewritten while others move ahead of it (docs/scheduling.md). A failed read
 // leaves the stored detail.
 func (g *Gateway) withStanding(ctx context.Context, j *mj.Job) *mj.Job {
-	qs, ok := g.Store.(queueStanding)
-	if !ok || j.Status != mj.StatusQueued || j.NomadJobID != "" {
+	if j.Status != mj.StatusQueued || j.NomadJobID != "" {
 		return j
 	}
-	st, err := qs.QueueStanding(ctx, j)
+	st, err := g.Store.QueueStanding(ctx, j)
 	if err != nil {
 		return j
 	}

@@ -79,10 +79,7 @@ func (g *Gateway) declaredSize(c *fiber.Ctx) (int64, error) {
 // reserveTmp counts a declared temporary file against its account's storage,
 // or for an undeclared one checks the account has not reached it.
 func (g *Gateway) reserveTmp(ctx context.Context, acct, id, key string, size int64, exp time.Time) error {
-	sl, ok := g.Store.(storageLimiter)
-	if !ok {
-		return nil
-	}
+	sl := g.Store
 	if size < 0 {
 		return sl.CheckStorage(ctx, acct, 0, g.limitDefaults())
 	}
@@ -93,8 +90,8 @@ func (g *Gateway) reserveTmp(ctx context.Context, acct, id, key string, size int
 // tmpUploadURL is the upload link of a temporary file: with a declared size on
 // a presigning store, one that signs its Content-Length.
 func (g *Gateway) tmpUploadURL(ctx context.Context, key string, size int64, exp time.Time) string {
-	if tb, ok := g.Blobs.(tmpBlobs); ok && size > 0 && g.links().Presigned() {
-		u, err := tb.SignedPut(ctx, key, size, time.Until(exp))
+	if size > 0 && g.links().Presigned() {
+		u, err := g.Blobs.SignedPut(ctx, key, size, time.Until(exp))
 		if err == nil {
 			return u
 		}
@@ -110,11 +107,10 @@ func (g *Gateway) tmpUploadURL(ctx context.Context, key string, size int64, exp 
 func (g *Gateway) uploadMax(c *fiber.Ctx, key string) (int64, error) {
 	max := g.Config.Server.MaxUploadBytes
 	acct, id, ok := store.TmpFileKey(key)
-	sl, ok2 := g.Store.(storageLimiter)
-	if !ok || !ok2 {
+	if !ok {
 		return max, nil
 	}
-	h, ok, err := sl.HeldObject(c.UserContext(), acct, store.TmpObject(id))
+	h, ok, err := g.Store.HeldObject(c.UserContext(), acct, store.TmpObject(id))
 	if err != nil || !ok {
 		return max, err
 	}
@@ -136,8 +132,9 @@ func (g *Gateway) tmpKey(ctx context.Context, u string) (string, bool) {
 			return "", false
 		}
 		key = strings.TrimPrefix(pu.Path, base.Path+"/files/")
-	} else if tb, ok := g.Blobs.(tmpBlobs); ok {
-		if key, ok = tb.PresignedKey(ctx, u); !ok {
+	} else {
+		var ok bool
+		if key, ok = g.Blobs.PresignedKey(ctx, u); !ok {
 			return "", false
 		}
 	}
@@ -149,11 +146,7 @@ func (g *Gateway) tmpKey(ctx context.Context, u string) (string, bool) {
 // first use, against their accounts' storage. A file over max_upload_bytes or
 // over its account's max_storage_bytes is deleted and refused, naming the input.
 func (g *Gateway) claimInputs(ctx context.Context, j *mj.Job) error {
-	tb, ok := g.Blobs.(tmpBlobs)
-	sl, ok2 := g.Store.(storageLimiter)
-	if !ok || !ok2 {
-		return nil
-	}
+	tb, sl := g.Blobs, g.Store
 	for _, name := range slices.Sorted(maps.Keys(j.InputFiles)) {
 		key, ok := g.tmpKey(ctx, j.InputFiles[name])
 		if !ok {

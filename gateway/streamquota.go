@@ -16,9 +16,5 @@ type streamLimiter interface {
 // openStream counts one more event stream of the caller's account, refused with
 // quotaExceeded at its max_event_streams; the returned func ends it.
 func (g *Gateway) openStream(c *fiber.Ctx) (func(), error) {
-	sl, ok := g.Store.(streamLimiter)
-	if !ok {
-		return func() {}, nil
-	}
-	return sl.OpenStream(c.UserContext(), account(c), g.limitDefaults())
+	return g.Store.OpenStream(c.UserContext(), account(c), g.limitDefaults())
 }

@@ -29,11 +29,7 @@ func (g *Gateway) getUsage(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	ur, ok := g.Store.(usageReader)
-	if !ok {
-		return mj.Errorf(mj.EInternal, "the store keeps no usage")
-	}
-	r, err := ur.AccountUsage(c.UserContext(), account(c), from, to)
+	r, err := g.Store.AccountUsage(c.UserContext(), account(c), from, to)
 	if err != nil {
 		return err
 	}

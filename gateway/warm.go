@@ -14,8 +14,6 @@ import (
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/workload"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Warm runners (docs/warm.md) lease jobs here. A runner proves what it is with
@@ -53,10 +51,13 @@ type warmStore interface {
 	PutWarmIdle(ctx context.Context, w store.WarmIdle) (int64, error)
 	StopWaiting(ctx context.Context, pool, alloc string, rev int64) (*store.WarmRun, error)
 	WarmRunOf(ctx context.Context, pool, alloc string) (*store.WarmRun, error)
-	WarmRunKey(pool, alloc string) string
 	FinishWarmRun(ctx context.Context, d store.WarmDone) error
 	MarkWarmStarted(ctx context.Context, r *store.WarmRun) error
-	Client() *clientv3.Client
+	GrantWarmLease(ctx context.Context, ttl time.Duration) (int64, error)
+	KeepWarmLease(ctx context.Context, lease int64) error
+	RenewWarmLease(ctx context.Context, lease int64) (time.Duration, error)
+	RevokeWarmLease(ctx context.Context, lease int64)
+	WaitWarmRun(ctx context.Context, pool, alloc string, rev int64) *store.WarmRun
 }
 
 // warmPollWait is how long a poll waits for a job before it answers 204 (a
@@ -114,8 +115,8 @@ type warmCaller struct {
 // needs the pool to be warm now: runs handed out before its warm block was
 // removed still renew and report.
 func (g *Gateway) warmCall(c *fiber.Ctx, poll bool) (*warmCaller, error) {
-	ws, ok := g.Store.(warmStore)
-	if g.Warm == nil || !ok {
+	ws := g.Store
+	if g.Warm == nil {
 		return nil, mj.Errorf(mj.EUnavailable, "this server admits no warm runners (no Nomad workload identity verifier is configured)")
 	}
 	token, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
@@ -175,7 +176,6 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 	if (client != "running" && client != "pending") || desired != "run" {
 		return mj.Errorf(mj.EForbidden, "allocation %s is %s (desired %s), not running: it leases no work", w.alloc, client, desired)
 	}
-	cli := w.ws.Client()
 	ectx, cancel := etcdCtx(ctx)
 	defer cancel()
 	// A run this allocation still holds is one its runner lost (the process
@@ -183,20 +183,19 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 	if old, err := w.ws.WarmRunOf(ectx, w.pool, w.alloc); err != nil {
 		return err
 	} else if old != nil {
-		cli.Revoke(ectx, clientv3.LeaseID(old.Lease))
+		w.ws.RevokeWarmLease(ectx, old.Lease)
 	}
 	ttl := w.warm.LeaseTTLD
-	grant, err := cli.Grant(ectx, int64(max(ttl/time.Second, 1)))
+	lease, err := w.ws.GrantWarmLease(ectx, ttl)
 	if err != nil {
-		return fmt.Errorf("grant warm lease: %w", err)
+		return err
 	}
-	lease := grant.ID
 	handed := false
 	defer func() {
 		if !handed { // no job went out under it: it goes now, not a TTL later
 			rctx, cancel := etcdCtx(ctx)
 			defer cancel()
-			cli.Revoke(rctx, lease)
+			w.ws.RevokeWarmLease(rctx, lease)
 		}
 	}()
 	wait, stop := context.WithTimeout(ctx, min(warmPollWait, max(g.Config.Server.RequestTimeoutD-3*time.Second, time.Second)))
@@ -204,17 +203,12 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 	// A gateway shutting down answers its waiting runners at once (204): they
 	// poll another, and its shutdown is not held up by them.
 	defer context.AfterFunc(g.streamCtx(), stop)()
-	alive, err := cli.KeepAlive(wait, lease)
-	if err != nil {
-		return fmt.Errorf("keep warm lease: %w", err)
+	if err := w.ws.KeepWarmLease(wait, lease); err != nil {
+		return err
 	}
-	go func() {
-		for range alive { // drained until wait ends
-		}
-	}()
 	pctx, cancel := etcdCtx(ctx)
 	defer cancel()
-	rev, err := w.ws.PutWarmIdle(pctx, store.WarmIdle{Pool: w.pool, Alloc: w.alloc, Lease: int64(lease), Since: g.Now().UTC()})
+	rev, err := w.ws.PutWarmIdle(pctx, store.WarmIdle{Pool: w.pool, Alloc: w.alloc, Lease: lease, Since: g.Now().UTC()})
 	if err != nil {
 		return err
 	}
@@ -232,7 +226,7 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 			return err
 		}
 	}
-	if run == nil || run.Lease != int64(lease) {
+	if run == nil || run.Lease != lease {
 		return c.SendStatus(fiber.StatusNoContent)
 	}
 	if left {
@@ -242,7 +236,7 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 		return c.SendStatus(fiber.StatusNoContent)
 	}
 	// The runner renews from here: the TTL starts afresh as it gets the job.
-	if _, err := cli.KeepAliveOnce(ectx, lease); err != nil {
+	if _, err := w.ws.RenewWarmLease(ectx, lease); err != nil {
 		return fmt.Errorf("keep warm lease: %w", err)
 	}
 	handed = true
@@ -252,19 +246,7 @@ func (g *Gateway) warmPoll(c *fiber.Ctx) error {
 // waitRun watches the runner's run key from rev until a run is put there or ctx
 // ends.
 func (g *Gateway) waitRun(ctx context.Context, w *warmCaller, rev int64) *store.WarmRun {
-	key := w.ws.WarmRunKey(w.pool, w.alloc)
-	for resp := range w.ws.Client().Watch(clientv3.WithRequireLeader(ctx), key, clientv3.WithRev(rev+1)) {
-		for _, ev := range resp.Events {
-			if ev.Type != clientv3.EventTypePut {
-				continue
-			}
-			var r store.WarmRun
-			if json.Unmarshal(ev.Kv.Value, &r) == nil {
-				return &r
-			}
-		}
-	}
-	return nil
+	return w.ws.WaitWarmRun(ctx, w.pool, w.alloc, rev)
 }
 
 // renewHold is how long a renewal of a lease of ttl waits for its job to be
@@ -301,8 +283,8 @@ func (g *Gateway) warmRenew(c *fiber.Ctx) error {
 	if run == nil || run.Run != w.req.Run || run.Lease != w.req.Lease {
 		return errLeaseGone(w.req.Run)
 	}
-	ka, err := w.ws.Client().KeepAliveOnce(ctx, clientv3.LeaseID(run.Lease))
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	ttl, err := w.ws.RenewWarmLease(ctx, run.Lease)
+	if errors.Is(err, store.ErrWarmGone) {
 		return errLeaseGone(w.req.Run)
 	} else if err != nil {
 		// etcd busy or away: the runner tries again within its TTL.
@@ -317,7 +299,7 @@ func (g *Gateway) warmRenew(c *fiber.Ctx) error {
 	}
 	child := store.WarmChild(run.Run)
 	gone := func(j *mj.Job) bool { return j.Status.Terminal() || j.NomadJobID != child }
-	wctx, cancel := context.WithTimeout(c.UserContext(), renewHold(time.Duration(ka.TTL)*time.Second))
+	wctx, cancel := context.WithTimeout(c.UserContext(), renewHold(ttl))
 	defer cancel()
 	defer context.AfterFunc(g.streamCtx(), cancel)()
 	j, err := g.Store.WaitJob(wctx, run.JobID, gone)
@@ -365,6 +347,6 @@ func (g *Gateway) warmDone(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	w.ws.Client().Revoke(ctx, clientv3.LeaseID(cur.Lease))
+	w.ws.RevokeWarmLease(ctx, cur.Lease)
 	return c.SendStatus(fiber.StatusNoContent)
 }

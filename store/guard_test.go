@@ -9,7 +9,6 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
-	"go.etcd.io/etcd/client/v3/concurrency"
 )
 
 // A leader that lost its election key (its session expired while it was paused)
@@ -21,40 +20,40 @@ func TestGuardRefusesADeposedLeader(t *testing.T) {
 	if err := s.CreateJob(ctx, j); err != nil {
 		t.Fatal(err)
 	}
-	sess, err := concurrency.NewSession(s.Client(), concurrency.WithTTL(5))
+	sess, err := s.NewLeaderSession(ctx, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	el := concurrency.NewElection(sess, s.ElectionPrefix())
-	if err := el.Campaign(ctx, "a"); err != nil {
+	term, err := sess.Campaign(ctx, "a")
+	if err != nil {
 		t.Fatal(err)
 	}
-	lead := store.WithGuard(ctx, el.Key(), el.Rev())
-	if _, err := s.UpdateJob(lead, j.ID, func(j *mj.Job) error { j.StatusDetail = "leading"; return nil }); err != nil {
+	lead := term.Store()
+	if _, err := lead.UpdateJob(ctx, j.ID, func(j *mj.Job) error { j.StatusDetail = "leading"; return nil }); err != nil {
 		t.Fatalf("the leader's write: %v", err)
 	}
 	// Deposed: the session ends (as when its lease expires) and another leads.
-	sess.Orphan()
-	if _, err := s.Client().Revoke(ctx, sess.Lease()); err != nil {
+	sess.Close() // revokes its lease, and with it the election key
+	sess2, err := s.NewLeaderSession(ctx, 5*time.Second)
+	if err != nil {
 		t.Fatal(err)
 	}
-	sess2, _ := concurrency.NewSession(s.Client(), concurrency.WithTTL(5))
 	defer sess2.Close()
-	if err := concurrency.NewElection(sess2, s.ElectionPrefix()).Campaign(ctx, "b"); err != nil {
+	if _, err := sess2.Campaign(ctx, "b"); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := s.Job(ctx, j.ID)
-	if _, err := s.UpdateJob(lead, j.ID, func(j *mj.Job) error { j.StatusDetail = "deposed"; return nil }); !errors.Is(err, store.ErrNotLeader) {
+	if _, err := lead.UpdateJob(ctx, j.ID, func(j *mj.Job) error { j.StatusDetail = "deposed"; return nil }); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("UpdateJob by a deposed leader: %v", err)
 	}
-	_, errs := s.UpdateJobs(lead, []store.JobUpdate{{ID: j.ID, From: before, Fn: func(j *mj.Job) error { j.StatusDetail = "deposed"; return nil }}})
+	_, errs := lead.UpdateJobs(ctx, []store.JobUpdate{{ID: j.ID, From: before, Fn: func(j *mj.Job) error { j.StatusDetail = "deposed"; return nil }}})
 	if !errors.Is(errs[0], store.ErrNotLeader) {
 		t.Fatalf("UpdateJobs by a deposed leader: %v", errs[0])
 	}
-	if err := s.SaveEventIndex(lead, 99); !errors.Is(err, store.ErrNotLeader) {
+	if err := lead.SaveEventIndex(ctx, 99); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("SaveEventIndex by a deposed leader: %v", err)
 	}
-	if err := s.DeleteOutbox(lead, j.ID); !errors.Is(err, store.ErrNotLeader) {
+	if err := lead.DeleteOutbox(ctx, j.ID); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("DeleteOutbox by a deposed leader: %v", err)
 	}
 	after, _ := s.Job(ctx, j.ID)

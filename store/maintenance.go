@@ -88,6 +88,16 @@ func (r *MaintainReport) AlarmActive(t pb.AlarmType) bool {
 	return slices.ContainsFunc(r.Alarms, func(a *pb.AlarmMember) bool { return a.Alarm == t })
 }
 
+// AlarmsActive says, for each alarm the metrics watch (NOSPACE, CORRUPT) by its
+// name, whether it was active at the end of the pass.
+func (r *MaintainReport) AlarmsActive() map[string]bool {
+	out := make(map[string]bool, 2)
+	for _, t := range []pb.AlarmType{pb.AlarmType_NOSPACE, pb.AlarmType_CORRUPT} {
+		out[t.String()] = r.AlarmActive(t)
+	}
+	return out
+}
+
 // Timeouts of the calls of a Maintain pass. A defragmentation rewrites the whole
 // database file: several seconds per GiB.
 const (

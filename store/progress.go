@@ -56,7 +56,7 @@ func (s *Store) ProgressPrefix() string { return s.p + "progress/" }
 // lease returns a lease for new progress keys, granting a fresh one when the last
 // is older than progressLeaseReuse (or was lost: renew).
 func (s *Store) lease(ctx context.Context, renew bool) (clientv3.LeaseID, error) {
-	l := &s.progress
+	l := s.progress
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !renew && l.id != 0 && time.Since(l.at) < progressLeaseReuse {

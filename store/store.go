@@ -29,8 +29,11 @@ import (
 type Store struct {
 	cli      *clientv3.Client
 	p        string // key prefix, ends in "/"
-	progress progressLease
-	streams  streamLease // event streams' keys (streamquota.go)
+	progress *progressLease
+	streams  *streamLease // event streams' keys (streamquota.go)
+	// guard, when set, conditions every write on the leader's election key
+	// (guard.go): this Store is a leader's, for its term.
+	guard *clientv3.Cmp
 }
 
 // New returns a store keeping its keys under prefix.
@@ -38,7 +41,7 @@ func New(cli *clientv3.Client, prefix string) *Store {
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	return &Store{cli: cli, p: prefix}
+	return &Store{cli: cli, p: prefix, progress: &progressLease{}, streams: &streamLease{}}
 }
 
 // Client is the underlying etcd client (for watches and health checks).
@@ -81,11 +84,6 @@ func (s *Store) activeKey(j *mj.Job) string {
 func (s *Store) legacyActiveKey(j *mj.Job) string { return s.PoolActivePrefix(j.Machine) + j.ID }
 
 func (s *Store) outboxKey(id string) string { return s.p + "outbox/" + id }
-
-// QueuePrefix, ActivePrefix and OutboxPrefix are watched by the dispatcher.
-func (s *Store) QueuePrefix() string  { return s.p + "queue/" }
-func (s *Store) ActivePrefix() string { return s.p + "active/" }
-func (s *Store) OutboxPrefix() string { return s.p + "outbox/" }
 
 // PoolQueuePrefix and PoolActivePrefix are one pool's part of the queue and the
 // active set.
@@ -797,9 +795,6 @@ func (s *Store) DeleteOutbox(ctx context.Context, id string) error {
 	_, err := s.batch(ctx, []clientv3.Op{clientv3.OpDelete(s.outboxKey(id))})
 	return err
 }
-
-// ElectionPrefix is where dispatchers campaign for leadership.
-func (s *Store) ElectionPrefix() string { return s.p + "dispatcher/leader" }
 
 // EventIndex returns the saved Nomad event stream index (0 when none).
 func (s *Store) EventIndex(ctx context.Context) (uint64, error) {

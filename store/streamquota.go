@@ -31,7 +31,7 @@ func (s *Store) streamPrefix(account string) string { return s.p + "streams/" + 
 // streamLeaseID returns the lease of this process's stream keys, granting it
 // (kept alive until the client closes, or granted again once lost).
 func (s *Store) streamLeaseID(ctx context.Context) (clientv3.LeaseID, error) {
-	l := &s.streams
+	l := s.streams
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.id != 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
+	mjmcp "github.com/mediajobs/mediajobs/mcp"
 	"github.com/mediajobs/mediajobs/testenv"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -115,7 +117,7 @@ func TestMCPRunsAJobFromALocalFile(t *testing.T) {
 	}
 
 	text, isErr = callTool(t, s, "probe_media", map[string]any{"file": in})
-	var info MediaInfo
+	var info mjmcp.MediaInfo
 	if isErr || json.Unmarshal([]byte(text), &info) != nil {
 		t.Fatalf("probe_media: error=%v %s", isErr, text)
 	}
@@ -130,15 +132,20 @@ func TestMCPRunsAJobFromALocalFile(t *testing.T) {
 	}
 }
 
-// Over streamable HTTP each session uses the request's bearer key, a request
-// without one is refused, and tools take URLs only.
+// Over streamable HTTP (`mediajobs mcp -http`) each session uses the request's
+// bearer key, a request without one is refused, and tools take URLs only.
 func TestMCPOverHTTP(t *testing.T) {
 	needStack(t)
 	addr := freeAddr()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serveMCPHTTP(ctx, addr, &apiFlags{url: stack.URL}, os.Stderr) }()
-	t.Cleanup(func() { cancel(); <-done })
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"mcp", "-http", addr, "-url", stack.URL}, io.Discard, os.Stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("mediajobs mcp -http exited %d", code)
+		}
+	})
 	endpoint := "http://" + addr + "/mcp"
 	testenv.Eventually(t, 10*time.Second, "the MCP listener", func() bool {
 		resp, err := http.Post(endpoint, "application/json", strings.NewReader("{}"))

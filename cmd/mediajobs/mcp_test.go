@@ -1,26 +1,42 @@
 package main
 
-import "testing"
+import (
+	"net/http/httptest"
+	"net/netip"
+	"testing"
+	"time"
+)
 
-// parseInputInfo reads the "Input #0" section of a level-tagged ffmpeg log and
-// stops at the next section.
-func TestParseInputInfo(t *testing.T) {
-	log := "[info] Input #0, matroska,webm, from 'inputs/file':\n" +
-		"[info]   Metadata:\n[info]     ENCODER         : Lavf60\n" +
-		"[info]   Duration: 00:01:02.50, start: 0.000000, bitrate: 1234 kb/s\n" +
-		"[info]   Stream #0:0(eng): Video: vp9 (Profile 0), yuv420p(tv), 1920x1080, SAR 1:1 DAR 16:9, 30 fps (default)\n" +
-		"[info]   Stream #0:1(eng): Audio: opus, 48000 Hz, stereo, fltp (default)\n" +
-		"[info] Stream mapping:\n[info]   Stream #0:0 -> #0:0 (vp9 (native) -> wrapped_avframe (native))\n"
-	m := parseInputInfo(log)
-	if m == nil || m.Format != "matroska,webm" || m.Duration != "00:01:02.50" || m.Bitrate != "1234 kb/s" || len(m.Streams) != 2 ||
-		m.Streams[1] != "Stream #0:1(eng): Audio: opus, 48000 Hz, stereo, fltp (default)" {
-		t.Fatalf("parsed %+v", m)
+// `mcp -http` finds a client as the gateway does, through -trusted-proxy
+// proxies only, and gives each client address its own 20 failed keys.
+func TestMCPClientsAsTheGateway(t *testing.T) {
+	c := newMCPClients([]netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")})
+	r := httptest.NewRequest("POST", "/mcp", nil)
+	r.RemoteAddr = "127.0.0.1:4000"
+	r.Header.Set("X-Forwarded-For", "203.0.113.7")
+	if a := c.Addr(r); a != netip.MustParseAddr("203.0.113.7") {
+		t.Fatalf("through a trusted proxy: %v, want 203.0.113.7", a)
 	}
-	if parseInputInfo("[error] inputs/file: Invalid data found when processing input\n") != nil {
-		t.Fatal("a log without an input section parsed")
+	r.RemoteAddr = "127.0.0.2:4000"
+	if a := c.Addr(r); a != netip.MustParseAddr("127.0.0.2") {
+		t.Fatalf("from an untrusted address that sends X-Forwarded-For: %v, want 127.0.0.2", a)
 	}
-	// A live stream has no duration.
-	if m := parseInputInfo("[info] Input #0, mpegts, from 'x':\n[info]   Duration: N/A, start: 1.4, bitrate: N/A\n"); m == nil || m.Duration != "N/A" {
-		t.Fatalf("parsed %+v", m)
+
+	now := time.Now()
+	junk, other := netip.MustParseAddr("203.0.113.7"), netip.MustParseAddr("203.0.113.8")
+	for i := range 20 {
+		if ok, _ := c.Take(junk, now); !ok {
+			t.Fatalf("failure %d refused; want 20 allowed", i+1)
+		}
+	}
+	if ok, wait := c.Take(junk, now); ok || wait <= 0 {
+		t.Fatalf("the 21st failure: ok=%v wait=%v; want refused with a wait", ok, wait)
+	}
+	if ok, _ := c.Take(other, now); !ok {
+		t.Fatal("another address was refused")
+	}
+	c.Refund(junk)
+	if ok, _ := c.Take(junk, now); !ok {
+		t.Fatal("a refunded token was not given back")
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package mcp
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,7 +19,7 @@ import (
 	"github.com/mediajobs/mediajobs/gateway"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 // keyReads counts the gateway's reads of API keys from etcd.
@@ -89,14 +89,38 @@ func startMCPGateway(t *testing.T) *mcpGateway {
 	return g
 }
 
-// startMCP runs m (mcp -http) for the service at base and returns its endpoint.
-func startMCP(t *testing.T, m *mcpHTTP, base string) string {
+// gatewayClients is what `mediajobs mcp -http` gives as Clients (without
+// -trusted-proxy): the gateway's client addresses and failure limits, at their
+// defaults there.
+func gatewayClients() Clients {
+	return gwClients{&gateway.AuthFailures{Rate: 1, Burst: 20, GlobalRate: 100, GlobalBurst: 1000}}
+}
+
+type gwClients struct{ *gateway.AuthFailures }
+
+func (gwClients) Addr(r *http.Request) netip.Addr {
+	ap, _ := netip.ParseAddrPort(r.RemoteAddr)
+	return gateway.ClientAddr(ap.Addr(), r.Header.Values("X-Forwarded-For"), nil)
+}
+
+// startMCP serves the HTTP server of o for the service at base on loopback and
+// returns its endpoint.
+func startMCP(t *testing.T, o Options, base string) string {
 	t.Helper()
+	o.BaseURL, o.Clients = base, gatewayClients()
+	h, err := NewHTTP(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- m.serve(ctx, &apiFlags{url: base}, os.Stderr) }()
+	go func() { done <- h.Serve(ctx, ln) }()
 	t.Cleanup(func() { cancel(); <-done })
-	endpoint := "http://" + m.addr + "/mcp"
+	endpoint := "http://" + ln.Addr().String() + "/mcp"
 	testenv.Eventually(t, 10*time.Second, "the MCP listener", func() bool {
 		resp, err := http.Post(endpoint, "application/json", strings.NewReader("{}"))
 		if err == nil {
@@ -146,15 +170,31 @@ func mcpPost(t *testing.T, hc *http.Client, endpoint, session, body string) (int
 	return resp.StatusCode, resp.Header.Get("Mcp-Session-Id"), string(b)
 }
 
-func mcpConnect(t *testing.T, hc *http.Client, endpoint string) *mcp.ClientSession {
+func mcpConnect(t *testing.T, hc *http.Client, endpoint string) *sdk.ClientSession {
 	t.Helper()
-	s, err := mcp.NewClient(&mcp.Implementation{Name: "mediajobs-test", Version: "1"}, nil).
-		Connect(context.Background(), &mcp.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc}, nil)
+	s, err := sdk.NewClient(&sdk.Implementation{Name: "mediajobs-test", Version: "1"}, nil).
+		Connect(context.Background(), &sdk.StreamableClientTransport{Endpoint: endpoint, HTTPClient: hc}, nil)
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// callTool calls a tool and returns its text and whether it is a tool error.
+func callTool(t *testing.T, s *sdk.ClientSession, name string, args map[string]any) (string, bool) {
+	t.Helper()
+	res, err := s.CallTool(context.Background(), &sdk.CallToolParams{Name: name, Arguments: args})
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var b strings.Builder
+	for _, c := range res.Content {
+		if tc, ok := c.(*sdk.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String(), res.IsError
 }
 
 // Junk bearer keys sent to `mcp -http` lock out no one but their sender
@@ -167,7 +207,7 @@ func mcpConnect(t *testing.T, hc *http.Client, endpoint string) *mcp.ClientSessi
 func TestMCPJunkKeysLockNoOneOut(t *testing.T) {
 	g := startMCPGateway(t)
 	alice, bob := g.key(t, "mcp-alice"), g.key(t, "mcp-bob")
-	endpoint := startMCP(t, defaultMCPHTTP(freeAddr()), g.url)
+	endpoint := startMCP(t, Options{MaxSessions: 1000, MaxSessionsPerKey: 16}, g.url)
 
 	sa := mcpConnect(t, newFromAddr("127.0.0.3", alice), endpoint)
 	if text, isErr := callTool(t, sa, "list_jobs", map[string]any{"limit": 1}); isErr {
@@ -207,9 +247,7 @@ func TestMCPJunkKeysLockNoOneOut(t *testing.T) {
 func TestMCPSessionLimits(t *testing.T) {
 	g := startMCPGateway(t)
 	alice, bob := g.key(t, "mcp-alice"), g.key(t, "mcp-bob")
-	m := defaultMCPHTTP(freeAddr())
-	m.sessions.perKey, m.sessions.max = 2, 3
-	endpoint := startMCP(t, m, g.url)
+	endpoint := startMCP(t, Options{MaxSessionsPerKey: 2, MaxSessions: 3}, g.url)
 	ha, hb := newFromAddr("127.0.0.3", alice), newFromAddr("127.0.0.4", bob)
 
 	var sessions []string
