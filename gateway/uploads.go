@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/jobspecs"
+	"github.com/mediajobs/mediajobs/workload"
 )
 
 // uploadsRequest is what a runner asks for at the end of an attempt: where to PUT
@@ -21,6 +22,12 @@ type uploadsRequest struct {
 	Files []string `json:"files"` // "result.json" and "outputs/<name>"
 	// Destinations: the runner delivers to output_destinations (destinations.go).
 	Destinations bool `json:"destinations,omitempty"`
+	// IssueTicket asks, with the caller's workload identity, for the attempt's
+	// destinations ticket (destinationsTicket) and nothing else: a docker pool's
+	// fetch task does, for its upload task, which has no identity.
+	IssueTicket bool `json:"issue_ticket,omitempty"`
+	// Ticket stands for the workload identity when the destinations are asked for.
+	Ticket string `json:"ticket,omitempty"`
 }
 
 // uploadLinkMargin is added to the job's timeout for a runner's upload links:
@@ -70,6 +77,9 @@ func (g *Gateway) uploadURLs(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if req.IssueTicket {
+		return g.issueTicket(c, j, scope, q.Get("e"), req.Alloc)
+	}
 	if max := g.Config.Server.MaxOutputFiles + len(j.FFmpegCommands); len(req.Files) > max+1 {
 		return mj.Errorf(mj.EValidation, "%d files asked for; a job may produce at most %d", len(req.Files), max)
 	}
@@ -94,8 +104,12 @@ func (g *Gateway) uploadURLs(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
-	if dests != nil && len(dests.URLs) > 0 && !g.dockerChild(j) {
-		if err := g.uploaderIdentity(c, j); err != nil {
+	if dests != nil && len(dests.URLs) > 0 {
+		if req.Ticket != "" {
+			if !g.ticketValid(scope, req.Alloc, q.Get("e"), req.Ticket) {
+				return mj.Errorf(mj.EForbidden, "the destinations ticket is not of allocation %q of this attempt", req.Alloc)
+			}
+		} else if _, err := g.uploaderIdentity(c, j); err != nil {
 			return err
 		}
 	}
@@ -133,68 +147,121 @@ type AllocJobs interface {
 // dockerChild tells whether j's attempt runs as a dispatched child of a docker
 // pool. Its upload task, a poststop task, gets no workload identity of its own:
 // Nomad stops the allocation's identity renewal when the main task ends, and
-// the task would wait a minute and start without one. Such a runner is not
-// asked for an identity, so on docker pools the upload-links URL in the
-// dispatch payload still gets the destinations (docs/threat-model.md).
+// the task would wait a minute and start without one. The fetch task, which
+// has one, gets a ticket for it instead (issueTicket).
 func (g *Gateway) dockerChild(j *mj.Job) bool {
 	pool := g.Config.Pool(j.Machine)
 	return pool != nil && pool.Driver == "docker" && (j.Worker == nil || j.Worker.Path != mj.WorkerWarm)
 }
 
+// issueTicket answers a docker pool's fetch task: it proves with its workload
+// identity (uploaderIdentity) that its allocation runs j's current attempt and
+// gets the destinations ticket of that allocation and attempt, which it leaves
+// outside the job's directory for the upload task. The ticket without the
+// upload-links URL (ffmpeg's task has no payload, and no network) or the URL
+// without the ticket (whoever reads Nomad's jobs) gets no destination. A job
+// without destinations needs no ticket, nor an identity to be told so.
+func (g *Gateway) issueTicket(c *fiber.Ctx, j *mj.Job, scope, exp, alloc string) error {
+	if !j.HasDestinations {
+		return c.JSON(fiber.Map{"data": fiber.Map{}})
+	}
+	claims, err := g.uploaderIdentity(c, j)
+	if err != nil {
+		return err
+	}
+	if alloc == "" || claims.AllocationID != alloc {
+		return mj.Errorf(mj.EForbidden, "the identity is of allocation %s, not %q", claims.AllocationID, alloc)
+	}
+	return c.JSON(fiber.Map{"data": fiber.Map{"ticket": g.destinationsTicket(scope, alloc, exp)}})
+}
+
+// destinationsTicket is the signature of method DESTINATIONS on
+// jobs/<id>/<attempt>/<alloc>/destinations (scope is jobs/<id>/<attempt>/uploads),
+// expiring with the upload-links URL it goes with (exp, its "e").
+func (g *Gateway) destinationsTicket(scope, alloc, exp string) string {
+	e, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil {
+		return ""
+	}
+	key := ticketKey(scope, alloc)
+	u, err := url.Parse(g.Signer.URLFor("/", "DESTINATIONS", key, key, time.Unix(e, 0)))
+	if err != nil {
+		return ""
+	}
+	return u.Query().Get("sig")
+}
+
+// ticketValid checks a destinationsTicket presented with the upload-links URL
+// of scope, by allocation alloc.
+func (g *Gateway) ticketValid(scope, alloc, exp, ticket string) bool {
+	if alloc == "" {
+		return false
+	}
+	q := url.Values{"m": {"DESTINATIONS"}, "e": {exp}, "sig": {ticket}}
+	return g.Signer.Verify("DESTINATIONS", ticketKey(scope, alloc), q, g.Now()) == nil
+}
+
+func ticketKey(scope, alloc string) string {
+	return strings.TrimSuffix(scope, "uploads") + alloc + "/destinations"
+}
+
 // uploaderIdentity checks that a caller asking for j's output_destinations is
 // the Nomad allocation running j's current attempt, by its workload identity
 // (Authorization: Bearer, the identity "mediajobs" of the raw_exec and warm
-// jobspecs' runner task): the upload-links URL travels in the dispatch payload, which
-// whoever may read Nomad's jobs can see, so that URL alone is no key to the
-// destinations. A warm runner's identity names the pool's warm job and must be
-// the allocation the job was handed to. A dispatched child's names the pool's
-// parameterized job (Nomad names the parent in a dispatched job's identities):
-// its allocation must be the one the job records, or one Nomad says belongs to
-// the child the job records.
-func (g *Gateway) uploaderIdentity(c *fiber.Ctx, j *mj.Job) error {
+// jobspecs' runner task, of the docker jobspec's fetch task): the upload-links
+// URL travels in the dispatch payload, which whoever may read Nomad's jobs can
+// see, so that URL alone is no key to the destinations. A warm runner's identity
+// names the pool's warm job and must be the allocation the job was handed to. A
+// dispatched child's names the pool's parameterized job (Nomad names the parent
+// in a dispatched job's identities): its allocation must be the one the job
+// records, or one Nomad says belongs to the child the job records.
+func (g *Gateway) uploaderIdentity(c *fiber.Ctx, j *mj.Job) (*workload.Claims, error) {
 	auth := g.Uploaders
 	if auth == nil && g.Warm != nil {
 		auth = &UploaderAuth{Verifier: g.Warm.Verifier}
 	}
 	if auth == nil || auth.Verifier == nil {
-		return mj.Errorf(mj.EUnavailable, "job %s has output_destinations, and this gateway cannot check the worker's Nomad workload identity (it reaches no Nomad to read its keys from)", j.ID)
+		return nil, mj.Errorf(mj.EUnavailable, "job %s has output_destinations, and this gateway cannot check the worker's Nomad workload identity (it reaches no Nomad to read its keys from)", j.ID)
 	}
 	token, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
 	if !ok || token == "" {
-		return mj.Errorf(mj.EBadAPIKey, "output_destinations go only to the Nomad allocation running the job: send its workload identity, Authorization: Bearer <${NOMAD_SECRETS_DIR}/nomad_mediajobs.jwt> (the jobspec's identity \"mediajobs\"; re-register the pool's jobs if it is missing)")
+		if g.dockerChild(j) {
+			return nil, mj.Errorf(mj.EBadAPIKey, "output_destinations go only to the Nomad allocation running the job: on a docker pool its fetch task asks for them with its workload identity (the jobspec's identity \"mediajobs\" on task fetch) and hands the upload task a ticket; this one has neither (re-register the pool's jobs, and use a worker image of this version)")
+		}
+		return nil, mj.Errorf(mj.EBadAPIKey, "output_destinations go only to the Nomad allocation running the job: send its workload identity, Authorization: Bearer <${NOMAD_SECRETS_DIR}/nomad_mediajobs.jwt> (the jobspec's identity \"mediajobs\"; re-register the pool's jobs if it is missing)")
 	}
 	ctx := c.UserContext()
 	claims, err := auth.Verifier.Verify(ctx, token)
 	if err != nil {
-		return mj.Errorf(mj.EBadAPIKey, "workload identity refused: %v", err)
+		return nil, mj.Errorf(mj.EBadAPIKey, "workload identity refused: %v", err)
 	}
 	if ns := g.nomadNamespace(); claims.Namespace != "" && claims.Namespace != ns {
-		return mj.Errorf(mj.EForbidden, "the identity is of Nomad namespace %q, not %q", claims.Namespace, ns)
+		return nil, mj.Errorf(mj.EForbidden, "the identity is of Nomad namespace %q, not %q", claims.Namespace, ns)
 	}
 	w := j.Worker
 	if w == nil || w.NomadJobID == "" {
 		// Dispatched, but the child not recorded yet: the runner asks again.
-		return mj.Errorf(mj.EUnavailable, "job %s records no Nomad job yet; retry", j.ID)
+		return nil, mj.Errorf(mj.EUnavailable, "job %s records no Nomad job yet; retry", j.ID)
 	}
 	notRunning := mj.Errorf(mj.EForbidden, "the identity is of Nomad job %q, allocation %s, which does not run job %s's current attempt", claims.JobID, claims.AllocationID, j.ID)
 	switch {
 	case w.Path == mj.WorkerWarm:
 		if claims.JobID != w.NomadJobID || claims.AllocationID != w.AllocationID {
-			return notRunning
+			return nil, notRunning
 		}
 	case claims.JobID != jobspecs.JobID(j.Machine):
-		return notRunning
+		return nil, notRunning
 	case claims.AllocationID == w.AllocationID:
 	case auth.Allocs == nil:
-		return mj.Errorf(mj.EUnavailable, "job %s does not record allocation %s yet; retry", j.ID, claims.AllocationID)
+		return nil, mj.Errorf(mj.EUnavailable, "job %s does not record allocation %s yet; retry", j.ID, claims.AllocationID)
 	default:
 		job, client, err := auth.Allocs.AllocJob(ctx, claims.AllocationID)
 		if err != nil {
-			return mj.Errorf(mj.EUnavailable, "could not check allocation %s with Nomad: %v", claims.AllocationID, err)
+			return nil, mj.Errorf(mj.EUnavailable, "could not check allocation %s with Nomad: %v", claims.AllocationID, err)
 		}
 		if job != w.NomadJobID || (client != "running" && client != "pending") {
-			return notRunning
+			return nil, notRunning
 		}
 	}
-	return nil
+	return claims, nil
 }

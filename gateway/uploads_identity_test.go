@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -160,13 +161,14 @@ func TestDestinationsOnlyToTheJobsAllocation(t *testing.T) {
 		t.Fatalf("the warm runner the job was handed to: %d %v", status, body)
 	}
 
-	// A docker pool's child is not asked for one: its upload task (poststop)
-	// gets no identity from Nomad (a limit docs/threat-model.md states).
+	// A docker pool's child is asked for one too: its upload task, which has
+	// none (a poststop task), presents the ticket its fetch task got
+	// (TestDestinationsTicket); without either it gets nothing.
 	h.gw.Config.Pools = append(h.gw.Config.Pools, &config.Pool{Name: "docker", Driver: "docker"})
 	h.store.UpdateJob(context.Background(), id, func(j *mj.Job) error { j.Machine = "docker"; return nil })
 	running(t, h, id, &mj.Worker{Path: mj.WorkerDispatch, NomadJobID: "mediajobs-docker/dispatch-1", AllocationID: testAlloc})
-	if status, body := askUploads(h, id, ask, ""); !got(status, body) {
-		t.Fatalf("a docker pool's child: %d %v", status, body)
+	if status, body := askUploads(h, id, ask, ""); status != 401 || strings.Contains(fmt.Sprint(body), "5ec2e751") || !strings.Contains(fmt.Sprint(body["message"]), "fetch task") {
+		t.Fatalf("a docker pool's child without identity or ticket: %d %v", status, body)
 	}
 	h.store.UpdateJob(context.Background(), id, func(j *mj.Job) error { j.Machine = "cpu"; return nil })
 
@@ -174,5 +176,137 @@ func TestDestinationsOnlyToTheJobsAllocation(t *testing.T) {
 	h.gw.Uploaders, h.gw.Warm = nil, nil
 	if status, body := askUploads(h, id, ask, identity(v, "mediajobs-cpu-warm", testAlloc)); status != 503 {
 		t.Fatalf("no verifier: %d %v", status, body)
+	}
+}
+
+// TestDestinationsTicket: a docker pool's fetch task, with its allocation's
+// workload identity, gets a ticket that its upload task (no identity of its
+// own) presents with the same upload-links URL for the destinations. The ticket
+// is good only for that allocation, attempt and URL; it is given to no one
+// without the identity, and a job without destinations needs neither.
+func TestDestinationsTicket(t *testing.T) {
+	h := newHarness(t)
+	h.gw.Config.Server.MaxBodyBytes = 1 << 20
+	h.gw.Config.Pools = append(h.gw.Config.Pools, &config.Pool{Name: "docker", Driver: "docker"})
+	create := func(dests bool) string {
+		req := valid()
+		req["machine"] = "docker"
+		if dests {
+			req["output_destinations"] = map[string]string{"out.mp4": presigned}
+		}
+		status, body, _ := h.do("POST", "/api/ffmpeg", "alice", req)
+		if status != 200 {
+			t.Fatalf("create: %d %v", status, body)
+		}
+		return body["data"].(map[string]any)["id"].(string)
+	}
+	id := create(true)
+	v, _ := running(t, h, id, &mj.Worker{Path: mj.WorkerDispatch, NomadJobID: "mediajobs-docker/dispatch-1", AllocationID: testAlloc})
+	fetchID := identity(v, "mediajobs-docker", testAlloc)
+	exp := time.Now().Add(time.Hour)
+	// The attempt's upload-links URL, as the dispatch payload holds it.
+	uploads := func(id string, attempt int, exp time.Time) string {
+		scope := fmt.Sprintf("jobs/%s/%d/uploads", id, attempt)
+		u, _ := url.Parse(h.gw.Signer.URLFor("/upload-urls/", "UPLOADS", scope, scope, exp))
+		return u.RequestURI()
+	}
+	post := func(u string, body map[string]any, auth string) (int, map[string]any) {
+		var hdr []string
+		if auth != "" {
+			hdr = []string{"Authorization", auth}
+		}
+		b, _ := json.Marshal(body)
+		status, resp, _ := h.do("POST", u, "", string(b), hdr...)
+		return status, resp
+	}
+	issue := func(alloc string) map[string]any {
+		return map[string]any{"alloc": alloc, "files": []string{}, "destinations": true, "issue_ticket": true}
+	}
+	ticketOf := func(status int, body map[string]any) string {
+		d, _ := body["data"].(map[string]any)
+		tk, _ := d["ticket"].(string)
+		if status != 200 || tk == "" || strings.Contains(fmt.Sprint(body), "5ec2e751") {
+			t.Fatalf("no ticket: %d %v", status, body)
+		}
+		return tk
+	}
+	u := uploads(id, 1, exp)
+
+	// No ticket without the allocation's identity.
+	for _, c := range []struct{ name, alloc, auth, code string }{
+		{"no identity", testAlloc, "", "badApiKey"},
+		{"another allocation's identity", otherAlloc, identity(v, "mediajobs-docker", otherAlloc), "forbidden"},
+		{"the identity, for another allocation", otherAlloc, fetchID, "forbidden"},
+		{"the identity, for no allocation", "", fetchID, "forbidden"},
+	} {
+		status, body := post(u, issue(c.alloc), c.auth)
+		if status/100 != 4 || body["errorCode"] != c.code || body["data"] != nil {
+			t.Errorf("%s: %d %v, want %s", c.name, status, body, c.code)
+		}
+	}
+	tk := ticketOf(post(u, issue(testAlloc), fetchID))
+	// A fetch task that runs again gets the same ticket.
+	if again := ticketOf(post(u, issue(testAlloc), fetchID)); again != tk {
+		t.Fatalf("a second ticket differs: %q, %q", again, tk)
+	}
+
+	ask := func(alloc, ticket string) map[string]any {
+		return map[string]any{"alloc": alloc, "files": []string{"result.json", "outputs/out.mp4"}, "destinations": true, "ticket": ticket}
+	}
+	got := func(status int, body map[string]any) bool {
+		d, _ := body["data"].(map[string]any)["destinations"].(map[string]any)
+		return status == 200 && d["outputs/out.mp4"] == presigned
+	}
+	if status, body := post(u, ask(testAlloc, tk), ""); !got(status, body) {
+		t.Fatalf("the upload task with the ticket: %d %v", status, body)
+	}
+	tampered := []byte(tk)
+	tampered[3] ^= 1
+	for _, c := range []struct{ name, u, alloc, ticket string }{
+		{"another allocation", u, otherAlloc, tk},
+		{"no allocation", u, "", tk},
+		{"a tampered ticket", u, testAlloc, string(tampered)},
+		{"another upload-links URL of the attempt", uploads(id, 1, exp.Add(time.Minute)), testAlloc, tk},
+	} {
+		status, body := post(c.u, ask(c.alloc, c.ticket), "")
+		if status != 403 || strings.Contains(fmt.Sprint(body), "5ec2e751") {
+			t.Errorf("%s: %d %v, want 403", c.name, status, body)
+		}
+	}
+	// Another job's ticket is not this job's.
+	other := create(true)
+	running(t, h, other, &mj.Worker{Path: mj.WorkerDispatch, NomadJobID: "mediajobs-docker/dispatch-2", AllocationID: testAlloc})
+	if status, body := post(uploads(other, 1, exp), ask(testAlloc, tk), ""); status != 403 {
+		t.Errorf("another job's ticket: %d %v", status, body)
+	}
+
+	// The next attempt (a retry): the last one's ticket is no good for it, its
+	// own allocation gets its own.
+	if _, err := h.store.UpdateJob(context.Background(), id, func(j *mj.Job) error {
+		j.Attempt, j.Worker = 2, &mj.Worker{Path: mj.WorkerDispatch, NomadJobID: "mediajobs-docker/dispatch-3", AllocationID: otherAlloc}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	u2 := uploads(id, 2, exp)
+	if status, body := post(u2, ask(testAlloc, tk), ""); status != 403 {
+		t.Errorf("the last attempt's ticket: %d %v", status, body)
+	}
+	if status, body := post(u2, ask(otherAlloc, tk), ""); status != 403 {
+		t.Errorf("the last attempt's ticket, for the new allocation: %d %v", status, body)
+	}
+	if status, body := post(u, ask(testAlloc, tk), ""); status != 409 {
+		t.Errorf("the last attempt's URL: %d %v", status, body)
+	}
+	tk2 := ticketOf(post(u2, issue(otherAlloc), identity(v, "mediajobs-docker", otherAlloc)))
+	if status, body := post(u2, ask(otherAlloc, tk2), ""); !got(status, body) {
+		t.Fatalf("the new attempt's ticket: %d %v", status, body)
+	}
+
+	// A job without destinations: no ticket, and no identity asked for.
+	plain := create(false)
+	running(t, h, plain, &mj.Worker{Path: mj.WorkerDispatch, NomadJobID: "mediajobs-docker/dispatch-4", AllocationID: testAlloc})
+	if status, body := post(uploads(plain, 1, exp), issue(testAlloc), ""); status != 200 || body["data"].(map[string]any)["ticket"] != nil {
+		t.Fatalf("a job without destinations: %d %v", status, body)
 	}
 }

@@ -3,7 +3,8 @@
 # mediajobs job is one dispatched child (meta mediajobs_job_id, payload = manifest).
 #
 # One allocation, four tasks sharing the allocation directory (/alloc/work):
-#   fetch     prestart   network: host  downloads the inputs
+#   fetch     prestart   network: host  downloads the inputs; with its workload identity,
+#                                       gets the destinations ticket for upload
 #   runner    main       network: none  runs ffmpeg (read-only root, only /alloc writable);
 #                                       no manifest: nothing it can read holds a signed link
 #   progress  sidecar    network: host  posts the progress file the runner writes
@@ -165,6 +166,18 @@ job "mediajobs" {
         readonly_rootfs = true
         cap_drop        = ["all"]
         security_opt    = ["no-new-privileges"]
+      }
+
+      # The job's output_destinations go only to the allocation running it. The
+      # upload task (poststop) gets no identity from Nomad, which stops renewing
+      # them when the main task ends; this task proves the allocation with its own
+      # (${NOMAD_SECRETS_DIR}/nomad_mediajobs.jwt, out of ffmpeg's container) and
+      # leaves upload a ticket that is no key without the payload's links.
+      identity {
+        name = "mediajobs"
+        aud  = ["mediajobs"]
+        ttl  = "1h"
+        file = true
       }
 
       dispatch_payload {

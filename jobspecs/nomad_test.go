@@ -128,6 +128,24 @@ func checkDockerSandbox(t *testing.T, tasks []*api.Task) {
 		if task.User != "65534:65534" {
 			t.Fatalf("task %s runs as %q, want 65534:65534", task.Name, task.User)
 		}
+		// Only fetch, which runs before ffmpeg and outside its container, holds
+		// the workload identity that gets the destinations' ticket; no identity
+		// is in a file or the environment of ffmpeg's task.
+		var mediajobs *api.WorkloadIdentity
+		for _, wi := range task.Identities {
+			if wi.Name == "mediajobs" {
+				mediajobs = wi
+			}
+			if task.Name == "runner" && (wi.File || wi.Env) {
+				t.Fatalf("ffmpeg's task gets identity %s (file %v, env %v)", wi.Name, wi.File, wi.Env)
+			}
+		}
+		if task.Name == "runner" && task.Identity != nil && (task.Identity.File || task.Identity.Env) {
+			t.Fatalf("ffmpeg's task gets its default identity: %+v", task.Identity)
+		}
+		if got := mediajobs != nil && fmt.Sprint(mediajobs.Audience) == "[mediajobs]" && mediajobs.File; got != (task.Name == "fetch") {
+			t.Fatalf("task %s: identity mediajobs %+v", task.Name, mediajobs)
+		}
 		delete(want, task.Name)
 	}
 	if len(want) != 0 {

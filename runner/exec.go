@@ -28,7 +28,7 @@ func (r *Runner) Exec(ctx context.Context, m *mj.Manifest, st *State) {
 	defer func() { st.Done = true }()
 	r.usage = &st.Usage
 	defer func() { r.usage = nil }()
-	if st.Failed {
+	if st.Failed || st.WorkerFault != "" {
 		return
 	}
 	ctx, cancel := r.deadline(ctx, st)

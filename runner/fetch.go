@@ -27,6 +27,12 @@ func (r *Runner) Fetch(ctx context.Context, m *mj.Manifest) *State {
 	st.Job = ExecManifest(m)
 	ctx, cancel := r.deadline(ctx, st)
 	defer cancel()
+	if r.TicketFile != "" && m.UploadsURL != "" {
+		r.fetchTicket(ctx, m, st)
+		if st.Failed || st.WorkerFault != "" {
+			return st
+		}
+	}
 	if err := r.fetch(ctx, m, st); err != nil {
 		st.fail(err)
 		fmt.Fprintf(r.Log, "job failed: %s\n", err)

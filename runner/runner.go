@@ -43,6 +43,10 @@ type Runner struct {
 	// RunID, when set, names this run's upload prefix (jobs/<id>/<attempt>/<RunID>/): a
 	// warm runner's lease id (a UUID). Empty: the Nomad allocation's id (NOMAD_ALLOC_ID).
 	RunID string
+	// TicketFile, when set (a docker pool's fetch and upload tasks), is where
+	// fetch leaves the output destinations' ticket for upload (ticket.go): outside
+	// the job's directory, and no key without the dispatch payload.
+	TicketFile string
 }
 
 // LoadManifest reads the dispatch payload at path; when the manifest was too big for

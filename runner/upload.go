@@ -237,7 +237,11 @@ func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Man
 	for _, l := range logs {
 		files = append(files, logPath(l.Command))
 	}
-	body := mustJSON(map[string]any{"alloc": strings.TrimSuffix(alloc, "/"), "files": files, "destinations": true})
+	ask := map[string]any{"alloc": strings.TrimSuffix(alloc, "/"), "files": files, "destinations": true}
+	if t := r.ticket(); t != "" {
+		ask["ticket"] = t // a docker pool's upload task: no identity of its own
+	}
+	body := mustJSON(ask)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.UploadsURL, strings.NewReader(body))
 	if err != nil {
 		return nil, nil, err

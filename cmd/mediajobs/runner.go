@@ -79,6 +79,11 @@ func runRunner(ctx context.Context, args []string, stdout io.Writer) error {
 		return exit2{err}
 	}
 	progressFile := filepath.Join(*work, ".mediajobs-progress.json")
+	if *phase == "fetch" || *phase == "upload" {
+		// A docker pool's upload task has no workload identity: fetch, which
+		// has, leaves it the destinations ticket beside the job's directory.
+		r.TicketFile = filepath.Join(filepath.Dir(filepath.Clean(*work)), ".mediajobs-destinations-ticket")
+	}
 	if *phase == "exec" {
 		// ffmpeg runs in this container, as this user: keep this process's memory
 		// and environment out of its reach (/proc/1/environ, /proc/1/mem).
