@@ -178,9 +178,18 @@ type Progress struct {
 	UpdatedAt      time.Time `json:"updated_at"`
 }
 
+// WebhookStatus is where a job's webhook delivery stands.
+type WebhookStatus string
+
+const (
+	WebhookPending   WebhookStatus = "pending"   // armed: the outbox delivers it
+	WebhookDelivered WebhookStatus = "delivered" // the receiver answered 2xx
+	WebhookFailed    WebhookStatus = "failed"    // every attempt failed
+)
+
 // WebhookState is the delivery state of a job's webhook, visible on the job.
 type WebhookState struct {
-	Status string `json:"status"` // pending, delivered, failed
+	Status WebhookStatus `json:"status"`
 	// DeliveryID is sent with every attempt of this delivery, so receivers can
 	// deduplicate.
 	DeliveryID     string     `json:"delivery_id"`

@@ -185,7 +185,7 @@ func (d *Dispatcher) resultUnreadable(ctx context.Context, id string, attempt in
 			return errSkip
 		}
 		now := time.Now().UTC()
-		j.Status, j.FinishedAt, j.StatusDetail, j.ErrorMessage = mj.StatusFailed, &now, "", msg
+		j.Fail(now, msg)
 		return nil
 	})
 	d.applied(ctx, id, child, j, uerr)

@@ -62,6 +62,7 @@ func (d *Dispatcher) dispatchPools(ctx context.Context) time.Duration {
 		}
 		if left := d.backoff.left(pool.Name, d.now()); left > 0 {
 			next = min(next, left)
+			d.handWarmOnly(ctx, pool) // warm runners need no Nomad
 			continue
 		}
 		if d.dispatchPool(ctx, pool) {
@@ -158,6 +159,23 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 		chosen = d.handWarm(ctx, pool, chosen, idle, refund)
 	}
 	return d.dispatchIDs(ctx, pool, d.forNomad(ctx, pool, chosen, nomad, busy+len(idle) > 0, refund))
+}
+
+// handWarmOnly hands the pool's queued jobs that fit to its waiting warm
+// runners, and nothing to Nomad: the pass of a pool whose Nomad side waits out
+// a backoff. Its trouble changes no backoff: the next full pass judges.
+func (d *Dispatcher) handWarmOnly(ctx context.Context, pool *config.Pool) {
+	idle, _ := d.warmRunners(ctx, pool)
+	if len(idle) == 0 {
+		return
+	}
+	chosen, _, refund, failed := d.fairPass(ctx, pool, len(idle)+min(64, 4*len(idle)), len(idle))
+	if failed {
+		return
+	}
+	for _, e := range d.handWarm(ctx, pool, chosen, idle, refund) {
+		refund(e) // not dispatched in this pass
+	}
 }
 
 // dispatchIDs dispatches ids in order (dispatchConcurrency at a time) and reports
@@ -267,8 +285,8 @@ func (d *Dispatcher) failUnknownPools(ctx context.Context) {
 				return errSkip
 			}
 			now := time.Now().UTC()
-			j.Status, j.FinishedAt, j.StatusDetail, j.PlacementReason = mj.StatusFailed, &now, "", ""
-			j.ErrorMessage = fmt.Sprintf("machine %q is not a pool this server has (it is not in the dispatcher's configuration); the job cannot run", j.Machine)
+			j.PlacementReason = ""
+			j.Fail(now, fmt.Sprintf("machine %q is not a pool this server has (it is not in the dispatcher's configuration); the job cannot run", j.Machine))
 			return nil
 		})
 		switch {
@@ -488,9 +506,9 @@ func (d *Dispatcher) refused(ctx context.Context, id string, err error) bool {
 		if j.Status.Terminal() || j.NomadJobID != "" {
 			return errSkip
 		}
-		j.Status, j.FinishedAt, j.StatusDetail, j.PlacementReason = mj.StatusFailed, &now, "", ""
-		j.ErrorMessage = mj.Clip(fmt.Sprintf("Nomad refused to run the job (%d tries over %s, while it took other jobs of pool %q): %s. Nothing ran; correct the job, or ask the operator, and submit it again.",
-			r.n, now.Sub(r.first).Round(time.Second), j.Machine, strings.Join(strings.Fields(rf.err.Error()), " ")), mj.MaxDetailBytes)
+		j.PlacementReason = ""
+		j.Fail(now, mj.Clip(fmt.Sprintf("Nomad refused to run the job (%d tries over %s, while it took other jobs of pool %q): %s. Nothing ran; correct the job, or ask the operator, and submit it again.",
+			r.n, now.Sub(r.first).Round(time.Second), j.Machine, strings.Join(strings.Fields(rf.err.Error()), " ")), mj.MaxDetailBytes))
 		return nil
 	})
 	d.refusalsMu.Lock()

@@ -30,6 +30,7 @@ import (
 	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
+	"github.com/mediajobs/mediajobs/webhook"
 )
 
 // NomadJobs is what the dispatcher needs of Nomad's jobs API; *api.Jobs has it.
@@ -124,7 +125,7 @@ type Dispatcher struct {
 	Allocs  NomadAllocs
 	Blobs   Blobs
 	Signer  blob.Signer
-	Webhook *WebhookSender
+	Webhook *webhook.Sender
 	// Accounts finds an account's webhook signing secret (nil: never sign).
 	Accounts AccountSecrets
 	// RunnerCommand is the mediajobs binary raw_exec pools run when they set none.
@@ -205,6 +206,9 @@ type Dispatcher struct {
 	refusalsMu sync.Mutex
 	refusals   map[string]refusal
 	poolOK     map[string]time.Time
+	// late holds, per job id, what lateUsage added to a cancelled job's usage,
+	// counted in the usage metrics once its write lands (applied).
+	late sync.Map
 	// tallyAfter is where the janitor's next page of uncounted outputs starts
 	// (storagequota.go; the janitor runs one sweep at a time).
 	tallyAfter string

@@ -574,12 +574,10 @@ func (d *Dispatcher) overdueFn(now time.Time, child string, allocs []allocState,
 		case pool == nil && attemptStart(j) == nil && (j.DispatchedAt == nil || waited > unknownPoolGrace):
 			// Its pool was removed after the dispatch: nothing would place it. A
 			// started attempt runs on, to its result or its timeout.
-			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
-			j.ErrorMessage = fmt.Sprintf("machine %q is not a pool this server has (it was removed from the dispatcher's configuration after the job was dispatched); the job cannot run", j.Machine)
+			j.Fail(now, fmt.Sprintf("machine %q is not a pool this server has (it was removed from the dispatcher's configuration after the job was dispatched); the job cannot run", j.Machine))
 			*why = "pool removed"
 		case pool == nil && j.Status == mj.StatusRunning && alive && attemptStart(j) != nil && d.timedOut(j, now):
-			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
-			j.ErrorMessage = fmt.Sprintf("job timed out after %ds (timeout_seconds); its worker did not stop by itself and was stopped (its machine %q is no longer a configured pool)", j.TimeoutSeconds, j.Machine)
+			j.Fail(now, fmt.Sprintf("job timed out after %ds (timeout_seconds); its worker did not stop by itself and was stopped (its machine %q is no longer a configured pool)", j.TimeoutSeconds, j.Machine))
 			*why = whyTimedOut
 		case pool == nil:
 			return errSkip
@@ -588,15 +586,13 @@ func (d *Dispatcher) overdueFn(now time.Time, child string, allocs []allocState,
 			if reason == "" {
 				reason = "Nomad did not place it"
 			}
-			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
-			j.ErrorMessage = fmt.Sprintf("no worker could take the job within the %s queue limit of machine %q: %s", pool.QueueLimitD, j.Machine, reason)
+			j.Fail(now, fmt.Sprintf("no worker could take the job within the %s queue limit of machine %q: %s", pool.QueueLimitD, j.Machine, reason))
 			*why = "overdue"
 		case attemptStart(j) == nil && placed && !started && !pendingSince.IsZero() && now.Sub(pendingSince) > pool.StartTimeoutD:
-			retryOrFail(j, fmt.Sprintf("its Nomad allocation was placed but did not start within the %s start_timeout of machine %q (an image pull or a client that hangs)", pool.StartTimeoutD, j.Machine), now, pool.MaxAttempts)
+			j.RetryOrFail(fmt.Sprintf("its Nomad allocation was placed but did not start within the %s start_timeout of machine %q (an image pull or a client that hangs)", pool.StartTimeoutD, j.Machine), now, pool.MaxAttempts)
 			*why = "did not start"
 		case j.Status == mj.StatusRunning && alive && attemptStart(j) != nil && d.timedOut(j, now):
-			j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
-			j.ErrorMessage = fmt.Sprintf("job timed out after %ds (timeout_seconds); its worker did not stop by itself and was stopped", j.TimeoutSeconds)
+			j.Fail(now, fmt.Sprintf("job timed out after %ds (timeout_seconds); its worker did not stop by itself and was stopped", j.TimeoutSeconds))
 			*why = whyTimedOut
 		default:
 			return errSkip
@@ -795,6 +791,12 @@ func (d *Dispatcher) lateUsage(j *mj.Job, child string, attempt int, r *mj.Resul
 			return errSkip
 		}
 	}
+	added := u
+	if o := j.Usage; o != nil {
+		added = mj.Usage{WallSeconds: u.WallSeconds - o.WallSeconds, CPUSeconds: u.CPUSeconds - o.CPUSeconds, GPUSeconds: u.GPUSeconds - o.GPUSeconds,
+			InputBytes: u.InputBytes - o.InputBytes, OutputBytes: u.OutputBytes - o.OutputBytes}
+	}
+	d.late.Store(j.ID, added)
 	j.Usage = &u
 	return nil
 }
@@ -820,7 +822,7 @@ func (d *Dispatcher) lost(ctx context.Context, id, child, why string) {
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
 		}
-		retryOrFail(j, why, d.now(), d.maxAttempts(j))
+		j.RetryOrFail(why, d.now(), d.maxAttempts(j))
 		return nil
 	})
 	d.applied(ctx, id, child, j, err)
@@ -835,6 +837,9 @@ func (d *Dispatcher) applied(ctx context.Context, id, child string, j *mj.Job, e
 		// The dispatcher never cancels: this is a late result's usage
 		// (lateUsage); the cancel itself ended the job, once.
 		d.Log.Info("metered the usage its runner reported after the job was cancelled", "job", id, "nomad_job", child)
+		if added, ok := d.late.LoadAndDelete(id); ok {
+			metrics.LateUsage(j, added.(mj.Usage))
+		}
 	case err == nil:
 		d.Log.Info("job updated", "job", id, "status", j.Status, "attempt", j.Attempt, "detail", j.StatusDetail)
 		if j.Status.Terminal() {
@@ -845,7 +850,9 @@ func (d *Dispatcher) applied(ctx context.Context, id, child string, j *mj.Job, e
 			d.stopChild(ctx, child, "re-dispatching", id) // usually dead already
 		}
 	case errors.Is(err, errSkip), mj.ErrorCode(err) == mj.ENotFound:
+		d.late.Delete(id)
 	default:
+		d.late.Delete(id)
 		d.Log.Warn("apply nomad state", "job", id, "nomad_job", child, "err", err)
 	}
 }
@@ -908,10 +915,8 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 		seen := now
 		j.AttemptStartedAt = &seen
 		j.Worker = &mj.Worker{Path: mj.WorkerDispatch, NomadJobID: a.NomadJobID, AllocationID: a.ID}
-		j.Status, j.StatusDetail, j.PlacementReason = mj.StatusRunning, "running on Nomad allocation "+a.ID, ""
-		if j.Attempt > 1 {
-			j.StatusDetail = fmt.Sprintf("attempt %d: %s", j.Attempt, j.StatusDetail)
-		}
+		j.PlacementReason = ""
+		j.Run("running on Nomad allocation " + a.ID)
 		return nil
 	}
 	if _, warm := store.WarmRunOfChild(a.NomadJobID); r != nil && !warm && (j.Worker == nil || j.Worker.AllocationID == "") {
@@ -942,10 +947,11 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 	}
 	switch {
 	case r != nil && r.Succeeded:
-		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusSucceeded, &now, ""
+		detail := ""
 		if j.Attempt > 1 {
-			j.StatusDetail = fmt.Sprintf("succeeded on attempt %d (earlier workers were lost)", j.Attempt)
+			detail = fmt.Sprintf("succeeded on attempt %d (earlier workers were lost)", j.Attempt)
 		}
+		j.Succeed(now, detail)
 		j.TotalInputBytes, j.TotalOutputBytes, j.Outputs = r.InputBytes, 0, nil
 		for _, o := range r.Outputs {
 			o.Key = prefix + "outputs/" + o.Name
@@ -953,14 +959,14 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 			j.TotalOutputBytes += o.Size
 		}
 	case r != nil:
-		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
-		j.ErrorMessage, j.TotalInputBytes = r.ErrorMessage, r.InputBytes
+		j.Fail(now, r.ErrorMessage)
+		j.TotalInputBytes = r.InputBytes
 	case a.ClientStatus == api.AllocClientStatusLost:
-		retryOrFail(j, "the Nomad node running it was lost (allocation "+a.ID+")", now, maxAttempts)
+		j.RetryOrFail("the Nomad node running it was lost (allocation "+a.ID+")", now, maxAttempts)
 	case a.ClientStatus == api.AllocClientStatusUnknown && now.Sub(a.Modified) < disconnectGrace:
 		return errSkip // its node may be back in a moment, with the run intact
 	case a.ClientStatus == api.AllocClientStatusUnknown:
-		retryOrFail(j, fmt.Sprintf("the Nomad node running it has been disconnected for over %s (allocation %s)", disconnectGrace, a.ID), now, maxAttempts)
+		j.RetryOrFail(fmt.Sprintf("the Nomad node running it has been disconnected for over %s (allocation %s)", disconnectGrace, a.ID), now, maxAttempts)
 	case a.Reported && now.Sub(a.ReportedAt) < resultGrace:
 		return errSkip // reported, not readable yet: read it again, never re-run it
 	default:
@@ -972,24 +978,9 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 			}
 			why += ": " + strings.Join(ev, "; ")
 		}
-		retryOrFail(j, why, now, maxAttempts)
+		j.RetryOrFail(why, now, maxAttempts)
 	}
 	return nil
-}
-
-// retryOrFail sends a job whose attempt was lost back to the queue as a new attempt,
-// or fails it when that was its last attempt. The job keeps its status (a running
-// job stays running), so clients never see it go backwards.
-func retryOrFail(j *mj.Job, why string, now time.Time, maxAttempts int) {
-	attempt := max(j.Attempt, 1)
-	if attempt >= maxAttempts {
-		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
-		j.ErrorMessage = fmt.Sprintf("attempt %d of %d failed: %s", attempt, maxAttempts, why)
-		return
-	}
-	j.NomadJobID, j.Attempt, j.DispatchedAt, j.PlacementReason, j.AttemptStartedAt = "", attempt+1, nil, "", nil
-	j.Worker = nil
-	j.StatusDetail = fmt.Sprintf("attempt %d of %d: retrying because %s", attempt+1, maxAttempts, why)
 }
 
 // readResult reads the result allocation alloc of an attempt reported, and returns

@@ -74,7 +74,7 @@ func (d *Dispatcher) failInternal(ctx context.Context, id string, v any, stack [
 			return errSkip
 		}
 		now := time.Now().UTC()
-		j.Status, j.FinishedAt, j.StatusDetail, j.ErrorMessage = mj.StatusFailed, &now, "", internalErrorMessage
+		j.Fail(now, internalErrorMessage)
 		return nil
 	})
 	switch {

@@ -7,7 +7,9 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // cancelAt cancels job id at now as the gateway does (gateway/jobs.go): the
@@ -59,10 +61,15 @@ func TestCancelledJobIsBilledItsLateReport(t *testing.T) {
 	}
 	blobs.data[runScope(id, 1)+a1+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: a1, Succeeded: true, InputBytes: 700,
 		Outputs: []mj.Output{{Name: "out.mp4", Size: 300}}, Usage: &mj.Usage{WallSeconds: 20, CPUSeconds: 240}})
+	cpuBefore, jobsBefore := testutil.ToFloat64(metrics.UsageCPUSeconds.WithLabelValues(j.Machine)), testutil.ToFloat64(metrics.UsageJobs.WithLabelValues(j.Machine))
 	for range 3 { // the event, then replays of it
 		d.apply(ctx, allocState{ID: a1, NomadJobID: child(id, 1), ClientStatus: api.AllocClientStatusComplete})
 	}
 	d.reconcile(ctx)
+	// The usage metrics count what the report added, once, and no second job.
+	if cpu, jobs := testutil.ToFloat64(metrics.UsageCPUSeconds.WithLabelValues(j.Machine))-cpuBefore, testutil.ToFloat64(metrics.UsageJobs.WithLabelValues(j.Machine))-jobsBefore; cpu != 240 || jobs != 0 {
+		t.Fatalf("usage metrics after the late report: %v CPU seconds and %v jobs; want 240 and 0", cpu, jobs)
+	}
 	j, _ = d.Store.Job(ctx, id)
 	want := mj.Usage{WallSeconds: 60, CPUSeconds: 240, InputBytes: 700, OutputBytes: 300}
 	if j.Status != mj.StatusCancelled || j.Usage == nil || *j.Usage != want || len(j.Outputs) != 0 {

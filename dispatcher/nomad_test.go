@@ -16,6 +16,7 @@ import (
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
+	"github.com/mediajobs/mediajobs/webhook"
 )
 
 // nomadRig is a real Nomad dev agent, etcd, and a runner that only sleeps, so a
@@ -63,7 +64,7 @@ func (r *nomadRig) start(name string) (stop func()) {
 	d := &Dispatcher{
 		Config: r.cfg, Store: r.store, Jobs: r.agent.Client.Jobs(), Allocs: r.agent.Client.Allocations(), Events: r.agent.Client.EventStream(),
 		Blobs: r.blobs, Signer: blob.Signer{Secret: []byte("test"), Base: "http://127.0.0.1:1"},
-		Webhook: &WebhookSender{}, RunnerCommand: r.runner, Name: name,
+		Webhook: &webhook.Sender{}, RunnerCommand: r.runner, Name: name,
 		Log:            slog.New(slog.NewTextHandler(&r.log, &slog.HandlerOptions{Level: slog.LevelDebug})).With("dispatcher", name),
 		ReconcileEvery: 2 * time.Second, LeaderTTL: 2 * time.Second,
 	}

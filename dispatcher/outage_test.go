@@ -17,6 +17,7 @@ import (
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/testenv"
+	"github.com/mediajobs/mediajobs/webhook"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -86,7 +87,7 @@ func TestNomadOutageWritesNothingAndDrains(t *testing.T) {
 	d := &Dispatcher{
 		Config: r.cfg, Store: r.store, Jobs: client.Jobs(), Allocs: client.Allocations(), Events: client.EventStream(),
 		Blobs: r.blobs, Signer: blob.Signer{Secret: []byte("test"), Base: "http://127.0.0.1:1"},
-		Webhook: &WebhookSender{}, RunnerCommand: r.runner, Name: "d",
+		Webhook: &webhook.Sender{}, RunnerCommand: r.runner, Name: "d",
 		Log:            slog.New(slog.NewTextHandler(&r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		ReconcileEvery: time.Second, LeaderTTL: 2 * time.Second, CallTimeout: 5 * time.Second,
 	}

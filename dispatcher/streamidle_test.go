@@ -16,6 +16,7 @@ import (
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/testenv"
+	"github.com/mediajobs/mediajobs/webhook"
 )
 
 // listCountingJobs counts the job list reads, the quiet stream's checks among them.
@@ -151,7 +152,7 @@ func TestIdleNomadKeepsItsEventStream(t *testing.T) {
 	d := &Dispatcher{
 		Config: r.cfg, Store: r.store, Jobs: r.agent.Client.Jobs(), Allocs: r.agent.Client.Allocations(), Events: events,
 		Blobs: r.blobs, Signer: blob.Signer{Secret: []byte("test"), Base: "http://127.0.0.1:1"},
-		Webhook: &WebhookSender{}, RunnerCommand: r.runner, Name: "idle",
+		Webhook: &webhook.Sender{}, RunnerCommand: r.runner, Name: "idle",
 		Log:            slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		ReconcileEvery: 2 * time.Second, LeaderTTL: 2 * time.Second, StreamIdle: time.Second,
 	}

@@ -199,11 +199,8 @@ func (d *Dispatcher) warmStarted(ctx context.Context, r store.WarmRun) {
 		if j.Status != mj.StatusRunning {
 			j.StartedAt = &now
 		}
-		j.Status, j.AttemptStartedAt = mj.StatusRunning, &now
-		j.StatusDetail = "running on warm runner " + r.Alloc
-		if j.Attempt > 1 {
-			j.StatusDetail = fmt.Sprintf("attempt %d: %s", j.Attempt, j.StatusDetail)
-		}
+		j.AttemptStartedAt = &now
+		j.Run("running on warm runner " + r.Alloc)
 		return nil
 	})
 	d.applied(ctx, r.JobID, child, j, err)
@@ -419,7 +416,7 @@ func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.W
 				j.GivenBack++
 				why += " (not counted against max_attempts)"
 			}
-			retryOrFail(j, why, now, d.maxAttempts(j))
+			j.RetryOrFail(why, now, d.maxAttempts(j))
 			return nil
 		}
 		return transition(j, a, checked(d.metered(r, j), j, d.Config.Server.MaxOutputFiles), now, prefix, d.maxAttempts(j), d.DisconnectGrace)
@@ -502,8 +499,7 @@ func (d *Dispatcher) warmTimedOut(ctx context.Context, j *mj.Job, r store.WarmRu
 			return errSkip
 		}
 		now := d.now()
-		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusFailed, &now, ""
-		j.ErrorMessage = fmt.Sprintf("the job ran past its timeout of %d seconds and its warm runner (Nomad allocation %s) did not stop it; it was failed", j.TimeoutSeconds, r.Alloc)
+		j.Fail(now, fmt.Sprintf("the job ran past its timeout of %d seconds and its warm runner (Nomad allocation %s) did not stop it; it was failed", j.TimeoutSeconds, r.Alloc))
 		return nil
 	})
 	d.applied(ctx, j.ID, child, nj, err)

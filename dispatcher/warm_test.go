@@ -755,3 +755,28 @@ func TestWarmDoneAppliedConcurrently(t *testing.T) {
 	}
 	allSucceeded("the watch", watched)
 }
+
+// A pool whose Nomad side waits out a backoff (Nomad failing) still hands its
+// queued jobs to its waiting warm runners, which need no Nomad; it dispatches
+// nothing to Nomad meanwhile.
+func TestBackedOffPoolStillFeedsItsWarmRunners(t *testing.T) {
+	e := newWarmEnv(t)
+	e.d.Jobs = &fakeJobs{} // no DispatchOpts: a dispatch to Nomad would panic
+	e.d.registered = map[string]bool{"cpu": true}
+	short := e.job(30, time.Now().UTC())
+	e.waiting("alloc-1")
+	for range 4 { // 2, 4, 8, then 16 s: longer than this test takes
+		e.d.backoff.failed("cpu", e.d.now())
+	}
+	if left := e.d.backoff.left("cpu", e.d.now()); left <= 0 {
+		t.Fatal("the pool is not backed off")
+	}
+	testenv.Eventually(t, 30*time.Second, "the job handed to the waiting runner", func() bool {
+		e.d.dispatchPools(e.ctx) // the queue index loads in the background
+		_, warm := store.WarmRunOfChild(e.get(short.ID).NomadJobID)
+		return warm
+	})
+	if e.d.backoff.left("cpu", e.d.now()) <= 0 {
+		t.Fatal("a warm hand-off ended the pool's Nomad backoff")
+	}
+}

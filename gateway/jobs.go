@@ -209,7 +209,7 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 			return mj.Errorf(mj.EConflict, "job is already %s", j.Status)
 		}
 		now := g.Now().UTC()
-		j.Status, j.FinishedAt, j.StatusDetail = mj.StatusCancelled, &now, "cancelled by the client"
+		j.Cancel(now, "cancelled by the client")
 		// What the running attempt held until now counts (docs/usage.md); the
 		// store meters it with this write.
 		gpus := 0

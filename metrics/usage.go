@@ -61,12 +61,19 @@ func EnableAccountUsage() {
 
 // metered counts a job that ended with its result's usage.
 func metered(j *mj.Job) {
-	u := j.Usage
-	if u == nil {
-		return
+	if j.Usage != nil {
+		addUsage(j, *j.Usage, 1)
 	}
-	add := func(jobs, wall, cpu, gpu, in, out prometheus.Counter) {
-		jobs.Inc()
+}
+
+// LateUsage adds what a report that came after a job ended (a cancelled job's
+// runner's, docs/usage.md) added to the job's usage: the job itself was
+// counted when it ended.
+func LateUsage(j *mj.Job, added mj.Usage) { addUsage(j, added, 0) }
+
+func addUsage(j *mj.Job, u mj.Usage, jobs float64) {
+	add := func(jobsC, wall, cpu, gpu, in, out prometheus.Counter) {
+		jobsC.Add(jobs)
 		wall.Add(u.WallSeconds)
 		cpu.Add(u.CPUSeconds)
 		gpu.Add(u.GPUSeconds)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -76,7 +77,8 @@ func (s *Store) PoolInFlight(ctx context.Context, pool string) (byAccount map[st
 // each in a transaction conditioned on the job being unchanged since it was read,
 // so a job dispatched or cancelled meanwhile keeps the state its own write gave
 // it. A key whose job is gone or no longer queued is deleted. It returns how many
-// keys it moved or deleted.
+// keys it moved or deleted; a key whose job cannot be read (an undecodable
+// record) stays, and the first such is the error, after the others moved.
 func (s *Store) MigrateQueueKeys(ctx context.Context, keys []string) (int, error) {
 	ids := make([]string, len(keys))
 	for i, k := range keys {
@@ -84,14 +86,18 @@ func (s *Store) MigrateQueueKeys(ctx context.Context, keys []string) (int, error
 	}
 	jobs, errs := s.Jobs(ctx, ids)
 	n := 0
+	var failed error // the first key that could not move; the others still do
 	for i, key := range keys {
 		var cmps []clientv3.Cmp
 		ops := []clientv3.Op{clientv3.OpDelete(key)}
 		switch j := jobs[i]; {
 		case errs[i] != nil && mj.ErrorCode(errs[i]) == mj.ENotFound:
 			cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.jobKey(ids[i])), "=", 0))
-		case errs[i] != nil:
-			return n, errs[i]
+		case errs[i] != nil: // an undecodable record: left where it is
+			if failed == nil {
+				failed = fmt.Errorf("move queue key %s: %w", key, errs[i])
+			}
+			continue
 		default:
 			cmps = append(cmps, clientv3.Compare(clientv3.ModRevision(s.jobKey(j.ID)), "=", j.Revision))
 			if !j.Status.Terminal() && j.NomadJobID == "" && s.legacyQueueKey(j) == key {
@@ -106,7 +112,7 @@ func (s *Store) MigrateQueueKeys(ctx context.Context, keys []string) (int, error
 			n++
 		}
 	}
-	return n, nil
+	return n, failed
 }
 
 // Schedule is an account's scheduling settings, stored under sched/<account>;
@@ -176,32 +182,79 @@ type Standing struct {
 }
 
 // QueueStanding reads, in one transaction, where a queued job without a Nomad
-// child stands in its account's part of its pool's queue: the keys before its
-// own, at most StandingAheadMax+1 of them (a ranged read with a limit, which
-// etcd answers without going over the rest), and the count of the account's
-// jobs in flight (bounded by its running jobs). Nothing is written: the job's
-// record keeps what it had (docs/scheduling.md).
+// child stands in its account's part of its pool's queue (QueueHead, then
+// Standing). Nothing is written: the job's record keeps what it had
+// (docs/scheduling.md).
 func (s *Store) QueueStanding(ctx context.Context, j *mj.Job) (Standing, error) {
-	qp, ap := s.AccountQueuePrefix(j.Machine, j.AccountID), s.AccountActivePrefix(j.Machine, j.AccountID)
+	h, err := s.QueueHead(ctx, j.Machine, j.AccountID)
+	if err != nil {
+		return Standing{}, err
+	}
+	return h.Standing(j), nil
+}
+
+// QueueHead is the head of one account's part of one pool's queue as one read
+// saw it: enough to tell each of the account's queued jobs in the pool where
+// it stands, so a reader may keep it until a job of the account in the pool
+// changes (the gateway does, while its job watch runs).
+type QueueHead struct {
+	// keys are the first StandingAheadMax+1 queue keys, ascending, without
+	// the account's prefix: "<queued_at>_<id>".
+	keys []string
+	// inFlight is how many of the account's jobs hold the pool's slots.
+	inFlight int
+	schedule *Schedule
+}
+
+// QueueHead reads, in one transaction, the first StandingAheadMax+1 keys of
+// an account's part of a pool's queue (a ranged read with a limit, which etcd
+// answers from its index without going over the rest), the count of the
+// account's jobs in flight there (bounded by its running jobs) and its
+// scheduling settings.
+func (s *Store) QueueHead(ctx context.Context, pool, account string) (*QueueHead, error) {
+	qp, ap := s.AccountQueuePrefix(pool, account), s.AccountActivePrefix(pool, account)
 	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(qp, clientv3.WithRange(s.queueKey(j)), clientv3.WithKeysOnly(), clientv3.WithLimit(StandingAheadMax+1)),
+		clientv3.OpGet(qp, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithLimit(StandingAheadMax+1)),
 		clientv3.OpGet(ap, clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpGet(s.schedKey(j.AccountID)),
+		clientv3.OpGet(s.schedKey(account)),
 	).Commit()
 	if err != nil {
-		return Standing{}, fmt.Errorf("read queue standing: %w", err)
+		return nil, fmt.Errorf("read queue standing: %w", err)
 	}
-	st := Standing{
-		Ahead:    len(resp.Responses[0].GetResponseRange().Kvs),
-		InFlight: int(resp.Responses[1].GetResponseRange().Count),
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	h := &QueueHead{keys: make([]string, len(kvs)), inFlight: int(resp.Responses[1].GetResponseRange().Count)}
+	for i, kv := range kvs {
+		h.keys[i] = string(kv.Key[len(qp):])
 	}
 	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) > 0 {
 		var sc Schedule
 		if json.Unmarshal(kvs[0].Value, &sc) == nil {
-			st.Schedule = &sc
+			h.schedule = &sc
 		}
 	}
-	return st, nil
+	return h, nil
+}
+
+// Standing is where j, a queued job of the head's account and pool, stands:
+// the keys before its own, at most StandingAheadMax+1 of them.
+func (h *QueueHead) Standing(j *mj.Job) Standing {
+	return Standing{Ahead: sort.SearchStrings(h.keys, queueSuffix(j)), InFlight: h.inFlight, Schedule: h.schedule}
+}
+
+// queueSuffix is j's queue key after its account's prefix (queueKey).
+func queueSuffix(j *mj.Job) string {
+	n := j.QueuedAt.UnixNano()
+	if n < 0 {
+		return fmt.Sprintf("%019d_%s", n, j.ID)
+	}
+	b := make([]byte, 0, 20+len(j.ID))
+	b = strconv.AppendInt(b, n, 10)
+	if pad := 19 - len(b); pad > 0 {
+		b = append(b[:0], "0000000000000000000"[:pad]...)
+		b = strconv.AppendInt(b, n, 10)
+	}
+	b = append(b, '_')
+	return string(append(b, j.ID...))
 }
 
 // queueHeadsOps is how many ranged reads one transaction of QueueHeads holds

@@ -48,7 +48,7 @@ package store
 //	    store.go, arms Job.Webhook as pending in that write); deleted by the
 //	    write that records the delivery's outcome, or by L's DeleteOutbox for
 //	    a stale entry.
-//	    Followed as Family Outbox by dispatcher/webhook.go.
+//	    Followed as Family Outbox by dispatcher/outbox.go.
 //	done/<finished_at ns>_<id> = id                              [retention.go]
 //	    Derived: put by the terminal write. J reads the expired ones in time
 //	    order and deletes them with their jobs.

@@ -113,7 +113,7 @@ func (s *Store) deleteJobs(ctx context.Context, ids []string, done []*mvccpb.Key
 		}
 		var j mj.Job
 		if err := json.Unmarshal(kvs[0].Value, &j); err != nil || !j.Status.Terminal() ||
-			(j.Webhook != nil && j.Webhook.Status == "pending") {
+			(j.Webhook != nil && j.Webhook.Status == mj.WebhookPending) {
 			continue
 		}
 		ops := []clientv3.Op{

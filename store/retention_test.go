@@ -32,7 +32,7 @@ func TestDeleteFinishedJobsTakesEveryDerivedKey(t *testing.T) {
 	s, _ := testenv.Etcd(t)
 	ctx := context.Background()
 	base := time.Now().Add(-48 * time.Hour)
-	finish := func(j *mj.Job, at time.Time, hook string) {
+	finish := func(j *mj.Job, at time.Time, hook mj.WebhookStatus) {
 		t.Helper()
 		_, err := s.UpdateJob(ctx, j.ID, func(j *mj.Job) error {
 			j.Status, j.FinishedAt = mj.StatusSucceeded, &at

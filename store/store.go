@@ -18,7 +18,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/metrics"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -182,7 +181,7 @@ func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 	}
 	// The outbox entry lives exactly as long as the delivery is pending: settling it
 	// (delivered or failed) removes the entry in the same write.
-	if old != nil && old.Webhook != nil && old.Webhook.Status == "pending" && j.Webhook != nil && j.Webhook.Status != "pending" {
+	if old != nil && old.Webhook != nil && old.Webhook.Status == mj.WebhookPending && j.Webhook != nil && j.Webhook.Status != mj.WebhookPending {
 		ops = append(ops, clientv3.OpDelete(s.outboxKey(j.ID)))
 	}
 	return ops
@@ -515,8 +514,8 @@ func (s *Store) next(old *mj.Job, fn func(*mj.Job) error) (*mj.Job, []clientv3.O
 	}
 	mj.BoundJob(&j)
 	j.UpdatedAt = time.Now().UTC()
-	if j.Status.Terminal() && !old.Status.Terminal() && j.WebhookURL != "" && j.Webhook == nil {
-		j.Webhook = &mj.WebhookState{Status: "pending", DeliveryID: uuid.NewString()}
+	if !old.Status.Terminal() {
+		j.ArmWebhook() // the terminal verbs arm it; a write that set the status itself too
 	}
 	b, err := json.Marshal(&j)
 	if err != nil {

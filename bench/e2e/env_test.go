@@ -25,6 +25,7 @@ import (
 	"github.com/mediajobs/mediajobs/gateway"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
+	"github.com/mediajobs/mediajobs/webhook"
 )
 
 const (
@@ -200,7 +201,7 @@ func startEnv(nomadBin, ffmpeg string) (_ *env, err error) {
 		Blobs: blobs, Signer: signer, RunnerCommand: runnerBin, Log: log,
 		ReconcileEvery: cfg.Dispatcher.ReconcileD, LeaderTTL: cfg.Dispatcher.LeaderTTLD, TimeoutGrace: cfg.Dispatcher.TimeoutGraceD,
 		Accounts: e.st,
-		Webhook: &dispatcher.WebhookSender{Base: cfg.Webhooks.BaseD, Cap: cfg.Webhooks.CapD,
+		Webhook: &webhook.Sender{Base: cfg.Webhooks.BaseD, Cap: cfg.Webhooks.CapD,
 			AttemptTimeout: cfg.Webhooks.TimeoutD, AllowLoopback: cfg.Server.AllowLoopback,
 			MaxIdlePerHost: cfg.Webhooks.Concurrency},
 	}

@@ -16,7 +16,7 @@ import (
 
 	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
-	"github.com/mediajobs/mediajobs/dispatcher"
+	"github.com/mediajobs/mediajobs/webhook"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -192,7 +192,7 @@ func (e *env) succeed(ctx context.Context, id string) error {
 //     jobs: the same percentiles.
 //
 // Beside them, in the same run: the same body POSTed *hooks* times by
-// dispatcher.WebhookSender.Send alone and by a plain keep-alive net/http client,
+// webhook.Sender.Send alone and by a plain keep-alive net/http client,
 // each from as many goroutines as the loop delivers at once (webhooks.concurrency).
 func BenchmarkWebhooks(b *testing.B) {
 	e := getEnv(b)
@@ -267,12 +267,12 @@ func BenchmarkWebhooks(b *testing.B) {
 	conc := e.cfg.Webhooks.Concurrency
 	sender := e.disp.Webhook
 	sendRate, err := posts(*hooks, conc, func(i int) error {
-		d := sender.Send(ctx, dispatcher.Message{URL: recv.url + "/base/send", Event: "job.succeeded",
+		d := sender.Send(ctx, webhook.Message{URL: recv.url + "/base/send", Event: "job.succeeded",
 			DeliveryID: strconv.Itoa(i), Body: body})
 		return d.Err
 	})
 	if err != nil {
-		b.Fatal("WebhookSender.Send: ", err)
+		b.Fatal("webhook.Sender.Send: ", err)
 	}
 	plain := newClient(conc)
 	httpRate, err := posts(*hooks, conc, func(int) error {

@@ -509,7 +509,7 @@ func E2ETable(w io.Writer, res Result) (complete, met bool) {
 	if h := res["Webhooks"]; has(h, "deliveries/s", "p50-ms", "seq-p50-ms") {
 		base := "–"
 		if has(h, "send/s", "http/s") {
-			base = fmt.Sprintf("WebhookSender.Send alone: %s/s; plain net/http: %s/s", fmtVals(h["send/s"], 0), fmtVals(h["http/s"], 0))
+			base = fmt.Sprintf("webhook.Sender.Send alone: %s/s; plain net/http: %s/s", fmtVals(h["send/s"], 0), fmtVals(h["http/s"], 0))
 		}
 		p50 := Median(h["p50-ms"])
 		fmt.Fprintf(w, "| webhooks, burst (all terminal at once) | %s deliveries/s; transition → receipt p50 %s ms, p95 %s ms | %s | p50 %.0f ms | ≤ %d ms | %s |\n",

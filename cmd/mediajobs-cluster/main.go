@@ -1,7 +1,8 @@
 // Command mediajobs-cluster is what `make cluster` runs: the multi-process
-// cluster of package testenv/cluster (3 etcd members, a Nomad server and 2
-// clients, MinIO, 2 gateways, 2 dispatchers, and the 2 warm runners of pool
-// "short") on loopback, for a person to try until Ctrl-C or SIGTERM stops it.
+// cluster of package testenv/cluster (3 etcd members, 3 Nomad servers behind a
+// proxy and 2 clients, MinIO, 2 gateways, 2 dispatchers, and the 2 warm runners
+// of pool "short") on loopback, for a person to try until Ctrl-C or SIGTERM
+// stops it.
 // Not for production.
 package main
 
@@ -74,7 +75,8 @@ mediajobs cluster is up (%s).
               %[11]s/api  (a load balancer over both: every public_url)
   API key     %[4]s
   etcd        %[5]s
-  Nomad       %[6]s (UI: %[6]s/ui/jobs), clients %[7]s
+  Nomad       %[6]s (UI: %[6]s/ui/jobs), a proxy over servers %[16]s
+              clients %[7]s
   warm pool   machine %[12]q: jobs with timeout_seconds <= %[13]d run on the %[14]d runners
               of Nomad job %[15]s, which lease them through %[11]s
   MinIO       %[8]s, bucket %[9]s
@@ -94,7 +96,7 @@ Ctrl-C stops everything.
 `, time.Since(started).Round(time.Second), c.GatewayURLs[0], c.GatewayURLs[1], c.APIKey,
 		strings.Join(c.EtcdEndpoints, " "), c.NomadAddr, c.NomadClients[0].Name+", "+c.NomadClients[1].Name,
 		c.MinIO.Endpoint, c.MinIO.Bucket, abs(dir), c.PublicURL,
-		cluster.WarmPool, cluster.WarmMaxJobSeconds, cluster.WarmRunners, cluster.WarmJobID)
+		cluster.WarmPool, cluster.WarmMaxJobSeconds, cluster.WarmRunners, cluster.WarmJobID, strings.Join(c.NomadServerAddrs, " "))
 	<-ctx.Done()
 	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/mediajobs/mediajobs/gateway"
 	"github.com/mediajobs/mediajobs/logging"
 	"github.com/mediajobs/mediajobs/store"
+	"github.com/mediajobs/mediajobs/webhook"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -200,7 +201,7 @@ func (b *backends) dispatcher(log *slog.Logger) (*dispatcher.Dispatcher, error) 
 		ReconcileEvery: b.cfg.Dispatcher.ReconcileD, LeaderTTL: b.cfg.Dispatcher.LeaderTTLD, TimeoutGrace: b.cfg.Dispatcher.TimeoutGraceD,
 		DisconnectGrace: b.cfg.Dispatcher.DisconnectD,
 		Accounts:        b.store, Name: dispatcherName(),
-		Webhook: &dispatcher.WebhookSender{Base: b.cfg.Webhooks.BaseD, Cap: b.cfg.Webhooks.CapD,
+		Webhook: &webhook.Sender{Base: b.cfg.Webhooks.BaseD, Cap: b.cfg.Webhooks.CapD,
 			AttemptTimeout: b.cfg.Webhooks.TimeoutD, Guard: b.cfg.Guard(),
 			MaxIdlePerHost: b.cfg.Webhooks.Concurrency},
 	}, nil

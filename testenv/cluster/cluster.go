@@ -1,10 +1,11 @@
 // Package cluster starts mediajobs the way it is deployed beyond one machine, on
-// one machine: a 3-member etcd cluster, a Nomad server with two client agents,
-// MinIO, two gateways with no shared disk and two dispatchers, each its own
-// process on loopback ports, each gateway and dispatcher with its own config file
-// rendered from one template, and the warm runners of pool WarmPool (Nomad's
-// service job mediajobs-short-warm, docs/warm.md). Tests kill and restart its
-// processes to inject faults; `make cluster` starts it for a person to try.
+// one machine: a 3-member etcd cluster, three Nomad servers (behind a proxy, as
+// nomad.address names one address) with two client agents, MinIO, two gateways
+// with no shared disk and two dispatchers, each its own process on loopback
+// ports, each gateway and dispatcher with its own config file rendered from one
+// template, and the warm runners of pool WarmPool (Nomad's service job
+// mediajobs-short-warm, docs/warm.md). Tests kill and restart its processes to
+// inject faults; `make cluster` starts it for a person to try.
 package cluster
 
 import (
@@ -58,15 +59,21 @@ type Options struct {
 // Cluster is a running cluster. Its fields are the processes, for faults.
 type Cluster struct {
 	Etcd         []*Proc // etcd1..3
-	NomadServer  *Proc
+	NomadServers []*Proc // nomad-server1..3
 	NomadClients []*Proc // nomad-client1..2
 	Gateways     []*Proc // gateway1..2
 	Dispatchers  []*Proc // dispatcher1..2
 	MinIO        *testenv.MinIO
 
 	EtcdEndpoints []string // http://host:port of each member
-	NomadAddr     string   // the server's HTTP API (and UI)
-	GatewayURLs   []string // http://host:port of each gateway
+	// NomadAddr is a proxy in front of the servers' HTTP APIs (and UI), which
+	// goes to the next server when one is down: every process's nomad.address.
+	NomadAddr string
+	// NomadServerAddrs are each server's own HTTP API; NomadServerRPC their
+	// RPC addresses, as Nomad names its raft leader.
+	NomadServerAddrs []string
+	NomadServerRPC   []string
+	GatewayURLs      []string // http://host:port of each gateway
 	// PublicURL is a load balancer in front of both gateways: every process's
 	// server.public_url, so runners reach whichever gateway is up.
 	PublicURL string
@@ -76,8 +83,11 @@ type Cluster struct {
 	Etcd3     *clientv3.Client // on every member
 	Store     *store.Store
 
-	opts Options
-	lb   *http.Server
+	opts       Options
+	lb         *http.Server
+	nomadLB    *http.Server
+	nomadLog   *os.File      // the proxy's errors
+	nomadPeers []*api.Client // each server's own API
 }
 
 // The warm pool every gateway and dispatcher configures (docs/warm.md): jobs on
@@ -91,8 +101,9 @@ const (
 )
 
 // Start brings the whole cluster up and returns once every gateway answers
-// /readyz, both Nomad clients are ready, a dispatcher leads and the warm
-// runners wait for work. On an error, what was started is stopped.
+// /readyz, the Nomad servers agree on a leader, both Nomad clients are ready, a
+// dispatcher leads and the warm runners wait for work. On an error, what was
+// started is stopped.
 func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if o.Self == "" {
 		if o.Self, err = os.Executable(); err != nil {
@@ -128,7 +139,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	}
 
 	// Every port at once, so that none is handed out twice.
-	addrs, err := testenv.FreeAddrs(6 + 9 + 2)
+	addrs, err := testenv.FreeAddrs(6 + 3*3 + 2*3 + 2)
 	if err != nil {
 		return nil, err
 	}
@@ -151,29 +162,56 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	}
 	say("etcd cluster up: %s", strings.Join(c.EtcdEndpoints, ", "))
 
-	// Nomad: a server, then two clients pointing at its RPC port.
+	// Nomad: three servers (each waits for the others), a proxy in front of
+	// their HTTP APIs, then two clients that know all three.
 	n := addrs[6:15]
-	srvDir := filepath.Join(o.Dir, "nomad-server")
-	c.NomadServer = &Proc{Name: "nomad-server", Bin: o.Nomad, Dir: srvDir, Tree: true,
-		Args: []string{"agent", "-config", filepath.Join(srvDir, "agent.hcl")}}
-	if err := writeFile(filepath.Join(srvDir, "agent.hcl"), nomadServer(srvDir, port(n[0]), port(n[1]), port(n[2]))); err != nil {
+	var httpAddrs, serfs []string // host:port of each server
+	for i := 0; i < 3; i++ {
+		httpAddrs, serfs = append(httpAddrs, n[3*i]), append(serfs, n[3*i+2])
+	}
+	for i := 0; i < 3; i++ {
+		name := fmt.Sprintf("nomad-server%d", i+1)
+		dir := filepath.Join(o.Dir, name)
+		p := n[3*i:]
+		if err := writeFile(filepath.Join(dir, "agent.hcl"), nomadServer(i, dir, port(p[0]), port(p[1]), port(p[2]), serfs)); err != nil {
+			return c, err
+		}
+		proc := &Proc{Name: name, Bin: o.Nomad, Dir: dir, Tree: true, Args: []string{"agent", "-config", filepath.Join(dir, "agent.hcl")}}
+		if err := proc.Start(); err != nil {
+			return c, err
+		}
+		c.NomadServers = append(c.NomadServers, proc)
+		c.NomadServerAddrs = append(c.NomadServerAddrs, "http://"+p[0])
+		c.NomadServerRPC = append(c.NomadServerRPC, p[1])
+		peer, err := nomadClientAt("http://"+p[0], &http.Client{Timeout: 3 * time.Second})
+		if err != nil {
+			return c, err
+		}
+		c.nomadPeers = append(c.nomadPeers, peer)
+	}
+	nomadLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
 		return c, err
 	}
-	c.NomadAddr = "http://" + n[0]
-	conf := api.DefaultConfig()
-	conf.Address = c.NomadAddr
-	conf.Region, conf.Namespace, conf.SecretID = "", "", ""
-	if c.Nomad, err = api.NewClient(conf); err != nil {
+	if c.nomadLog, err = os.OpenFile(filepath.Join(o.Dir, "nomad-proxy.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
+		nomadLn.Close()
 		return c, err
 	}
-	if err := c.NomadServer.Start(); err != nil {
+	c.NomadAddr = "http://" + nomadLn.Addr().String()
+	c.nomadLB = &http.Server{Handler: newNomadProxy(httpAddrs, c.nomadLog), ReadHeaderTimeout: 10 * time.Second}
+	go c.nomadLB.Serve(nomadLn)
+	if c.Nomad, err = nomadClientAt(c.NomadAddr, nil); err != nil {
 		return c, err
 	}
+	if err := c.WaitNomadServers(ctx, 120*time.Second); err != nil {
+		return c, err
+	}
+	n = addrs[15:21]
 	for i := 0; i < 2; i++ {
 		name := fmt.Sprintf("nomad-client%d", i+1)
 		dir := filepath.Join(o.Dir, name)
-		p := n[3+3*i:]
-		if err := writeFile(filepath.Join(dir, "agent.hcl"), nomadClient(name, dir, port(p[0]), port(p[1]), port(p[2]), port(n[1]), o.ClientCPU)); err != nil {
+		p := n[3*i:]
+		if err := writeFile(filepath.Join(dir, "agent.hcl"), nomadClient(name, dir, port(p[0]), port(p[1]), port(p[2]), c.NomadServerRPC, o.ClientCPU)); err != nil {
 			return c, err
 		}
 		proc := &Proc{Name: name, Bin: o.Nomad, Dir: dir, Tree: true, Args: []string{"agent", "-config", filepath.Join(dir, "agent.hcl")}}
@@ -185,7 +223,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	if err := c.WaitNomadClients(ctx, 120*time.Second); err != nil {
 		return c, err
 	}
-	say("nomad server %s with 2 clients ready", c.NomadAddr)
+	say("nomad: 3 servers (%s) behind %s, 2 clients ready", strings.Join(c.NomadServerAddrs, ", "), c.NomadAddr)
 
 	// MinIO: the bucket every gateway and dispatcher shares, and nothing else.
 	if c.MinIO, err = testenv.RunMinIO(o.MinIO, filepath.Join(o.Dir, "minio")); err != nil {
@@ -211,7 +249,7 @@ func Start(ctx context.Context, o Options) (c *Cluster, err error) {
 	gw := [2]string{o.GatewayAddrs[0], o.GatewayAddrs[1]}
 	for i := range gw {
 		if gw[i] == "" {
-			gw[i] = addrs[15+i]
+			gw[i] = addrs[21+i]
 		}
 		c.GatewayURLs = append(c.GatewayURLs, "http://"+gw[i])
 	}
@@ -430,6 +468,91 @@ func (c *Cluster) EtcdLeader(ctx context.Context) (int, error) {
 	return -1, errors.New("no etcd leader")
 }
 
+// nomadClientAt is an API client of the Nomad at addr, with none of a
+// developer's NOMAD_* settings.
+func nomadClientAt(addr string, hc *http.Client) (*api.Client, error) {
+	conf := api.DefaultConfig()
+	conf.Address = addr
+	conf.Region, conf.Namespace, conf.SecretID = "", "", ""
+	conf.HttpClient = hc
+	return api.NewClient(conf)
+}
+
+// NomadLeader is the index of the Nomad server that leads the raft group, as
+// every running server says (each asked directly), or an error.
+func (c *Cluster) NomadLeader() (int, error) {
+	leader := ""
+	for i, p := range c.NomadServers {
+		if !p.Running() {
+			continue
+		}
+		l, err := c.nomadPeers[i].Status().Leader()
+		if err != nil {
+			return -1, fmt.Errorf("%s: %w", p.Name, err)
+		}
+		if l == "" || (leader != "" && l != leader) {
+			return -1, fmt.Errorf("%s: no agreed leader (%q, others %q)", p.Name, l, leader)
+		}
+		leader = l
+	}
+	for i, rpc := range c.NomadServerRPC {
+		if rpc == leader {
+			return i, nil
+		}
+	}
+	return -1, fmt.Errorf("leader %q is no server of the cluster", leader)
+}
+
+// WaitNomadLeader waits until the running servers agree on a leader other than
+// not (-1: any), and returns its index.
+func (c *Cluster) WaitNomadLeader(ctx context.Context, not int, timeout time.Duration) (int, error) {
+	leader := -1
+	err := poll(ctx, timeout, "a Nomad leader", func() (bool, error) {
+		i, err := c.NomadLeader()
+		leader = i
+		return err == nil && i != not, err
+	})
+	return leader, err
+}
+
+// NomadHealthy checks that all three servers run, agree on a leader, and are
+// voters of its raft configuration.
+func (c *Cluster) NomadHealthy() error {
+	for _, p := range c.NomadServers {
+		if !p.Running() {
+			return fmt.Errorf("%s is not running", p.Name)
+		}
+	}
+	leader, err := c.NomadLeader()
+	if err != nil {
+		return err
+	}
+	conf, err := c.nomadPeers[leader].Operator().RaftGetConfiguration(nil)
+	if err != nil {
+		return err
+	}
+	voters := map[string]bool{}
+	for _, s := range conf.Servers {
+		if s.Voter {
+			voters[s.Address] = true
+		}
+	}
+	for i, rpc := range c.NomadServerRPC {
+		if !voters[rpc] {
+			return fmt.Errorf("%s is no raft voter", c.NomadServers[i].Name)
+		}
+	}
+	return nil
+}
+
+// WaitNomadServers waits until NomadHealthy.
+func (c *Cluster) WaitNomadServers(ctx context.Context, timeout time.Duration) error {
+	return poll(ctx, timeout, "nomad servers healthy", func() (bool, error) {
+		err := c.NomadHealthy()
+		return err == nil, err
+	})
+}
+
 // WaitNomadClients waits until both client nodes are ready with raw_exec.
 func (c *Cluster) WaitNomadClients(ctx context.Context, timeout time.Duration) error {
 	return poll(ctx, timeout, "nomad clients ready", func() (bool, error) {
@@ -526,9 +649,7 @@ func (c *Cluster) WaitLeader(ctx context.Context, not int, timeout time.Duration
 // AllProcs lists every process of the cluster but MinIO.
 func (c *Cluster) AllProcs() []*Proc {
 	out := append([]*Proc{}, c.Etcd...)
-	if c.NomadServer != nil {
-		out = append(out, c.NomadServer)
-	}
+	out = append(out, c.NomadServers...)
 	out = append(out, c.NomadClients...)
 	out = append(out, c.Gateways...)
 	return append(out, c.Dispatchers...)
@@ -553,8 +674,12 @@ func (c *Cluster) Close() {
 		p.Kill() // with the tasks it runs: the cluster's files go with it
 		testenv.UnmountUnder(p.Dir)
 	})
-	if c.NomadServer != nil {
-		c.NomadServer.Stop(10 * time.Second)
+	parallel(c.NomadServers, graceful)
+	if c.nomadLB != nil {
+		c.nomadLB.Close()
+	}
+	if c.nomadLog != nil {
+		c.nomadLog.Close()
 	}
 	if c.MinIO != nil {
 		c.MinIO.Close()

@@ -40,11 +40,12 @@ const jobSeconds = 4
 // max_job_seconds, so they run on its warm runners.
 const shortTimeout = 30
 
-// TestClusterSurvivesFaults runs 50 jobs of a few seconds through the two
-// gateways of a real multi-process cluster while it kills -9, in turn, the
-// leading dispatcher, a gateway, an etcd member, a warm runner with a job and a
-// Nomad client with work on it. One job in three is short enough for the warm
-// pool (docs/warm.md). Afterwards every job has succeeded exactly once, some on
+// TestClusterSurvivesFaults runs jobs of a few seconds through the two gateways
+// of a real multi-process cluster while it kills -9, in turn, the leading
+// dispatcher, a gateway, an etcd member, a warm runner with a job, a Nomad
+// client with work on it, two etcd members, MinIO and the leading Nomad server,
+// and pauses the leading dispatcher. One job in three is short enough for the
+// warm pool (docs/warm.md). Afterwards every job has succeeded exactly once, some on
 // warm runners, every output downloads through either gateway, every webhook
 // was delivered once, and Nomad runs nothing but the warm runners, which hold
 // no job. Each fault's recovery time is logged.
@@ -338,17 +339,21 @@ func TestClusterSurvivesFaults(t *testing.T) {
 	// 7. The object store (MinIO) dies while jobs run, warm and dispatched, and
 	// comes back 10 s later: runners and the dispatcher wait for it, no job is
 	// lost or failed for it (checked below).
-	create(api1, 6) // two of them short: warm
-	testenv.Eventually(t, 90*time.Second, "dispatched and warm jobs running", func() bool {
-		jobs, _ := c.Store.Jobs(ctx, ids[len(ids)-6:])
-		paths := map[string]bool{}
-		for _, j := range jobs {
-			if j != nil && j.Status == mj.StatusRunning && j.Worker != nil {
-				paths[j.Worker.Path] = true
+	// bothPaths: of the last n jobs, some run on warm runners and some dispatched.
+	bothPaths := func(n int) func() bool {
+		return func() bool {
+			jobs, _ := c.Store.Jobs(ctx, ids[len(ids)-n:])
+			paths := map[string]bool{}
+			for _, j := range jobs {
+				if j != nil && j.Status == mj.StatusRunning && j.Worker != nil {
+					paths[j.Worker.Path] = true
+				}
 			}
+			return paths[mj.WorkerWarm] && paths[mj.WorkerDispatch]
 		}
-		return paths[mj.WorkerWarm] && paths[mj.WorkerDispatch]
-	})
+	}
+	create(api1, 6) // two of them short: warm
+	testenv.Eventually(t, 90*time.Second, "dispatched and warm jobs running", bothPaths(6))
 	t0 = time.Now()
 	c.MinIO.Kill()
 	time.Sleep(10 * time.Second) // the outage's length, not a condition
@@ -380,6 +385,46 @@ func TestClusterSurvivesFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	report("", "SIGCONT: the old leader resumes behind the new", time.Since(t0))
+
+	// 9. The Nomad server that leads its raft group dies in the middle of a
+	// burst, with jobs running, warm and dispatched, and more being dispatched.
+	// The other two elect a leader; until then Nomad answers 500 (no cluster
+	// leader), or the proxy in front of the servers (nomad.address) 502, event
+	// streams are cut, and the dispatcher waits. No job fails or runs twice for
+	// it (checked below). The server comes back and rejoins as a voter.
+	create(api0, 6)
+	testenv.Eventually(t, 90*time.Second, "dispatched and warm jobs running", bothPaths(6))
+	nomadLeader, err := c.NomadLeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(api1, 6) // queued: being dispatched, or waiting for a warm runner
+	t0 = time.Now()
+	c.NomadServers[nomadLeader].Kill()
+	create(api0, 3) // during the election
+	if _, err := c.WaitNomadLeader(ctx, nomadLeader, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	report(fmt.Sprintf("kill -9 %s (Nomad leader)", c.NomadServers[nomadLeader].Name), "mid-burst, until the other two elect a leader", time.Since(t0))
+	burst := ids[len(ids)-9:]
+	testenv.Eventually(t, 3*time.Minute, "the jobs of the burst to run", func() bool {
+		jobs, _ := c.Store.Jobs(ctx, burst)
+		for _, j := range jobs {
+			if j == nil || (j.Status != mj.StatusRunning && !j.Status.Terminal()) {
+				return false
+			}
+		}
+		return true
+	})
+	report("", "until the 9 jobs of the burst run (or ended)", time.Since(t0))
+	t1 = time.Now()
+	if err := c.NomadServers[nomadLeader].Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WaitNomadServers(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	report("", "restarted server until all 3 agree, as voters", time.Since(t1))
 
 	// Afterwards.
 	testenv.Eventually(t, 4*time.Minute, "every job terminal", func() bool { return w.terminalCountOf(ids) == len(ids) })

@@ -2,10 +2,13 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/url"
 	"sync/atomic"
 	"time"
@@ -92,4 +95,42 @@ func (f flushWriter) Write(p []byte) (int, error) {
 		fl.Flush()
 	}
 	return n, err
+}
+
+// newNomadProxy stands for what a deployment puts in front of its Nomad
+// servers' HTTP APIs, since nomad.address names one: a reverse proxy that
+// streams as it reads (Nomad's event stream and blocking queries hold a response
+// open), whose connections go round robin to the servers (each forwards what
+// needs the leader), and to the next one when a server cannot be reached. A
+// request under way on a server that dies fails (502, or a cut stream), as
+// behind a real balancer; the caller tries again.
+// Its errors go to errs.
+func newNomadProxy(servers []string, errs io.Writer) *httputil.ReverseProxy {
+	var next atomic.Uint32
+	dialer := &net.Dialer{Timeout: 2 * time.Second}
+	transport := &http.Transport{
+		// The request names no server (see Rewrite): its connection picks one.
+		DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+			start := int(next.Add(1))
+			var last error
+			for i := range servers {
+				conn, err := dialer.DialContext(ctx, network, servers[(start+i)%len(servers)])
+				if err == nil {
+					return conn, nil
+				}
+				last = err
+			}
+			return nil, last
+		},
+		MaxIdleConnsPerHost: 64,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.Out.URL.Scheme, r.Out.URL.Host, r.Out.Host = "http", "nomad-servers", ""
+		},
+		Transport:     transport,
+		FlushInterval: -1,
+		ErrorLog:      log.New(errs, "nomad proxy: ", log.LstdFlags|log.Lmicroseconds),
+	}
 }

@@ -1,208 +1,16 @@
 package dispatcher
 
 import (
-	"bytes"
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
-	"fmt"
-	"math/rand/v2"
-	"net/http"
-	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-retryablehttp"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/logging"
 	"github.com/mediajobs/mediajobs/metrics"
-	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/mediajobs/mediajobs/store"
+	"github.com/mediajobs/mediajobs/webhook"
 )
-
-// WebhookAttempts is the contract: 1 attempt + 5 retries.
-const WebhookAttempts = 6
-
-// WebhookSender POSTs job objects to webhook URLs with go-retryablehttp: exponential
-// backoff with jitter, Retry-After honoured, a deadline per attempt, redirects never
-// followed, and every connection through a dialer that refuses private and
-// link-local addresses (and loopback unless allowed).
-type WebhookSender struct {
-	Base, Cap      time.Duration
-	AttemptTimeout time.Duration
-	AllowLoopback  bool
-	// Guard is the outbound policy (server.allow_cidrs, allow_hosts); AllowLoopback
-	// adds loopback to it.
-	Guard netguard.Policy
-	// MaxIdlePerHost is how many kept-alive connections to one receiver are kept
-	// (default 16): set it to the deliveries in flight.
-	MaxIdlePerHost int
-
-	once      sync.Once
-	transport *http.Transport // shared: keeps connections to receivers alive
-}
-
-func (w *WebhookSender) httpClient() *http.Client {
-	w.once.Do(func() {
-		guard := w.Guard
-		guard.AllowLoopback = guard.AllowLoopback || w.AllowLoopback
-		w.transport = guard.Transport()
-		w.transport.MaxIdleConnsPerHost = max(w.MaxIdlePerHost, 16)
-	})
-	return &http.Client{
-		Transport: w.transport,
-		Timeout:   w.AttemptTimeout,
-		// A redirect could point anywhere, the SSRF guard's checks included: never follow.
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-	}
-}
-
-// Delivery is the outcome of Send.
-type Delivery struct {
-	Attempts   int // in all, including earlier ones
-	LastStatus int
-	Err        error
-}
-
-// Message is one webhook delivery.
-type Message struct {
-	URL, Event, DeliveryID string
-	Body                   []byte
-	// Secret, when set, signs each attempt: X-Mediajobs-Signature.
-	Secret string
-	// Done is how many attempts earlier runs already made (after a restart).
-	Done int
-	// OnAttempt is called before each attempt with its number (1-based, in all).
-	OnAttempt func(n int)
-	// Slot, when set, is taken after OnAttempt, before each attempt, and given back
-	// as soon as the attempt's outcome is known: the waits between attempts hold
-	// none. It may fail only when ctx has ended; the attempt is then not made.
-	Slot func(ctx context.Context) (release func(), err error)
-}
-
-// Backoff is the wait before retry n (1-based): Base·2^(n-1), capped at Cap, of which
-// a random half to all is taken, so gaps grow while receivers are not hit in step.
-func (w *WebhookSender) Backoff(n int, r *rand.Rand) time.Duration {
-	d := w.Base << (n - 1)
-	if d > w.Cap || d <= 0 {
-		d = w.Cap
-	}
-	return d/2 + time.Duration(r.Int64N(int64(d/2)+1))
-}
-
-// Send delivers m with the attempts it has left.
-func (w *WebhookSender) Send(ctx context.Context, m Message) Delivery {
-	left := WebhookAttempts - m.Done
-	if left <= 0 {
-		return Delivery{Attempts: m.Done, Err: fmt.Errorf("no attempts left")}
-	}
-	var attempts, last atomic.Int32
-	attempts.Store(int32(m.Done))
-	rnd := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
-	var rmu sync.Mutex
-	c := retryablehttp.NewClient()
-	c.RetryMax = left - 1
-	c.Logger = nil
-	c.HTTPClient = w.httpClient()
-	c.Backoff = func(min, max time.Duration, n int, resp *http.Response) time.Duration {
-		if resp != nil && (resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable) {
-			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
-				return min64(time.Duration(s)*time.Second, w.Cap)
-			}
-		}
-		rmu.Lock()
-		defer rmu.Unlock()
-		return w.Backoff(n+1, rnd)
-	}
-	// The request's own context: cancelled when no slot could be had, so that
-	// attempt fails at once and nothing is sent without a slot.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	// The slot of the attempt in flight. The hooks below run one after another on
-	// Do's goroutine: RequestLogHook before each attempt, CheckRetry after it.
-	var release func()
-	done := func() {
-		if release != nil {
-			release()
-			release = nil
-		}
-	}
-	defer done() // whatever path Do takes, no slot outlives Send
-	c.RequestLogHook = func(_ retryablehttp.Logger, req *http.Request, _ int) {
-		n := int(attempts.Add(1))
-		if m.OnAttempt != nil {
-			m.OnAttempt(n)
-		}
-		if m.Slot != nil {
-			r, err := m.Slot(req.Context())
-			if err != nil {
-				cancel()
-				return
-			}
-			release = r
-		}
-		// Signed once the slot is had, so the timestamp is the sending time.
-		if m.Secret != "" {
-			ts := strconv.FormatInt(time.Now().Unix(), 10)
-			req.Header.Set("X-Mediajobs-Timestamp", ts)
-			req.Header.Set("X-Mediajobs-Signature", "v1="+Sign(m.Secret, ts, m.Body))
-		}
-	}
-	c.ResponseLogHook = func(_ retryablehttp.Logger, r *http.Response) { last.Store(int32(r.StatusCode)) }
-	c.ErrorHandler = retryablehttp.PassthroughErrorHandler
-	// Any answer but 2xx is retried, 4xx included (a receiver mid-deploy answers
-	// 404); a 3xx is final, since redirects are never followed. Transport errors
-	// keep retryablehttp's judgement (a bad certificate is not retried).
-	c.CheckRetry = func(ctx context.Context, resp *http.Response, err error) (bool, error) {
-		done() // the attempt's outcome is known: the wait before the next holds no slot
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
-		if err != nil {
-			return retryablehttp.DefaultRetryPolicy(ctx, resp, err)
-		}
-		return resp.StatusCode/100 != 2 && resp.StatusCode/100 != 3, nil
-	}
-	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodPost, m.URL, bytes.NewReader(m.Body))
-	if err != nil {
-		return Delivery{Attempts: m.Done, Err: err}
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "mediajobs/"+mj.Version)
-	req.Header.Set("X-Mediajobs-Event", m.Event)
-	req.Header.Set("X-Mediajobs-Delivery", m.DeliveryID)
-	resp, err := c.Do(req)
-	d := Delivery{Attempts: int(attempts.Load()), LastStatus: int(last.Load()), Err: err}
-	if resp != nil {
-		resp.Body.Close()
-		d.LastStatus = resp.StatusCode
-		switch {
-		case resp.StatusCode/100 == 3:
-			d.Err = fmt.Errorf("receiver answered HTTP %d; redirects are not followed", resp.StatusCode)
-		case resp.StatusCode/100 != 2:
-			d.Err = fmt.Errorf("receiver answered HTTP %d", resp.StatusCode)
-		}
-	}
-	return d
-}
-
-func min64(a, b time.Duration) time.Duration {
-	if a < b {
-		return a
-	}
-	return b
-}
-
-// Sign is the webhook signature: hex HMAC-SHA256 of "<timestamp>.<body>" with the
-// account's secret. Receivers recompute it and compare in constant time.
-func Sign(secret, timestamp string, body []byte) string {
-	h := hmac.New(sha256.New, []byte(secret))
-	h.Write([]byte(timestamp + "."))
-	h.Write(body)
-	return hex.EncodeToString(h.Sum(nil))
-}
 
 // AccountSecrets is how the webhook loop finds an account's signing secret.
 type AccountSecrets interface {
@@ -365,7 +173,7 @@ func (d *Dispatcher) pendingWebhook(ctx context.Context, id string) *mj.Job {
 		}
 		return nil
 	}
-	if w := j.Webhook; w == nil || w.Status != "pending" || j.WebhookURL == "" {
+	if w := j.Webhook; w == nil || w.Status != mj.WebhookPending || j.WebhookURL == "" {
 		d.st().DeleteOutbox(ctx, id) // settled before a crash
 		return nil
 	}
@@ -423,12 +231,12 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 	sctx, abort := context.WithCancel(ctx)
 	defer abort()
 	var aborted error
-	res := d.Webhook.Send(sctx, Message{
+	res := d.Webhook.Send(sctx, webhook.Message{
 		URL: j.WebhookURL, Event: "job." + string(j.Status), DeliveryID: w.DeliveryID,
 		Body: mustJSON(view), Secret: secret, Done: w.Attempts, Slot: slot,
 		OnAttempt: func(n int) {
 			nj, err := d.hookWrites.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
-				if j.Webhook == nil || j.Webhook.Status != "pending" {
+				if j.Webhook == nil || j.Webhook.Status != mj.WebhookPending {
 					return errSkip
 				}
 				j.Webhook.Attempts = max(j.Webhook.Attempts, n)
@@ -456,16 +264,16 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 	}
 	for try := 0; ; try++ {
 		_, err = d.hookWrites.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
-			if j.Webhook == nil || j.Webhook.Status != "pending" {
+			if j.Webhook == nil || j.Webhook.Status != mj.WebhookPending {
 				return errSkip
 			}
 			ws := *j.Webhook
 			ws.Attempts, ws.LastHTTPStatus, ws.LastError = max(ws.Attempts, res.Attempts), res.LastStatus, ""
 			if res.Err == nil {
 				now := time.Now().UTC()
-				ws.Status, ws.DeliveredAt = "delivered", &now
+				ws.Status, ws.DeliveredAt = mj.WebhookDelivered, &now
 			} else {
-				ws.Status, ws.LastError = "failed", res.Err.Error()
+				ws.Status, ws.LastError = mj.WebhookFailed, res.Err.Error()
 			}
 			j.Webhook = &ws
 			return nil

@@ -1,24 +1,21 @@
-package dispatcher
+package webhook
 
 import (
 	"context"
 	"crypto/hmac"
-	"encoding/json"
-	"github.com/mediajobs/mediajobs/netguard"
+	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	mj "github.com/mediajobs/mediajobs"
-	"github.com/mediajobs/mediajobs/blob"
-	"github.com/mediajobs/mediajobs/config"
-	"github.com/mediajobs/mediajobs/testenv"
+	"github.com/mediajobs/mediajobs/netguard"
 )
 
 // receiver is a loopback webhook receiver answering a scripted list of statuses
@@ -52,12 +49,12 @@ func newReceiver(t *testing.T, answers ...int) *receiver {
 
 func (r *receiver) count() int { r.mu.Lock(); defer r.mu.Unlock(); return len(r.got) }
 
-func sender() *WebhookSender {
-	return &WebhookSender{Base: 40 * time.Millisecond, Cap: time.Second, AttemptTimeout: 5 * time.Second, AllowLoopback: true}
+func sender() *Sender {
+	return &Sender{Base: 40 * time.Millisecond, Cap: time.Second, AttemptTimeout: 5 * time.Second, AllowLoopback: true}
 }
 
 func TestWebhookBackoffGrows(t *testing.T) {
-	w := &WebhookSender{Base: time.Second, Cap: 30 * time.Second}
+	w := &Sender{Base: time.Second, Cap: 30 * time.Second}
 	r := rand.New(rand.NewPCG(1, 2))
 	for n := 1; n <= 5; n++ {
 		full := time.Second << (n - 1)
@@ -183,52 +180,74 @@ func TestWebhookSignatureVerifies(t *testing.T) {
 	}
 }
 
-// TestOutboxDelivery runs the dispatcher's outbox worker on a real etcd: a job that
-// finishes with a webhook gets one delivery id, its attempts recorded as they
-// happen, and the final state on the job.
-func TestOutboxDelivery(t *testing.T) {
-	s, _ := testenv.Etcd(t)
-	cfg := config.Default()
-	cfg.Finish()
-	blobs, _ := blob.NewLocal(t.TempDir())
-	d := &Dispatcher{Config: cfg, Store: s, Blobs: blobs, Accounts: s, Webhook: sender(),
-		Signer: blob.Signer{Secret: []byte("0123456789abcdef"), Base: "http://x"}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
-	d.defaults()
-	ctx, cancel := context.WithCancel(context.Background())
+// TestWebhookSendSlotPerAttempt: Send takes the slot after counting each attempt
+// and gives it back as soon as the attempt's answer is in, before the wait; when
+// the context ends while it waits for a slot, nothing is sent.
+func TestWebhookSendSlotPerAttempt(t *testing.T) {
+	var held, taken atomic.Int32
+	var heldAtCount, heldAtServer []int32
+	var mu sync.Mutex
+	answers := []int{500, 503, 200}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		heldAtServer = append(heldAtServer, held.Load())
+		status := answers[min(len(heldAtServer), len(answers))-1]
+		mu.Unlock()
+		w.WriteHeader(status)
+	}))
+	defer srv.Close()
+	slot := func(ctx context.Context) (func(), error) {
+		taken.Add(1)
+		held.Add(1)
+		var once sync.Once
+		return func() { once.Do(func() { held.Add(-1) }) }, nil
+	}
+	d := sender().Send(context.Background(), Message{URL: srv.URL, Event: "e", DeliveryID: "d", Body: []byte(`{}`), Slot: slot,
+		OnAttempt: func(int) { mu.Lock(); heldAtCount = append(heldAtCount, held.Load()); mu.Unlock() }})
+	if d.Err != nil || len(heldAtServer) != 3 || taken.Load() != 3 || held.Load() != 0 {
+		t.Fatalf("delivery %+v: %d requests, %d slots taken, %d still held", d, len(heldAtServer), taken.Load(), held.Load())
+	}
+	if fmt.Sprint(heldAtCount) != "[0 0 0]" || fmt.Sprint(heldAtServer) != "[1 1 1]" {
+		t.Fatalf("slots held when counting %v, when the receiver saw the attempt %v; want none and one", heldAtCount, heldAtServer)
+	}
+
+	// No slot comes: the context ends while waiting, and nothing is sent.
+	never := newReceiver(t, 200)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	acct, _ := s.CreateAccount(ctx, "a")
-	s.SetWebhookSecret(ctx, acct.ID, "whsec_1")
-	ok, bad := newReceiver(t, 503, 200), newReceiver(t, 500)
-	mk := func(id, url string) {
-		now := time.Now()
-		s.CreateJob(ctx, &mj.Job{ID: id, AccountID: acct.ID, Status: mj.StatusQueued, Machine: "cpu", WebhookURL: url, CreatedAt: now, QueuedAt: now})
-		s.UpdateJob(ctx, id, func(j *mj.Job) error { j.Status = mj.StatusFailed; j.ErrorMessage = "x"; return nil })
+	wait := func(ctx context.Context) (func(), error) { <-ctx.Done(); return nil, ctx.Err() }
+	if d := sender().Send(ctx, Message{URL: never.srv.URL, Event: "e", DeliveryID: "d", Body: []byte(`{}`), Slot: wait}); d.Err == nil || never.count() != 0 {
+		t.Fatalf("delivery %+v with no slot, %d requests sent", d, never.count())
 	}
-	mk("job-ok", ok.srv.URL)
-	mk("job-bad", bad.srv.URL)
-	go d.webhookLoop(ctx)
-	var jOK, jBad *mj.Job
-	testenv.Eventually(t, 30*time.Second, "both deliveries to settle", func() bool {
-		jOK, _ = s.Job(ctx, "job-ok")
-		jBad, _ = s.Job(ctx, "job-bad")
-		return jOK.Webhook.Status != "pending" && jBad.Webhook.Status != "pending"
-	})
-	if w := jOK.Webhook; w.Status != "delivered" || w.Attempts != 2 || w.DeliveredAt == nil || w.LastHTTPStatus != 200 || w.DeliveryID == "" {
-		t.Fatalf("delivered webhook state %+v", w)
+}
+
+// TestWebhookAllowCIDRs: a receiver inside server.allow_cidrs gets its webhook,
+// one outside does not. On loopback aliases with allow_loopback off: 127.0.0.2
+// plays a listed internal host, 127.0.0.3 an unlisted one.
+func TestWebhookAllowCIDRs(t *testing.T) {
+	receiver := func(addr string) string {
+		ln, err := net.Listen("tcp", addr+":0")
+		if err != nil {
+			t.Skipf("cannot listen on %s: %v", addr, err)
+		}
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }))
+		srv.Listener.Close()
+		srv.Listener = ln
+		srv.Start()
+		t.Cleanup(srv.Close)
+		return srv.URL
 	}
-	if ok.got[0].Header.Get("X-Mediajobs-Delivery") != jOK.Webhook.DeliveryID || ok.got[1].Header.Get("X-Mediajobs-Delivery") != jOK.Webhook.DeliveryID {
-		t.Fatal("the delivery id changed between attempts or differs from the job's")
+	listed, unlisted := receiver("127.0.0.2"), receiver("127.0.0.3")
+	guard, err := netguard.NewPolicy(false, []string{"127.0.0.2/32"}, nil)
+	if err != nil {
+		t.Fatal(err)
 	}
-	if w := jBad.Webhook; w.Status != "failed" || w.Attempts != 6 || w.LastHTTPStatus != 500 || !strings.Contains(w.LastError, "500") || bad.count() != 6 {
-		t.Fatalf("failed webhook state %+v after %d requests", w, bad.count())
+	w := &Sender{Base: 10 * time.Millisecond, Cap: 20 * time.Millisecond, AttemptTimeout: 2 * time.Second, Guard: guard}
+	if d := w.Send(context.Background(), Message{URL: listed + "/hook", Event: "job.succeeded", DeliveryID: "d1", Body: []byte(`{}`)}); d.Err != nil || d.LastStatus != 204 {
+		t.Fatalf("listed receiver: %+v", d)
 	}
-	var got map[string]any
-	json.Unmarshal(ok.bodies[1], &got)
-	if got["id"] != "job-ok" || got["status"] != "failed" || ok.got[1].Header.Get("X-Mediajobs-Signature") == "" {
-		t.Fatalf("body %v / unsigned", got)
-	}
-	ids, _, _ := s.JobIDs(ctx, s.OutboxPrefix(), 0)
-	if len(ids) != 0 {
-		t.Fatalf("outbox not emptied: %v", ids)
+	d := w.Send(context.Background(), Message{URL: unlisted + "/hook", Event: "job.succeeded", DeliveryID: "d2", Body: []byte(`{}`)})
+	if d.Err == nil || !strings.Contains(d.Err.Error(), "loopback") {
+		t.Fatalf("unlisted receiver: %+v", d)
 	}
 }

@@ -21,11 +21,12 @@ import (
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
+	"github.com/mediajobs/mediajobs/webhook"
 )
 
 // hookDispatcher is a dispatcher on a real etcd whose webhook loop makes at most
 // concurrency attempts at once.
-func hookDispatcher(t *testing.T, concurrency int, w *WebhookSender) (*Dispatcher, *store.Store) {
+func hookDispatcher(t *testing.T, concurrency int, w *webhook.Sender) (*Dispatcher, *store.Store) {
 	s, _ := testenv.Etcd(t)
 	cfg := config.Default()
 	cfg.Webhooks.Concurrency = concurrency
@@ -65,7 +66,7 @@ func webhookStatus(t *testing.T, s *store.Store, id string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return j.Webhook.Status
+	return string(j.Webhook.Status)
 }
 
 // blackHole is a receiver that accepts requests and never answers them (until the
@@ -96,7 +97,7 @@ func newBlackHole(t *testing.T) *blackHole {
 // still pending. Before, 8 of A's deliveries held all 8 slots through every attempt
 // and wait, and B's waited in the outbox behind the other 92 (minutes here).
 func TestWebhookFairness(t *testing.T) {
-	w := &WebhookSender{Base: 50 * time.Millisecond, Cap: 200 * time.Millisecond, AttemptTimeout: 2 * time.Second, AllowLoopback: true}
+	w := &webhook.Sender{Base: 50 * time.Millisecond, Cap: 200 * time.Millisecond, AttemptTimeout: 2 * time.Second, AllowLoopback: true}
 	d, s := hookDispatcher(t, 8, w)
 	ctx := context.Background()
 	a, _ := s.CreateAccount(ctx, "a")
@@ -134,7 +135,7 @@ func TestWebhookFairness(t *testing.T) {
 // answers 500, with long waits between attempts, does not hold the slot while it
 // waits: another account's delivery arrives while the first is still pending.
 func TestWebhookWaitHoldsNoSlot(t *testing.T) {
-	w := &WebhookSender{Base: 4 * time.Second, Cap: 4 * time.Second, AttemptTimeout: 5 * time.Second, AllowLoopback: true}
+	w := &webhook.Sender{Base: 4 * time.Second, Cap: 4 * time.Second, AttemptTimeout: 5 * time.Second, AllowLoopback: true}
 	d, s := hookDispatcher(t, 1, w)
 	ctx := context.Background()
 	a, _ := s.CreateAccount(ctx, "a")
@@ -146,49 +147,8 @@ func TestWebhookWaitHoldsNoSlot(t *testing.T) {
 	finishWithWebhook(t, s, "y", b.ID, ok.srv.URL)
 	testenv.Eventually(t, 30*time.Second, "y to be delivered", func() bool { return webhookStatus(t, s, "y") == "delivered" })
 	// x waits 2–4 s before each of its 5 retries, so it is not done yet.
-	if st := webhookStatus(t, s, "x"); st != "pending" || bad.count() >= WebhookAttempts {
+	if st := webhookStatus(t, s, "x"); st != "pending" || bad.count() >= webhook.Attempts {
 		t.Fatalf("x is %s after %d attempts when y arrived; want y not to wait for x", st, bad.count())
-	}
-}
-
-// TestWebhookSendSlotPerAttempt: Send takes the slot after counting each attempt
-// and gives it back as soon as the attempt's answer is in, before the wait; when
-// the context ends while it waits for a slot, nothing is sent.
-func TestWebhookSendSlotPerAttempt(t *testing.T) {
-	var held, taken atomic.Int32
-	var heldAtCount, heldAtServer []int32
-	var mu sync.Mutex
-	answers := []int{500, 503, 200}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		heldAtServer = append(heldAtServer, held.Load())
-		status := answers[min(len(heldAtServer), len(answers))-1]
-		mu.Unlock()
-		w.WriteHeader(status)
-	}))
-	defer srv.Close()
-	slot := func(ctx context.Context) (func(), error) {
-		taken.Add(1)
-		held.Add(1)
-		var once sync.Once
-		return func() { once.Do(func() { held.Add(-1) }) }, nil
-	}
-	d := sender().Send(context.Background(), Message{URL: srv.URL, Event: "e", DeliveryID: "d", Body: []byte(`{}`), Slot: slot,
-		OnAttempt: func(int) { mu.Lock(); heldAtCount = append(heldAtCount, held.Load()); mu.Unlock() }})
-	if d.Err != nil || len(heldAtServer) != 3 || taken.Load() != 3 || held.Load() != 0 {
-		t.Fatalf("delivery %+v: %d requests, %d slots taken, %d still held", d, len(heldAtServer), taken.Load(), held.Load())
-	}
-	if fmt.Sprint(heldAtCount) != "[0 0 0]" || fmt.Sprint(heldAtServer) != "[1 1 1]" {
-		t.Fatalf("slots held when counting %v, when the receiver saw the attempt %v; want none and one", heldAtCount, heldAtServer)
-	}
-
-	// No slot comes: the context ends while waiting, and nothing is sent.
-	never := newReceiver(t, 200)
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	wait := func(ctx context.Context) (func(), error) { <-ctx.Done(); return nil, ctx.Err() }
-	if d := sender().Send(ctx, Message{URL: never.srv.URL, Event: "e", DeliveryID: "d", Body: []byte(`{}`), Slot: wait}); d.Err == nil || never.count() != 0 {
-		t.Fatalf("delivery %+v with no slot, %d requests sent", d, never.count())
 	}
 }
 
@@ -313,7 +273,7 @@ func TestWebhookSecretUnreadableSendsNothing(t *testing.T) {
 	}
 	req := rc.got[0]
 	ts, sig := req.Header.Get("X-Mediajobs-Timestamp"), strings.TrimPrefix(req.Header.Get("X-Mediajobs-Signature"), "v1=")
-	if ts == "" || !hmac.Equal([]byte(sig), []byte(Sign("whsec_fair", ts, rc.bodies[0]))) {
+	if ts == "" || !hmac.Equal([]byte(sig), []byte(webhook.Sign("whsec_fair", ts, rc.bodies[0]))) {
 		t.Fatalf("delivered unsigned or wrongly signed: %v", req.Header)
 	}
 	if out := log.String(); strings.Count(out, "signing secret could not be read") != 1 || strings.Contains(out, "whsec_fair") {
