@@ -467,7 +467,7 @@ type Warm struct {
 	Count         int    `hcl:"count,optional"`           // runners registered at first; default 2. Nomad's scaling (nomad job scale) changes it after; re-registering keeps the scaled count.
 	Min           int    `hcl:"min,optional"`             // scaling block min, default 0
 	Max           int    `hcl:"max,optional"`             // scaling block max, default max(Count, 10)
-	MaxJobSeconds int    `hcl:"max_job_seconds,optional"` // a job goes warm only if its timeout_seconds <= this; default 120
+	MaxJobSeconds int    `hcl:"max_job_seconds,optional"` // a job whose timeout_seconds (or the pool's default_timeout) is <= this may wait for a runner (spill_after); default 120
 	CPU           int    `hcl:"cpu,optional"`             // MHz per runner; default the pool's cpu
 	Memory        int    `hcl:"memory,optional"`          // MiB per runner; default the pool's memory
 	Disk          int    `hcl:"disk,optional"`            // MB ephemeral disk per runner; default the pool's disk
@@ -476,6 +476,11 @@ type Warm struct {
 	// pool has runners, before it is dispatched as its own Nomad child instead;
 	// default "30s". "0s": never wait (only an idle runner takes a job).
 	SpillAfter string `hcl:"spill_after,optional"`
+	// Reserve is how many of the pool's runners are kept for the jobs that fit
+	// max_job_seconds: the others (no timeout_seconds on a pool whose default
+	// is longer, or a longer one) take a waiting runner only while fewer than
+	// the pool's runners less Reserve run such jobs. Default 1.
+	Reserve *int `hcl:"reserve,optional"`
 
 	DefRange      hcl.Range `hcl:",def_range"`
 	CountRange    hcl.Range `hcl:"count,attr_range"`
@@ -487,6 +492,7 @@ type Warm struct {
 	DiskRange     hcl.Range `hcl:"disk,attr_range"`
 	LeaseTTLRange hcl.Range `hcl:"lease_ttl,attr_range"`
 	SpillRange    hcl.Range `hcl:"spill_after,attr_range"`
+	ReserveRange  hcl.Range `hcl:"reserve,attr_range"`
 
 	LeaseTTLD   time.Duration
 	SpillAfterD time.Duration
@@ -499,6 +505,7 @@ const (
 	DefaultWarmMaxJobSeconds = 120
 	DefaultWarmLeaseTTL      = "10s"
 	DefaultWarmSpillAfter    = "30s"
+	DefaultWarmReserve       = 1
 	// WarmRenewHold is how long the gateway holds a warm runner's renewal (for a
 	// cancel to reach it) before it answers and the runner renews again: the
 	// renewal period. A lease_ttl of three of them lets a renewal or two fail

@@ -35,6 +35,17 @@ func (w *Warm) defaults(p *Pool) {
 	if w.SpillAfter == "" && w.SpillRange.Filename == "" {
 		w.SpillAfter = DefaultWarmSpillAfter
 	}
+	if w.Reserve == nil {
+		r := DefaultWarmReserve
+		w.Reserve = &r
+	}
+}
+
+// TakesLong reports whether the block's runners may take jobs longer than
+// max_job_seconds: each has at least the resources a job of the pool gets as
+// its own Nomad child, so a job runs no worse on one.
+func (w *Warm) TakesLong(p *Pool) bool {
+	return w.Memory >= p.Memory && w.Disk >= p.Disk
 }
 
 // check reports what is wrong with pool p's warm block, p checked first, and
@@ -76,6 +87,9 @@ func (w *Warm) check(p *Pool, ck *checker) {
 	}
 	if w.Disk < 50 {
 		ck.bad(at(w.DiskRange), "Invalid warm disk", fmt.Sprintf("pool %q: warm disk = %d MB is too small; each job's inputs and outputs are kept there (at least 50).", p.Name, w.Disk))
+	}
+	if w.Reserve != nil && *w.Reserve < 0 {
+		ck.bad(at(w.ReserveRange), "Invalid warm reserve", fmt.Sprintf("pool %q: warm reserve = %d; use how many runners to keep for jobs that fit max_job_seconds, 0 or more (default %d).", p.Name, *w.Reserve, DefaultWarmReserve))
 	}
 	w.SpillAfterD = ck.dur(w.SpillAfter, at(w.SpillRange), "spill_after")
 	if w.SpillAfterD < 0 || w.SpillAfterD > time.Hour {

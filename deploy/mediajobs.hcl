@@ -283,11 +283,13 @@ pool "cpu" {
   #   count           = 2     # runners at first
   #   min             = 0
   #   max             = 10
-  #   max_job_seconds = 120   # jobs with timeout_seconds up to this may run warm
+  #   max_job_seconds = 120   # jobs with timeout_seconds up to this wait for a busy runner;
+  #                           # others take a waiting one, or go to Nomad at once
   #   cpu             = 1000  # per runner; default the pool's cpu, memory, disk
   #   memory          = 1024
   #   disk            = 2048
   #   lease_ttl       = "10s" # a job whose runner stops renewing is retried after this
+  #   reserve         = 1     # runners kept for jobs that fit max_job_seconds
   # }
 }
 

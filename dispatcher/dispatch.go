@@ -142,38 +142,40 @@ func (b *backoffs) reset() {
 // dispatch, failed for a reason other than Nomad refusing that one job (see
 // dispatchIDs).
 func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
-	idle, busy := d.warmRunners(ctx, pool)
-	extra := len(idle)
-	if busy > 0 || len(idle) > 0 {
+	warm := d.warmRunners(ctx, pool)
+	idle, busy := len(warm.idle), warm.busy
+	extra := idle
+	if busy > 0 || idle > 0 {
 		// Jobs that wait for a busy runner are chosen, and skipped: look past
 		// some of them for jobs Nomad can take.
-		extra += min(64, 4*(busy+len(idle)))
+		extra += min(64, 4*(busy+idle))
 	}
-	chosen, nomad, refund, failed := d.fairPass(ctx, pool, extra, len(idle))
+	chosen, nomad, refund, failed := d.fairPass(ctx, pool, extra, idle)
 	if failed {
 		return true
 	}
 	// The same fair-share choice serves both paths: the jobs that fit go to the
 	// waiting warm runners first, the rest to Nomad within its window.
-	if len(idle) > 0 {
-		chosen = d.handWarm(ctx, pool, chosen, idle, refund)
+	if idle > 0 {
+		chosen = d.handWarm(ctx, pool, chosen, warm, refund)
 	}
-	return d.dispatchIDs(ctx, pool, d.forNomad(ctx, pool, chosen, nomad, busy+len(idle) > 0, refund))
+	return d.dispatchIDs(ctx, pool, d.forNomad(ctx, pool, chosen, nomad, busy+idle > 0, refund))
 }
 
 // handWarmOnly hands the pool's queued jobs that fit to its waiting warm
 // runners, and nothing to Nomad: the pass of a pool whose Nomad side waits out
 // a backoff. Its trouble changes no backoff: the next full pass judges.
 func (d *Dispatcher) handWarmOnly(ctx context.Context, pool *config.Pool) {
-	idle, _ := d.warmRunners(ctx, pool)
-	if len(idle) == 0 {
+	warm := d.warmRunners(ctx, pool)
+	idle := len(warm.idle)
+	if idle == 0 {
 		return
 	}
-	chosen, _, refund, failed := d.fairPass(ctx, pool, len(idle)+min(64, 4*len(idle)), len(idle))
+	chosen, _, refund, failed := d.fairPass(ctx, pool, idle+min(64, 4*idle), idle)
 	if failed {
 		return
 	}
-	for _, e := range d.handWarm(ctx, pool, chosen, idle, refund) {
+	for _, e := range d.handWarm(ctx, pool, chosen, warm, refund) {
 		refund(e) // not dispatched in this pass
 	}
 }

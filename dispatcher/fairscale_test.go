@@ -199,7 +199,7 @@ func TestClosedWindowBusyRunnersReadNoQueue(t *testing.T) {
 	if _, err := e.s.Client().Put(ctx, ws.WarmRunPrefix()+"cpu/busy-run", "{}"); err != nil {
 		t.Fatal(err)
 	}
-	if _, busy := e.d.warmRunners(ctx, e.pool); busy != 1 {
+	if busy := e.d.warmRunners(ctx, e.pool).busy; busy != 1 {
 		t.Fatalf("%d busy runners; want 1", busy)
 	}
 	reads.reset()

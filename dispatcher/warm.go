@@ -41,31 +41,74 @@ type warmStore interface {
 // than max_job_seconds): it is dispatched to Nomad.
 var errNotWarm = errors.New("not a warm job")
 
+// warmState is a pool's warm runners as a pass sees them.
+type warmState struct {
+	idle []store.WarmIdle // waiting for work
+	busy int              // holding a run
+	long int              // of those, running a long job (store.WarmRun.Long)
+}
+
 // warmRunners lists the pool's waiting warm runners and counts its busy ones;
 // none when the pool is not warm.
-func (d *Dispatcher) warmRunners(ctx context.Context, pool *config.Pool) ([]store.WarmIdle, int) {
+func (d *Dispatcher) warmRunners(ctx context.Context, pool *config.Pool) warmState {
 	ws := d.st()
 	if pool.Warm == nil {
-		return nil, 0
+		return warmState{}
 	}
 	idle, err := ws.WarmIdleRunners(ctx, pool.Name)
 	if err != nil {
 		d.Log.Warn("list warm runners", "pool", pool.Name, "err", err)
-		return nil, 0
+		return warmState{}
 	}
-	busy, err := d.st().Count(ctx, ws.WarmRunPrefix()+pool.Name+"/")
+	st := warmState{idle: idle}
+	runs, err := ws.WarmRuns(ctx)
 	if err != nil {
 		d.Log.Warn("count busy warm runners", "pool", pool.Name, "err", err)
 	}
-	return idle, busy
+	for _, r := range runs {
+		if r.Pool == pool.Name {
+			st.busy++
+			if r.Long {
+				st.long++
+			}
+		}
+	}
+	return st
 }
 
-// fitsWarm tells a job a pool's warm runners take. One that maxWarmLapses
-// runners went away with before they started it goes to Nomad instead of
-// bouncing between runners for ever (ghost idle keys, a proxy that drops long
-// polls' answers).
-func fitsWarm(pool *config.Pool, j *mj.Job) bool {
-	return pool.Warm != nil && j.TimeoutSeconds > 0 && j.TimeoutSeconds <= pool.Warm.MaxJobSeconds && j.WarmLapses < maxWarmLapses
+// longRoom is how many more long jobs the pool's runners may take now: its
+// runners less its reserve (config.Warm.Reserve), less those running long jobs.
+func (s warmState) longRoom(w *config.Warm) int {
+	reserve := config.DefaultWarmReserve
+	if w.Reserve != nil {
+		reserve = *w.Reserve
+	}
+	return max(len(s.idle)+s.busy-reserve-s.long, 0)
+}
+
+// warmFit tells how a pool's warm runners take a job (docs/warm.md). A job
+// whose timeout (its own, or the pool's default_timeout) is at most
+// max_job_seconds fits: it may wait for a runner, up to spill_after. Any other
+// is long: it takes a waiting runner when the runners have the resources of
+// the pool's children (config.Warm.TakesLong) and the reserve allows
+// (warmState.longRoom), and is dispatched at once otherwise. One that
+// maxWarmLapses runners went away with before they started it goes to Nomad
+// instead of bouncing between runners for ever (ghost idle keys, a proxy that
+// drops long polls' answers).
+func warmFit(pool *config.Pool, j *mj.Job) (takes, long bool) {
+	if pool.Warm == nil || j.WarmLapses >= maxWarmLapses {
+		return false, false
+	}
+	if j.TimeoutSeconds > 0 && j.TimeoutSeconds <= pool.Warm.MaxJobSeconds {
+		return true, false
+	}
+	return pool.Warm.TakesLong(pool), true
+}
+
+// waitsWarm tells a job that waits for a warm runner when none is idle.
+func waitsWarm(pool *config.Pool, j *mj.Job) bool {
+	takes, long := warmFit(pool, j)
+	return takes && !long
 }
 
 // maxWarmLapses is how many unstarted warm lapses a job takes before it goes to
@@ -79,15 +122,19 @@ const (
 
 // handWarm gives the chosen jobs that fit to the idle runners, in order, and
 // returns the others.
-func (d *Dispatcher) handWarm(ctx context.Context, pool *config.Pool, chosen []store.QueueEntry, idle []store.WarmIdle, refund func(store.QueueEntry)) (rest []store.QueueEntry) {
+func (d *Dispatcher) handWarm(ctx context.Context, pool *config.Pool, chosen []store.QueueEntry, st warmState, refund func(store.QueueEntry)) (rest []store.QueueEntry) {
 	ws := d.st()
+	idle, longRoom := st.idle, st.longRoom(pool.Warm)
 	for _, e := range chosen {
 		for {
 			if len(idle) == 0 {
 				rest = append(rest, e)
 				break
 			}
-			err := d.offerWarm(ctx, ws, pool, e.ID, idle[0])
+			long, err := d.offerWarm(ctx, ws, pool, e.ID, idle[0], longRoom > 0)
+			if long && err == nil {
+				longRoom--
+			}
 			if store.IsWarmGone(err) {
 				idle = idle[1:] // it stopped waiting: the next one
 				continue
@@ -128,7 +175,7 @@ func (d *Dispatcher) forNomad(ctx context.Context, pool *config.Pool, chosen []s
 	}
 	now := d.now()
 	for i, e := range chosen {
-		if hold && i < len(jobs) && jobs[i] != nil && fitsWarm(pool, jobs[i]) && now.Sub(jobs[i].QueuedAt) < pool.Warm.SpillAfterD {
+		if hold && i < len(jobs) && jobs[i] != nil && waitsWarm(pool, jobs[i]) && now.Sub(jobs[i].QueuedAt) < pool.Warm.SpillAfterD {
 			refund(e) // it waits for a warm runner
 			continue
 		}
@@ -141,27 +188,29 @@ func (d *Dispatcher) forNomad(ctx context.Context, pool *config.Pool, chosen []s
 	return ids
 }
 
-// offerWarm hands job id to the idle runner w, with its manifest. The job
-// becomes running only once the runner has it (its first renewal marks the run
+// offerWarm hands job id to the idle runner w, with its manifest, and tells
+// whether it is long (warmFit); a long one only when longOK. The job becomes
+// running only once the runner has it (its first renewal marks the run
 // started: warmStarted): a runner that went away as its poll was answered
 // leaves the job as it was, its attempt not started (warmLapsed).
-func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.Pool, id string, w store.WarmIdle) error {
+func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.Pool, id string, w store.WarmIdle, longOK bool) (long bool, err error) {
 	j, err := d.st().Job(ctx, id)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if j.Status.Terminal() || j.NomadJobID != "" {
-		return errSkip
+		return false, errSkip
 	}
-	if !fitsWarm(pool, j) {
-		return errNotWarm
+	takes, long := warmFit(pool, j)
+	if !takes || long && !longOK {
+		return long, errNotWarm
 	}
 	attempt := max(j.Attempt, 1)
 	payload, err := d.manifest(ctx, j, attempt)
 	if err != nil {
-		return err
+		return long, err
 	}
-	run := &store.WarmRun{Run: uuid.NewString(), JobID: id, Attempt: attempt, Pool: pool.Name, Alloc: w.Alloc, Lease: w.Lease, Manifest: payload}
+	run := &store.WarmRun{Run: uuid.NewString(), JobID: id, Attempt: attempt, Pool: pool.Name, Alloc: w.Alloc, Lease: w.Lease, Manifest: payload, Long: long}
 	child := store.WarmChild(run.Run)
 	now := time.Now().UTC()
 	nj, err := ws.OfferWarm(ctx, id, w, run, func(j *mj.Job) error {
@@ -178,11 +227,11 @@ func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.P
 		return nil
 	})
 	if err != nil {
-		return err
+		return long, err
 	}
 	metrics.Dispatches.WithLabelValues(pool.Name, "warm").Inc()
-	d.Log.Info("handed to a warm runner", "job", id, "attempt", attempt, "alloc", w.Alloc, "run", run.Run, "status", nj.Status)
-	return nil
+	d.Log.Info("handed to a warm runner", "job", id, "attempt", attempt, "alloc", w.Alloc, "run", run.Run, "long", long, "status", nj.Status)
+	return long, nil
 }
 
 // warmStarted records that r's runner has its job (its first renewal marked the

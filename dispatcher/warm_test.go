@@ -125,7 +125,7 @@ func (e *warmEnv) start(run *store.WarmRun) {
 func (e *warmEnv) offered(entry store.QueueEntry) store.WarmRun {
 	e.t.Helper()
 	w := e.waiting(uuid.NewString())
-	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, []store.WarmIdle{w}, func(store.QueueEntry) {}); len(rest) != 0 {
+	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, warmState{idle: []store.WarmIdle{w}}, func(store.QueueEntry) {}); len(rest) != 0 {
 		e.t.Fatalf("job %s was not handed to the waiting runner", entry.ID)
 	}
 	run, err := e.s.WarmRunOf(e.ctx, "cpu", w.Alloc)
@@ -233,8 +233,8 @@ func TestWarmForNomadHoldsFittingJobs(t *testing.T) {
 
 // handWarm hands the chosen jobs that fit to the waiting runners in order: each
 // becomes running there with a run key under the runner's lease; a runner whose
-// idle key went is passed over; a job too long, or one with no runner left, is
-// returned for Nomad.
+// idle key went is passed over; a long job the reserve leaves no runner for, or
+// one with no runner left, is returned for Nomad.
 func TestWarmHandWarm(t *testing.T) {
 	e := newWarmEnv(t)
 	now := time.Now().UTC()
@@ -244,7 +244,10 @@ func TestWarmHandWarm(t *testing.T) {
 	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(gone.Lease)); err != nil {
 		t.Fatal(err)
 	}
-	rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1, long, fit2, fit3}, []store.WarmIdle{gone, r1, r2}, func(store.QueueEntry) {})
+	// Every runner kept for jobs that fit (reserve): the long job takes none.
+	reserve := 3
+	e.pool.Warm.Reserve = &reserve
+	rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1, long, fit2, fit3}, warmState{idle: []store.WarmIdle{gone, r1, r2}}, func(store.QueueEntry) {})
 	if !slices.Equal(idsOf(rest), []string{long.ID, fit3.ID}) {
 		t.Fatalf("returned for Nomad %v, want the long job and the one no runner was left for %v", idsOf(rest), []string{long.ID, fit3.ID})
 	}
@@ -287,7 +290,7 @@ func TestWarmHandWarm(t *testing.T) {
 	}
 	// A job handed over already is not handed again.
 	r3 := e.waiting("alloc-3")
-	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1}, []store.WarmIdle{r3}, func(store.QueueEntry) {}); len(rest) != 0 {
+	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1}, warmState{idle: []store.WarmIdle{r3}}, func(store.QueueEntry) {}); len(rest) != 0 {
 		t.Fatalf("a job already running was returned: %v", idsOf(rest))
 	}
 	if run, _ := e.s.WarmRunOf(e.ctx, "cpu", r3.Alloc); run != nil {
@@ -623,7 +626,7 @@ func TestWarmUnstartedLapsesSpillToNomad(t *testing.T) {
 		t.Fatalf("the detail does not say where it goes: %q", j.StatusDetail)
 	}
 	w := e.waiting(uuid.NewString())
-	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, []store.WarmIdle{w}, func(store.QueueEntry) {}); len(rest) != 1 {
+	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, warmState{idle: []store.WarmIdle{w}}, func(store.QueueEntry) {}); len(rest) != 1 {
 		t.Fatal("a job runners kept going away with was handed to one again")
 	}
 	if ids := e.d.forNomad(e.ctx, e.pool, []store.QueueEntry{entry}, 10, true, func(store.QueueEntry) {}); len(ids) != 1 {
@@ -778,5 +781,63 @@ func TestBackedOffPoolStillFeedsItsWarmRunners(t *testing.T) {
 	})
 	if e.d.backoff.left("cpu", e.d.now()) <= 0 {
 		t.Fatal("a warm hand-off ended the pool's Nomad backoff")
+	}
+}
+
+// A job without a timeout that fits max_job_seconds (the pool's one-hour
+// default), or with a longer one, takes a waiting runner too, but only as many
+// at once as the pool's runners less its reserve (1 by default): the reserved
+// runner stays for jobs that fit. On a pool whose runners are smaller than its
+// children, such a job never runs warm.
+func TestWarmTakesLongJobsWithinTheReserve(t *testing.T) {
+	e := newWarmEnv(t)
+	now := time.Now().UTC()
+	untimed1, untimed2, short := e.job(3600, now), e.job(3600, now), e.job(30, now)
+	r1, r2 := e.waiting("alloc-1"), e.waiting("alloc-2")
+	st := e.d.warmRunners(e.ctx, e.pool)
+	if len(st.idle) != 2 || st.busy != 0 || st.longRoom(e.pool.Warm) != 1 {
+		t.Fatalf("two idle runners, reserve 1: %+v, room %d", st, st.longRoom(e.pool.Warm))
+	}
+	rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{untimed1, untimed2, short}, st, func(store.QueueEntry) {})
+	if !slices.Equal(idsOf(rest), []string{untimed2.ID}) {
+		t.Fatalf("returned for Nomad %v, want only the second long job %s", idsOf(rest), untimed2.ID)
+	}
+	for _, tc := range []struct {
+		w    store.WarmIdle
+		id   string
+		long bool
+	}{{r1, untimed1.ID, true}, {r2, short.ID, false}} {
+		run, err := e.s.WarmRunOf(e.ctx, "cpu", tc.w.Alloc)
+		if err != nil || run == nil || run.JobID != tc.id || run.Long != tc.long {
+			t.Fatalf("run of %s: %+v %v; want job %s long %v", tc.w.Alloc, run, err, tc.id, tc.long)
+		}
+	}
+	// The busy runners count: one long, one not. A third runner waits, and is
+	// the reserve: the other long job goes to Nomad, a short one to the runner.
+	e.waiting("alloc-3")
+	st = e.d.warmRunners(e.ctx, e.pool)
+	if st.busy != 2 || st.long != 1 || st.longRoom(e.pool.Warm) != 1 {
+		t.Fatalf("after the hand-out: %+v, room %d; want 2 busy, 1 long, room 1 (3 runners - reserve 1 - 1 long)", st, st.longRoom(e.pool.Warm))
+	}
+	reserve := 2
+	e.pool.Warm.Reserve = &reserve
+	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{untimed2}, st, func(store.QueueEntry) {}); len(rest) != 1 {
+		t.Fatal("a long job took the reserved runner")
+	}
+	short2 := e.job(20, now)
+	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{short2}, st, func(store.QueueEntry) {}); len(rest) != 0 {
+		t.Fatal("a job that fits did not take the reserved runner")
+	}
+	// A long job is dispatched at once rather than held for a runner.
+	if ids := e.d.forNomad(e.ctx, e.pool, []store.QueueEntry{untimed2}, 10, true, func(store.QueueEntry) {}); len(ids) != 1 {
+		t.Fatal("a long job was held for a warm runner")
+	}
+	// Runners with less memory than the pool's children take no long job.
+	small := *e.pool
+	w := *e.pool.Warm
+	w.Memory = e.pool.Memory - 1
+	small.Warm = &w
+	if takes, long := warmFit(&small, e.get(untimed2.ID)); takes || !long {
+		t.Fatalf("a long job fits runners smaller than the pool's children: takes %v long %v", takes, long)
 	}
 }

@@ -55,8 +55,12 @@ type WarmRun struct {
 	// Started: the runner renewed the lease once, so it has the job. A run that
 	// lapses before is one its runner never got (it went away while its poll
 	// was answered): the attempt did not run.
-	Started bool  `json:"started,omitempty"`
-	Rev     int64 `json:"-"` // the key's mod revision
+	Started bool `json:"started,omitempty"`
+	// Long: the job does not fit the warm block's max_job_seconds (it has the
+	// pool's longer default timeout, or asked for more): at most the pool's
+	// runners less its reserve run such jobs at once.
+	Long bool  `json:"long,omitempty"`
+	Rev  int64 `json:"-"` // the key's mod revision
 	// Created is the key's create revision: it names the run (a re-put, as
 	// MarkWarmStarted's, keeps it; a new run is a new key).
 	Created int64 `json:"-"`

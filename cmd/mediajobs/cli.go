@@ -193,8 +193,12 @@ func runConfigCheck(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "  pool %-10s %s%s, node pool %s, %d MHz, %d MiB, %d MB disk, %s, timeout %s (max %s), queue limit %s\n",
 			p.Name, p.Driver, image, p.NodePool, p.CPU, p.Memory, p.Disk, gpu, p.DefaultTimeoutD, p.MaxTimeoutD, p.QueueLimitD)
 		if w := p.Warm; w != nil {
-			fmt.Fprintf(stdout, "    warm: %d runners (scaling %d–%d) of %d MHz, %d MiB; jobs up to %ds; lease %s; spill after %s\n",
-				w.Count, w.Min, w.Max, w.CPU, w.Memory, w.MaxJobSeconds, w.LeaseTTLD, w.SpillAfterD)
+			reserve := config.DefaultWarmReserve
+			if w.Reserve != nil {
+				reserve = *w.Reserve
+			}
+			fmt.Fprintf(stdout, "    warm: %d runners (scaling %d–%d) of %d MHz, %d MiB; jobs up to %ds wait for one (spill after %s), %d kept for them; lease %s\n",
+				w.Count, w.Min, w.Max, w.CPU, w.Memory, w.MaxJobSeconds, w.SpillAfterD, reserve, w.LeaseTTLD)
 		}
 	}
 	return nil

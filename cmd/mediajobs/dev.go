@@ -120,8 +120,10 @@ func devConfig(path, dataDir string) (*config.Config, error) {
 		cfg.Server.DestinationAllowLoopback = true
 		// Both pools, so a newcomer without a GPU sees an nvidia job wait with its
 		// reason, then fail after the queue limit.
-		// Two small warm runners take the cpu pool's short jobs (docs/warm.md).
-		warm := &config.Warm{Count: 2, CPU: 200, Memory: 512}
+		// Two warm runners take the cpu pool's jobs while they wait for work,
+		// with or without a timeout (docs/warm.md): the memory and disk of the
+		// pool's own children, so a job runs no worse on one.
+		warm := &config.Warm{Count: 2, CPU: 200}
 		cfg.Pools = []*config.Pool{{Name: "cpu", Warm: warm}, {Name: "nvidia", GPU: &config.GPU{}, QueueLimit: "2m"}}
 		if os.Getenv("MEDIAJOBS_DRIVER") == "docker" {
 			// The worker image built by deploy/worker/build-local.sh (make docker);

@@ -108,7 +108,7 @@ func mainWithStack(m *testing.M) int {
 	cfg.Dispatcher.Listen = freeAddr() // dev serves the dispatcher's listener too (metrics_e2e_test.go)
 	// A warm pool beside the default one (warm_e2e_test.go): small runners, and a
 	// short lease so the fault tests see a lapse soon.
-	cfg.Pools = []*config.Pool{{Name: "cpu"}, {Name: warmPool, Warm: &config.Warm{Count: 2, MaxJobSeconds: 60, CPU: 100, Memory: 256, LeaseTTL: "6s"}}}
+	cfg.Pools = []*config.Pool{{Name: "cpu"}, {Name: warmPool, Memory: 256, Warm: &config.Warm{Count: 2, MaxJobSeconds: 60, CPU: 100, Memory: 256, LeaseTTL: "6s"}}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)

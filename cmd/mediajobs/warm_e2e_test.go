@@ -59,13 +59,19 @@ func waitWarm(t *testing.T) []*api.AllocationListStub {
 	return allocs
 }
 
+// warmJob creates a job on the warm pool; timeout 0 sends none, as VGF's
+// clients do (the pool's one-hour default_timeout applies).
 func warmJob(t *testing.T, timeout int, cmd string, outputs ...string) string {
 	t.Helper()
-	r := call(t, "POST", "/api/ffmpeg", stack.APIKey, map[string]any{
-		"machine": warmPool, "timeout_seconds": timeout,
+	body := map[string]any{
+		"machine":     warmPool,
 		"input_files": map[string]string{"clip": clipURL}, "output_files": outputs,
 		"ffmpeg_commands": []string{cmd},
-	})
+	}
+	if timeout > 0 {
+		body["timeout_seconds"] = timeout
+	}
+	r := call(t, "POST", "/api/ffmpeg", stack.APIKey, body)
 	if r.Status != 200 && r.Status != 201 {
 		t.Fatalf("create: HTTP %d %s", r.Status, r.Body)
 	}
@@ -73,8 +79,11 @@ func warmJob(t *testing.T, timeout int, cmd string, outputs ...string) string {
 }
 
 // TestWarmJobEndToEnd: a short job runs on a warm runner of the pool's service
-// job, and says so; a job whose timeout is longer than max_job_seconds is
-// dispatched to Nomad as its own child, as before.
+// job, and says so. So does a job without timeout_seconds (the pool's one-hour
+// default) or with a longer one than max_job_seconds, when a runner waits and
+// the reserve allows (docs/warm.md); with the pool's runners less its reserve
+// already running such jobs, the next one is dispatched to Nomad at once, as
+// its own child.
 func TestWarmJobEndToEnd(t *testing.T) {
 	needStack(t)
 	warmLogs(t)
@@ -83,30 +92,44 @@ func TestWarmJobEndToEnd(t *testing.T) {
 	for _, a := range allocs {
 		ids[a.ID] = true
 	}
+	const quick = "-i inputs/clip -t 1 -vf scale=160:-2 -c:v libx264 -preset ultrafast -an outputs/out.mp4"
+	ranOn := func(id, path string) map[string]any {
+		t.Helper()
+		job := waitTerminal(t, id)
+		if job["status"] != "succeeded" {
+			t.Fatalf("job %s: %v: %v", id, job["status"], job["error_message"])
+		}
+		w, _ := job["worker"].(map[string]any)
+		switch path {
+		case "warm":
+			if w["path"] != "warm" || w["nomad_job_id"] != jobspecs.WarmJobID(warmPool) || !ids[fmt.Sprint(w["allocation_id"])] {
+				t.Fatalf("job %s: worker = %v; want a warm runner, one of %v", id, w, ids)
+			}
+		case "dispatch":
+			if w["path"] != "dispatch" || !strings.HasPrefix(fmt.Sprint(w["nomad_job_id"]), "mediajobs-"+warmPool+"/dispatch-") || w["allocation_id"] == "" {
+				t.Fatalf("job %s: worker = %v; want a dispatched child of mediajobs-%s", id, w, warmPool)
+			}
+		}
+		return job
+	}
 
-	id := warmJob(t, 30, "-i inputs/clip -t 1 -vf scale=160:-2 -c:v libx264 -preset ultrafast -an outputs/out.mp4", "out.mp4")
-	job := waitTerminal(t, id)
-	if job["status"] != "succeeded" {
-		t.Fatalf("warm job: %v: %v", job["status"], job["error_message"])
-	}
-	w, _ := job["worker"].(map[string]any)
-	if w["path"] != "warm" || w["nomad_job_id"] != jobspecs.WarmJobID(warmPool) || !ids[fmt.Sprint(w["allocation_id"])] {
-		t.Fatalf("worker = %v; want a warm runner, one of %v", w, ids)
-	}
+	job := ranOn(warmJob(t, 30, quick, "out.mp4"), "warm")
 	out := download(t, job["output_files"].(map[string]any)["out.mp4"].(string))
 	if p := probe(t, out); len(p["streams"].([]any)) == 0 {
 		t.Fatalf("output has no streams: %v", p)
 	}
+	waitWarm(t)
+	ranOn(warmJob(t, 0, quick, "out.mp4"), "warm") // no timeout: the pool's default
+	waitWarm(t)
+	ranOn(warmJob(t, 120, quick, "out.mp4"), "warm") // longer than max_job_seconds
 
-	id = warmJob(t, 120, "-i inputs/clip -t 1 -vf scale=160:-2 -c:v libx264 -preset ultrafast -an outputs/out.mp4", "out.mp4")
-	job = waitTerminal(t, id)
-	if job["status"] != "succeeded" {
-		t.Fatalf("long job: %v: %v", job["status"], job["error_message"])
-	}
-	w, _ = job["worker"].(map[string]any)
-	if w["path"] != "dispatch" || !strings.HasPrefix(fmt.Sprint(w["nomad_job_id"]), "mediajobs-"+warmPool+"/dispatch-") || w["allocation_id"] == "" {
-		t.Fatalf("worker = %v; want a dispatched child of mediajobs-%s", w, warmPool)
-	}
+	// One long job holds a runner (2 runners, reserve 1): the next long one is
+	// dispatched at once, though a runner waits.
+	waitWarm(t)
+	slow := warmJob(t, 0, "-stream_loop 2 -re -i inputs/clip -vf scale=160:-2 -c:v libx264 -preset ultrafast -an outputs/slow.mp4", "slow.mp4")
+	runningOn(t, slow)
+	ranOn(warmJob(t, 0, quick, "out.mp4"), "dispatch")
+	ranOn(slow, "warm")
 }
 
 // slowWarmJob creates a warm job that runs about 9 s (the clip, three times, at
