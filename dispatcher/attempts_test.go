@@ -181,7 +181,7 @@ func TestSkewedClockEndsNoAttempt(t *testing.T) {
 func TestTimeoutBackstopReadsTheResultFirst(t *testing.T) {
 	id := uuidN(2321)
 	nomad := &fakeJobs{children: map[string][]*api.AllocationListStub{child(id, 1): {{ID: "a1", JobID: child(id, 1), ClientStatus: "running"}}}}
-	blobs := &fakeBlobs{data: map[string][]byte{runScope(id, 1) + "result.json": mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true, InputBytes: 4})}}
+	blobs := &fakeBlobs{data: map[string][]byte{mj.RunScope(id, 1) + "result.json": mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true, InputBytes: 4})}}
 	d, ctx := fixDispatcher(t, 1, nomad, blobs)
 	long := time.Now().UTC().Add(-time.Hour)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: child(id, 1), Attempt: 1, TimeoutSeconds: 60, StartedAt: &long, AttemptStartedAt: &long})
@@ -295,7 +295,7 @@ func TestStoppedParentJobIsRegisteredAgain(t *testing.T) {
 // the timeout backstop. One dispatched just now waits (a config catching up).
 func TestRemovedPoolDispatchedJobsEnd(t *testing.T) {
 	waiting, running, fresh := uuidN(2351), uuidN(2352), uuidN(2353)
-	gone := func(id string) string { return "mediajobs-gone/dispatch-" + childPrefix(id, 1) + "-1-abc" }
+	gone := func(id string) string { return "mediajobs-gone/dispatch-" + mj.ChildPrefix(id, 1) + "-1-abc" }
 	nomad := &fakeJobs{children: map[string][]*api.AllocationListStub{
 		gone(waiting): nil,
 		gone(running): {{ID: "a1", JobID: gone(running), ClientStatus: "running"}},
@@ -337,7 +337,7 @@ func TestRemovedPoolDispatchedJobsEnd(t *testing.T) {
 // record is stopped, by reconcile and by its allocation's event.
 func TestSecondChildOfAnAttemptIsStopped(t *testing.T) {
 	id := uuidN(2361)
-	kept, twinChild := child(id, 1), "mediajobs-cpu/dispatch-"+childPrefix(id, 1)+"-2-def"
+	kept, twinChild := child(id, 1), "mediajobs-cpu/dispatch-"+mj.ChildPrefix(id, 1)+"-2-def"
 	running := func(c, alloc string) []*api.AllocationListStub {
 		return []*api.AllocationListStub{{ID: alloc, JobID: c, ClientStatus: "running"}}
 	}

@@ -39,7 +39,7 @@ func (s *stalledBlobs) Sweep(context.Context, string, time.Time) (int, error) {
 // read.
 func TestStalledBlobReadDoesNotHoldTheWorker(t *testing.T) {
 	stuck, next := "00000000-0000-4000-8000-000000000801", "00000000-0000-4000-8000-000000000802"
-	blobs := &stalledBlobs{fakeBlobs: &fakeBlobs{}, stall: runScope(stuck, 1), release: make(chan struct{})}
+	blobs := &stalledBlobs{fakeBlobs: &fakeBlobs{}, stall: mj.RunScope(stuck, 1), release: make(chan struct{})}
 	d, ctx := fixDispatcher(t, 1, &fakeJobs{}, blobs)
 	d.BlobTimeout = 100 * time.Millisecond
 	started := time.Now().UTC().Add(-time.Minute)

@@ -15,7 +15,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
 )
@@ -324,10 +323,10 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 		return err
 	}
 	opts := &api.DispatchOptions{
-		JobID:            jobspecs.JobID(j.Machine),
+		JobID:            mj.PoolJobID(j.Machine),
 		Meta:             map[string]string{"mediajobs_job_id": j.ID, "mediajobs_attempt": fmt.Sprint(attempt)},
 		Payload:          payload,
-		IdPrefixTemplate: childPrefix(j.ID, attempt),
+		IdPrefixTemplate: mj.ChildPrefix(j.ID, attempt),
 	}
 	wo, cancel := d.write(ctx)
 	defer cancel()
@@ -540,7 +539,7 @@ func parentGone(err error) bool {
 // manifest is the runner's dispatch payload: the job, and a signed URL under which
 // it uploads this attempt's outputs and result.
 func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]byte, error) {
-	scope := runScope(j.ID, attempt)
+	scope := mj.RunScope(j.ID, attempt)
 	// Valid for the whole life of the attempt: queueing, the timeout, uploading.
 	exp := time.Now().Add(time.Duration(j.TimeoutSeconds)*time.Second + 48*time.Hour)
 	pool := d.Config.Pool(j.Machine)
@@ -598,7 +597,7 @@ func (d *Dispatcher) cancelLoop(ctx context.Context) {
 // A warm run has no child of its own: its runner learns from its lease that the
 // job went on without it, and stops it (gateway/warm.go).
 func (d *Dispatcher) stopChild(ctx context.Context, child, why, id string) {
-	if _, warm := store.WarmRunOfChild(child); warm {
+	if _, warm := mj.WarmRunOfChild(child); warm {
 		return
 	}
 	wo, cancel := d.write(ctx)

@@ -472,7 +472,7 @@ func (d *Dispatcher) registerPool(ctx context.Context, pool *config.Pool) error 
 	d.Log.Info("registered pool", "pool", pool.Name, "nomad_job", r.JobID)
 	if pool.Warm == nil {
 		if err := d.stopWarm(ctx, pool.Name, "the pool has no warm block"); err != nil {
-			return fmt.Errorf("pool %q: stop warm runners %s: %w", pool.Name, jobspecs.WarmJobID(pool.Name), err)
+			return fmt.Errorf("pool %q: stop warm runners %s: %w", pool.Name, mj.WarmJobID(pool.Name), err)
 		}
 		return nil
 	}
@@ -529,7 +529,7 @@ const warmRole = "warm-runner"
 // stopWarm stops (deregisters, without purging: its history stays in Nomad) pool's
 // warm runners if Nomad runs them; none is fine.
 func (d *Dispatcher) stopWarm(ctx context.Context, pool, why string) error {
-	id := jobspecs.WarmJobID(pool)
+	id := mj.WarmJobID(pool)
 	q, qcancel := d.query(ctx)
 	job, _, err := d.Jobs.Info(id, q)
 	qcancel()
@@ -591,29 +591,6 @@ func (d *Dispatcher) poolRegistered(name string) bool {
 
 // links makes file URLs: the store's own when it presigns (S3), else the gateway's.
 func (d *Dispatcher) links() blob.Links { return blob.Links{Store: d.Blobs, Signer: d.Signer} }
-
-// runScope is the blob prefix of one attempt's files.
-func runScope(id string, attempt int) string { return fmt.Sprintf("jobs/%s/%d/", id, attempt) }
-
-// childPrefix is the dispatch id prefix: Nomad names the child
-// "<parent>/dispatch-<jobid>-a<attempt>-<unix>-<rand>", so allocation events,
-// which carry no job meta, can be traced back without a lookup.
-func childPrefix(id string, attempt int) string { return fmt.Sprintf("%s-a%d", id, attempt) }
-
-// ParseChildID returns the mediajobs job id and attempt in a dispatched child's ID.
-func ParseChildID(nomadJobID string) (id string, attempt int, ok bool) {
-	_, rest, found := strings.Cut(nomadJobID, "/dispatch-")
-	if !found || len(rest) < 36+3 || !strings.HasPrefix(rest[36:], "-a") {
-		return "", 0, false
-	}
-	id = rest[:36]
-	num, _, _ := strings.Cut(rest[38:], "-")
-	attempt, err := strconv.Atoi(num)
-	if err != nil {
-		return "", 0, false
-	}
-	return id, attempt, true
-}
 
 // isNotFound tells Nomad's 404 from other errors. Only Nomad's own answer counts:
 // a connection error names the URL, and a job id in it may well contain "404".

@@ -11,14 +11,14 @@ import (
 
 func TestParseChildID(t *testing.T) {
 	id := "c3d0d20c-3dce-4c54-a86e-109d4e53f13d"
-	child := "mediajobs-cpu/dispatch-" + childPrefix(id, 3) + "-1795238175-91175443"
-	got, attempt, ok := ParseChildID(child)
+	child := "mediajobs-cpu/dispatch-" + mj.ChildPrefix(id, 3) + "-1795238175-91175443"
+	got, attempt, ok := mj.ParseChildID(child)
 	if !ok || got != id || attempt != 3 {
-		t.Fatalf("ParseChildID(%q) = %q, %d, %v", child, got, attempt, ok)
+		t.Fatalf("mj.ParseChildID(%q) = %q, %d, %v", child, got, attempt, ok)
 	}
 	for _, bad := range []string{"mediajobs-cpu", "other/dispatch-1795238175-91175443", "mediajobs-cpu/dispatch-" + id + "-ax-1", "x/dispatch-short-a1-1"} {
-		if _, _, ok := ParseChildID(bad); ok {
-			t.Errorf("ParseChildID(%q) accepted", bad)
+		if _, _, ok := mj.ParseChildID(bad); ok {
+			t.Errorf("mj.ParseChildID(%q) accepted", bad)
 		}
 	}
 }

@@ -18,7 +18,6 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/metrics"
-	"github.com/mediajobs/mediajobs/store"
 )
 
 // allocState is what the dispatcher needs of an allocation, from an event or a
@@ -329,7 +328,7 @@ func (d *Dispatcher) handleEvent(ctx context.Context, ev api.Event) {
 // currentAlloc reads allocation a of a mediajobs child from Nomad again; ok is
 // false when it cannot be read or is gone (reconcile settles it then).
 func (d *Dispatcher) currentAlloc(ctx context.Context, a allocState) (allocState, bool) {
-	if _, _, ok := ParseChildID(a.NomadJobID); !ok {
+	if _, _, ok := mj.ParseChildID(a.NomadJobID); !ok {
 		return a, false
 	}
 	q, cancel := d.query(ctx)
@@ -456,7 +455,7 @@ func (d *Dispatcher) stopStrayChildren(ctx context.Context) {
 		if s.ParentID == "" || !strings.HasPrefix(s.ParentID, "mediajobs-") || s.Stop || s.Status == "dead" {
 			continue
 		}
-		id, attempt, ok := ParseChildID(s.ID)
+		id, attempt, ok := mj.ParseChildID(s.ID)
 		if !ok {
 			continue
 		}
@@ -511,7 +510,7 @@ func (d *Dispatcher) overdue(ctx context.Context, id, child string, allocs []all
 // running ones are read. It reports whether overdue must stop here: the result
 // was applied, or the store could not say (the next pass reads it again).
 func (d *Dispatcher) resultFirst(ctx context.Context, id, child string, allocs []allocState) bool {
-	_, attempt, ok := ParseChildID(child)
+	_, attempt, ok := mj.ParseChildID(child)
 	if !ok {
 		return false
 	}
@@ -639,7 +638,7 @@ func (d *Dispatcher) refreshPlacement(ctx context.Context, child string) (bool, 
 // waits for one to free up (Nomad's blocked evaluation places it then); otherwise
 // the pool's queue limit fails it. It reports whether the job changed.
 func (d *Dispatcher) placementFailed(ctx context.Context, child string, failed map[string]*api.AllocationMetric) bool {
-	id, attempt, ok := ParseChildID(child)
+	id, attempt, ok := mj.ParseChildID(child)
 	if !ok {
 		return false
 	}
@@ -718,12 +717,12 @@ func placementReason(failed map[string]*api.AllocationMetric) (string, bool) {
 // did. Events for other Nomad jobs, for older attempts, or for finished jobs change
 // nothing.
 func (d *Dispatcher) apply(ctx context.Context, a allocState) bool {
-	id, attempt, ok := ParseChildID(a.NomadJobID)
+	id, attempt, ok := mj.ParseChildID(a.NomadJobID)
 	if !ok {
 		return false
 	}
 	var result *mj.Result
-	prefix := runScope(id, attempt)
+	prefix := mj.RunScope(id, attempt)
 	switch a.ClientStatus {
 	case api.AllocClientStatusRunning:
 	case api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost, api.AllocClientStatusUnknown:
@@ -919,7 +918,7 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 		j.Run("running on Nomad allocation " + a.ID)
 		return nil
 	}
-	if _, warm := store.WarmRunOfChild(a.NomadJobID); r != nil && !warm && (j.Worker == nil || j.Worker.AllocationID == "") {
+	if _, warm := mj.WarmRunOfChild(a.NomadJobID); r != nil && !warm && (j.Worker == nil || j.Worker.AllocationID == "") {
 		j.Worker = &mj.Worker{Path: mj.WorkerDispatch, NomadJobID: a.NomadJobID, AllocationID: a.ID}
 	}
 	if r != nil && j.StartedAt == nil {
@@ -954,7 +953,7 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 		j.Succeed(now, detail)
 		j.TotalInputBytes, j.TotalOutputBytes, j.Outputs = r.InputBytes, 0, nil
 		for _, o := range r.Outputs {
-			o.Key = prefix + "outputs/" + o.Name
+			o.Key = prefix + mj.OutputsDir + o.Name
 			j.Outputs = append(j.Outputs, o)
 			j.TotalOutputBytes += o.Size
 		}
@@ -991,7 +990,7 @@ func transition(j *mj.Job, a allocState, r *mj.Result, now time.Time, prefix str
 // unreadable one); an error means the blob store could not answer, which says
 // nothing about the result.
 func (d *Dispatcher) readResult(ctx context.Context, id string, attempt int, alloc string) (*mj.Result, string, error) {
-	scope := runScope(id, attempt)
+	scope := mj.RunScope(id, attempt)
 	if alloc != "" {
 		r, err := d.resultAt(ctx, id, attempt, scope+alloc+"/")
 		if r != nil || err != nil {
@@ -1005,7 +1004,7 @@ func (d *Dispatcher) readResult(ctx context.Context, id string, attempt int, all
 // anyResult finds a result of the attempt when the allocation that wrote it is
 // no longer known (its child vanished from Nomad): the first readable one.
 func (d *Dispatcher) anyResult(ctx context.Context, id string, attempt int) (*mj.Result, string, error) {
-	scope := runScope(id, attempt)
+	scope := mj.RunScope(id, attempt)
 	keys, err := d.storage().List(ctx, scope)
 	if err != nil {
 		return nil, "", err
@@ -1014,7 +1013,7 @@ func (d *Dispatcher) anyResult(ctx context.Context, id string, attempt int) (*mj
 	var first *mj.Result
 	var firstPrefix string
 	for _, k := range keys {
-		prefix, ok := strings.CutSuffix(k, "result.json")
+		prefix, ok := strings.CutSuffix(k, mj.ResultFile)
 		alloc := strings.TrimSuffix(strings.TrimPrefix(prefix, scope), "/")
 		// The attempt's own result, or an allocation's: its directory is a Nomad
 		// allocation id (the runner chose it: a longer name would not be bounded).
@@ -1040,7 +1039,7 @@ func (d *Dispatcher) anyResult(ctx context.Context, id string, attempt int) (*mj
 }
 
 func (d *Dispatcher) resultAt(ctx context.Context, id string, attempt int, prefix string) (*mj.Result, error) {
-	b, err := d.storage().ReadAll(ctx, prefix+"result.json")
+	b, err := d.storage().ReadAll(ctx, prefix+mj.ResultFile)
 	if errors.Is(err, blob.ErrNotFound) {
 		return nil, nil
 	}

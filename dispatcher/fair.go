@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
+	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/store"
 )
 
@@ -219,7 +219,7 @@ func (r *poolRoom) reset() {
 func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight int) (n int, ok bool) {
 	q, cancel := d.query(ctx)
 	defer cancel()
-	sum, _, err := d.Jobs.Summary(jobspecs.JobID(pool.Name), q)
+	sum, _, err := d.Jobs.Summary(mj.PoolJobID(pool.Name), q)
 	if err != nil || sum == nil || sum.Children == nil {
 		return 0, false
 	}
@@ -467,7 +467,7 @@ func (d *Dispatcher) watchChildren(ctx context.Context, pool *config.Pool) {
 		opts := d.queryOpts.WithContext(q)
 		opts.WaitIndex, opts.WaitTime = index, 5*time.Minute
 		start := time.Now()
-		_, meta, err := d.Jobs.Summary(jobspecs.JobID(pool.Name), opts)
+		_, meta, err := d.Jobs.Summary(mj.PoolJobID(pool.Name), opts)
 		cancel()
 		switch {
 		case err != nil:

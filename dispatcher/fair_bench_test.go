@@ -250,7 +250,7 @@ func fairnessRun(b *testing.B, accounts, backlog, slots, starts int) fairnessRes
 			c := running[i]
 			running = append(running[:i], running[i+1:]...)
 			e.n.setChild(c, &api.AllocationListStub{ID: "done", ClientStatus: "complete"})
-			id, _, _ := ParseChildID(c)
+			id, _, _ := mj.ParseChildID(c)
 			if _, err := e.s.UpdateJob(ctx, id, func(j *mj.Job) error {
 				now := time.Now().UTC()
 				j.Status, j.FinishedAt = mj.StatusSucceeded, &now
@@ -261,7 +261,7 @@ func fairnessRun(b *testing.B, accounts, backlog, slots, starts int) fairnessRes
 		}
 	}
 	r := fairnessResult{quietDispatches: -1, quietStarts: -1}
-	owner := func(c string) string { id, _, _ := ParseChildID(c); return accountOf[id] }
+	owner := func(c string) string { id, _, _ := mj.ParseChildID(c); return accountOf[id] }
 	for i, c := range e.n.dispatched() {
 		if owner(c) == "quiet" {
 			r.quietDispatches = i - quietD

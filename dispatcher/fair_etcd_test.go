@@ -109,7 +109,7 @@ func (e *fairEnv) place() int {
 func (e *fairEnv) owners(accountOf map[string]string) []string {
 	var out []string
 	for _, c := range e.n.dispatched() {
-		id, _, ok := ParseChildID(c)
+		id, _, ok := mj.ParseChildID(c)
 		if !ok {
 			e.t.Fatalf("child %q names no job", c)
 		}

@@ -196,7 +196,7 @@ func TestClosedWindowBusyRunnersReadNoQueue(t *testing.T) {
 		t.Fatalf("%d dispatched; want 1 (max_in_flight)", n)
 	}
 	ws := e.d.Store.(warmStore)
-	if _, err := e.s.Client().Put(ctx, ws.WarmRunPrefix()+"cpu/busy-run", "{}"); err != nil {
+	if _, err := e.s.Client().Put(ctx, ws.WarmRunPrefix()+"cpu/busy-run", `{"run":"r1","pool":"cpu","job_id":"j1","alloc":"busy-run"}`); err != nil {
 		t.Fatal(err)
 	}
 	if busy := e.d.warmRunners(ctx, e.pool).busy; busy != 1 {

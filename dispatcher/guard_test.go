@@ -178,7 +178,7 @@ func TestEventWorkerPanicFailsItsJob(t *testing.T) {
 // version) stops no repair of the other jobs: reconcile skips it and goes on.
 func TestReconcileGoesOnPastAnUndecodableJob(t *testing.T) {
 	bad, good := "00000000-0000-4000-8000-000000000901", "00000000-0000-4000-8000-000000000902"
-	blobs := &fakeBlobs{data: map[string][]byte{runScope(good, 1) + "result.json": mustJSON(mj.Result{JobID: good, Attempt: 1, Succeeded: true})}}
+	blobs := &fakeBlobs{data: map[string][]byte{mj.RunScope(good, 1) + "result.json": mustJSON(mj.Result{JobID: good, Attempt: 1, Succeeded: true})}}
 	nomad := &fakeJobs{children: map[string][]*api.AllocationListStub{child(good, 1): {{ID: "a1", JobID: child(good, 1), ClientStatus: "complete"}}}}
 	d, ctx := fixDispatcher(t, 1, nomad, blobs)
 	for _, id := range []string{bad, good} {

@@ -31,8 +31,8 @@ func (d *Dispatcher) Sweep(ctx context.Context, now time.Time) {
 		prefix string
 		age    time.Duration
 	}{
-		{"tmp/", d.Config.Server.TmpFileTTLD},
-		{"jobs/", d.Config.Storage.Retention},
+		{mj.TmpDir, d.Config.Server.TmpFileTTLD},
+		{mj.JobsDir, d.Config.Storage.Retention},
 	} {
 		n, err := d.storage().Sweep(ctx, s.prefix, now.Add(-s.age))
 		if err != nil {
@@ -90,7 +90,7 @@ func (d *Dispatcher) purgeChildren(ctx context.Context, now time.Time) {
 		if s.ParentID == "" || s.Status != "dead" || now.Sub(time.Unix(0, s.SubmitTime)) < d.Config.Nomad.PurgeAfterD {
 			continue
 		}
-		id, _, ok := ParseChildID(s.ID)
+		id, _, ok := mj.ParseChildID(s.ID)
 		if !ok || !strings.HasPrefix(s.ParentID, "mediajobs-") {
 			continue
 		}

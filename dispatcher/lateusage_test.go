@@ -59,7 +59,7 @@ func TestCancelledJobIsBilledItsLateReport(t *testing.T) {
 	if got := dayTotals(t, d.Store, j); got != (store.UsageTotals{Jobs: 1, WallSeconds: 60}) {
 		t.Fatalf("day after the cancel: %+v", got)
 	}
-	blobs.data[runScope(id, 1)+a1+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: a1, Succeeded: true, InputBytes: 700,
+	blobs.data[mj.RunScope(id, 1)+a1+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: a1, Succeeded: true, InputBytes: 700,
 		Outputs: []mj.Output{{Name: "out.mp4", Size: 300}}, Usage: &mj.Usage{WallSeconds: 20, CPUSeconds: 240}})
 	cpuBefore, jobsBefore := testutil.ToFloat64(metrics.UsageCPUSeconds.WithLabelValues(j.Machine)), testutil.ToFloat64(metrics.UsageJobs.WithLabelValues(j.Machine))
 	for range 3 { // the event, then replays of it
@@ -124,7 +124,7 @@ func TestReadResultForgetsItsSighting(t *testing.T) {
 	if !kept {
 		t.Fatal("a reported allocation without its result has no sighting: the test proves nothing")
 	}
-	blobs.data[runScope(id, 1)+a1+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: a1, Succeeded: true, Outputs: []mj.Output{{Name: "out.mp4", Size: 3}}})
+	blobs.data[mj.RunScope(id, 1)+a1+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: a1, Succeeded: true, Outputs: []mj.Output{{Name: "out.mp4", Size: 3}}})
 	d.apply(ctx, reported)
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusSucceeded {
 		t.Fatalf("job %s after its result: %s", id, j.Status)

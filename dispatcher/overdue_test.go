@@ -71,7 +71,7 @@ func TestReconcileBackstops(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := func(n int) string { return "00000000-0000-4000-8000-00000000000" + string(rune('0'+n)) }
-	child := func(n int) string { return "mediajobs-cpu/dispatch-" + childPrefix(id(n), 1) + "-1-abc" }
+	child := func(n int) string { return "mediajobs-cpu/dispatch-" + mj.ChildPrefix(id(n), 1) + "-1-abc" }
 	nomad := &fakeJobs{children: map[string][]*api.AllocationListStub{
 		child(1): nil,                                                    // dispatched 2 minutes ago, never placed
 		child(2): {{ID: "a2", JobID: child(2), ClientStatus: "running"}}, // running far past its timeout
@@ -125,7 +125,7 @@ func TestReconcileBackstops(t *testing.T) {
 		t.Fatalf("queue %v", ids)
 	}
 	s.UpdateJob(ctx, id(3), func(j *mj.Job) error {
-		j.NomadJobID = "mediajobs-cpu/dispatch-" + childPrefix(id(3), 2) + "-1-x"
+		j.NomadJobID = "mediajobs-cpu/dispatch-" + mj.ChildPrefix(id(3), 2) + "-1-x"
 		return nil
 	})
 	d.reconcile(ctx)

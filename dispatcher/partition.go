@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/hashicorp/nomad/api"
+	mj "github.com/mediajobs/mediajobs"
 )
 
 // Nomad's events are applied by eventWorkers workers, each event by the worker its
@@ -174,6 +175,6 @@ func eventJobID(ev *api.Event) (string, bool) {
 	}
 	m, _ := v.(map[string]any)
 	child, _ := m["JobID"].(string)
-	id, _, ok := ParseChildID(child)
+	id, _, ok := mj.ParseChildID(child)
 	return id, ok
 }

@@ -15,7 +15,7 @@ import (
 // a stand-in for Nomad. What Nomad itself does is in nomad_test.go.
 
 func child(id string, attempt int) string {
-	return "mediajobs-cpu/dispatch-" + childPrefix(id, attempt) + "-1-abc"
+	return "mediajobs-cpu/dispatch-" + mj.ChildPrefix(id, attempt) + "-1-abc"
 }
 
 // A job whose nodes are busy waits for one; only a job no node can take fails at
@@ -60,7 +60,7 @@ func TestVanishedChildResultCounts(t *testing.T) {
 	id := "00000000-0000-4000-8000-0000000000c3"
 	alloc := "11111111-2222-4333-8444-555555555555"
 	blobs := &fakeBlobs{data: map[string][]byte{
-		runScope(id, 1) + alloc + "/result.json": mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: alloc, Succeeded: true,
+		mj.RunScope(id, 1) + alloc + "/result.json": mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: alloc, Succeeded: true,
 			Outputs: []mj.Output{{Name: "out.mp4", Size: 5}}}),
 	}}
 	d, ctx := fixDispatcher(t, 3, &fakeJobs{children: map[string][]*api.AllocationListStub{}}, blobs)
@@ -69,7 +69,7 @@ func TestVanishedChildResultCounts(t *testing.T) {
 		TimeoutSeconds: 600, OutputNames: []string{"out.mp4"}})
 	d.reconcile(ctx)
 	j, _ := d.Store.Job(ctx, id)
-	if j.Status != mj.StatusSucceeded || j.Attempt != 1 || len(j.Outputs) != 1 || j.Outputs[0].Key != runScope(id, 1)+alloc+"/outputs/out.mp4" {
+	if j.Status != mj.StatusSucceeded || j.Attempt != 1 || len(j.Outputs) != 1 || j.Outputs[0].Key != mj.RunScope(id, 1)+alloc+"/outputs/out.mp4" {
 		t.Fatalf("vanished child with a result: %s attempt %d outputs %+v %q", j.Status, j.Attempt, j.Outputs, j.StatusDetail)
 	}
 }
@@ -300,7 +300,7 @@ func TestReplacementResultIsApplied(t *testing.T) {
 		{ID: done, JobID: child(id, 1), ClientStatus: "complete"},
 	}}}
 	blobs := &fakeBlobs{data: map[string][]byte{
-		runScope(id, 1) + done + "/result.json": mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: done, Succeeded: true,
+		mj.RunScope(id, 1) + done + "/result.json": mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: done, Succeeded: true,
 			Outputs: []mj.Output{{Name: "out.mp4", Size: 5}}}),
 	}}
 	d, ctx := fixDispatcher(t, 3, nomad, blobs)
@@ -309,7 +309,7 @@ func TestReplacementResultIsApplied(t *testing.T) {
 		TimeoutSeconds: 600, OutputNames: []string{"out.mp4"}})
 	d.reconcile(ctx)
 	j, _ := d.Store.Job(ctx, id)
-	if j.Status != mj.StatusSucceeded || j.Attempt != 1 || j.Outputs[0].Key != runScope(id, 1)+done+"/outputs/out.mp4" {
+	if j.Status != mj.StatusSucceeded || j.Attempt != 1 || j.Outputs[0].Key != mj.RunScope(id, 1)+done+"/outputs/out.mp4" {
 		t.Fatalf("replacement's result: %s attempt %d %+v", j.Status, j.Attempt, j.Outputs)
 	}
 }

@@ -13,7 +13,6 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
 )
@@ -95,7 +94,7 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 	pools := map[string]bool{}
 	for _, j := range jobs {
 		p.seen[j.ID] = j
-		if _, warm := store.WarmRunOfChild(j.NomadJobID); warm {
+		if _, warm := mj.WarmRunOfChild(j.NomadJobID); warm {
 			continue // its runner's lease settles it (warm.go)
 		}
 		if j.NomadJobID != "" && !j.Status.Terminal() {
@@ -170,7 +169,7 @@ const liveFilter = `ClientStatus != "complete" and ClientStatus != "failed" and 
 func (p *pass) liveAllocs(ctx context.Context, pool string) ([]*api.AllocationListStub, error) {
 	q, cancel := p.d.query(ctx)
 	defer cancel()
-	q.Filter = fmt.Sprintf("JobID matches %q and %s", "^"+regexp.QuoteMeta(jobspecs.JobID(pool)+"/dispatch-"), liveFilter)
+	q.Filter = fmt.Sprintf("JobID matches %q and %s", "^"+regexp.QuoteMeta(mj.PoolJobID(pool)+"/dispatch-"), liveFilter)
 	stubs, _, err := p.d.Allocs.List(q)
 	return stubs, err
 }
@@ -335,7 +334,7 @@ func (p *pass) settle(ctx context.Context, j *mj.Job) {
 // it: a running allocation the job already shows running, a pending one, or one of
 // another attempt is passed over without a read.
 func applyNeeded(j *mj.Job, a allocState, now time.Time) bool {
-	_, attempt, ok := ParseChildID(a.NomadJobID)
+	_, attempt, ok := mj.ParseChildID(a.NomadJobID)
 	if !ok || j.Status.Terminal() || j.Attempt != attempt || j.NomadJobID != a.NomadJobID {
 		return false
 	}
@@ -365,7 +364,7 @@ func (p *pass) strays(ctx context.Context, children []*api.JobListStub) {
 		if s.ParentID == "" || !strings.HasPrefix(s.ParentID, "mediajobs-") || s.Stop || s.Status == "dead" {
 			continue
 		}
-		id, attempt, ok := ParseChildID(s.ID)
+		id, attempt, ok := mj.ParseChildID(s.ID)
 		if !ok {
 			continue
 		}

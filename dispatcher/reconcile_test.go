@@ -108,7 +108,7 @@ func fixJob(t *testing.T, d *Dispatcher, j *mj.Job) {
 // the next reconcile, with the store back, settles it from the runner's result.
 func TestResultReadErrorLeavesTheJob(t *testing.T) {
 	id := "00000000-0000-4000-8000-0000000000a1"
-	child := "mediajobs-cpu/dispatch-" + childPrefix(id, 1) + "-1-abc"
+	child := "mediajobs-cpu/dispatch-" + mj.ChildPrefix(id, 1) + "-1-abc"
 	nomad := &fakeJobs{children: map[string][]*api.AllocationListStub{
 		child: {{ID: "a1", JobID: child, ClientStatus: "complete"}},
 	}}
@@ -130,7 +130,7 @@ func TestResultReadErrorLeavesTheJob(t *testing.T) {
 
 	blobs.mu.Lock()
 	blobs.err = nil
-	blobs.data[runScope(id, 1)+"result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true, InputBytes: 3})
+	blobs.data[mj.RunScope(id, 1)+"result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true, InputBytes: 3})
 	blobs.mu.Unlock()
 	d.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusSucceeded || j.TotalInputBytes != 3 {
@@ -141,7 +141,7 @@ func TestResultReadErrorLeavesTheJob(t *testing.T) {
 // Not found still means "no result": the worker crashed, and the job is retried.
 func TestResultNotFoundRetries(t *testing.T) {
 	id := "00000000-0000-4000-8000-0000000000a2"
-	child := "mediajobs-cpu/dispatch-" + childPrefix(id, 1) + "-1-abc"
+	child := "mediajobs-cpu/dispatch-" + mj.ChildPrefix(id, 1) + "-1-abc"
 	nomad := &fakeJobs{children: map[string][]*api.AllocationListStub{
 		child: {{ID: "a1", JobID: child, ClientStatus: "failed"}},
 	}}
@@ -156,8 +156,8 @@ func TestResultNotFoundRetries(t *testing.T) {
 // A retried attempt of a running job is timed from its own start, not attempt 1's.
 func TestRetriedAttemptTimeoutFromItsOwnStart(t *testing.T) {
 	id := "00000000-0000-4000-8000-0000000000a3"
-	child1 := "mediajobs-cpu/dispatch-" + childPrefix(id, 1) + "-1-abc"
-	child2 := "mediajobs-cpu/dispatch-" + childPrefix(id, 2) + "-2-abc"
+	child1 := "mediajobs-cpu/dispatch-" + mj.ChildPrefix(id, 1) + "-1-abc"
+	child2 := "mediajobs-cpu/dispatch-" + mj.ChildPrefix(id, 2) + "-2-abc"
 	nomad := &fakeJobs{children: map[string][]*api.AllocationListStub{}} // child1 vanished
 	d, ctx := fixDispatcher(t, 3, nomad, &fakeBlobs{})
 	now := time.Now().UTC()

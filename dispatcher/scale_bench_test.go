@@ -141,7 +141,7 @@ func (e *benchEnv) churn() {
 			e.n.setChild(child(id, 1), &api.AllocationListStub{ID: allocID(n), ClientStatus: "complete", CreateTime: now.UnixNano(),
 				ModifyTime: now.UnixNano(), TaskStates: exitedState(now.Add(-time.Minute), now)})
 			e.blobs.mu.Lock()
-			e.blobs.data[runScope(id, 1)+allocID(n)+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true,
+			e.blobs.data[mj.RunScope(id, 1)+allocID(n)+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true,
 				Outputs: []mj.Output{{Name: "out.mp4", Size: 1 << 20}}})
 			e.blobs.mu.Unlock()
 		default: // vanished: the double never knew it
@@ -203,7 +203,7 @@ func (e *benchEnv) eventSet(index uint64) ([]doubleBatch, int) {
 		jobs = append(jobs, jobAlloc{id, n})
 		e.n.setChild(child(id, 1))
 		e.blobs.mu.Lock()
-		e.blobs.data[runScope(id, 1)+allocID(n)+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true,
+		e.blobs.data[mj.RunScope(id, 1)+allocID(n)+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true,
 			Outputs: []mj.Output{{Name: "out.mp4", Size: 1 << 20}}})
 		e.blobs.mu.Unlock()
 		return &mj.Job{Status: mj.StatusQueued, NomadJobID: child(id, 1), DispatchedAt: &now}

@@ -99,8 +99,8 @@ func (g *gatedBlobs) ReadAll(ctx context.Context, key string) ([]byte, error) {
 func TestSlowEventHoldsTheWatermark(t *testing.T) {
 	a, b, c := uuidN(1), uuidN(2), uuidN(3)
 	blobs := &gatedBlobs{fakeBlobs: &fakeBlobs{data: map[string][]byte{
-		runScope(b, 1) + "alloc-b/result.json": mustJSON(mj.Result{JobID: b, Attempt: 1, Succeeded: true}),
-	}}, key: runScope(b, 1) + "alloc-b/result.json", gate: make(chan struct{})}
+		mj.RunScope(b, 1) + "alloc-b/result.json": mustJSON(mj.Result{JobID: b, Attempt: 1, Succeeded: true}),
+	}}, key: mj.RunScope(b, 1) + "alloc-b/result.json", gate: make(chan struct{})}
 	d, ctx := fixDispatcher(t, 1, &fakeJobs{}, blobs)
 	for _, id := range []string{a, b, c} {
 		fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, NomadJobID: child(id, 1), Attempt: 1})
@@ -175,7 +175,7 @@ func scenario(t *testing.T, d *Dispatcher, n *nomadDouble, blobs *fakeBlobs) map
 	}
 	exited := map[string]*api.TaskState{"runner": {State: "dead", FinishedAt: now.Add(-time.Hour), Events: []*api.TaskEvent{{Type: api.TaskTerminated, ExitCode: 0}}}}
 	result := func(id string) {
-		blobs.data[runScope(id, 1)+"result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true, InputBytes: 7})
+		blobs.data[mj.RunScope(id, 1)+"result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true, InputBytes: 7})
 	}
 
 	// Running, and Nomad agrees: nothing to do.
@@ -389,7 +389,7 @@ func TestEventLoopAppliesEveryJobsEvents(t *testing.T) {
 		id := uuidN(i + 1)
 		fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, NomadJobID: child(id, 1), Attempt: 1, DispatchedAt: &now, TimeoutSeconds: 600})
 		n.setChild(child(id, 1), &api.AllocationListStub{ID: fmt.Sprintf("11111111-2222-4333-8444-%012d", i), ClientStatus: "pending", CreateTime: now.UnixNano()})
-		blobs.data[runScope(id, 1)+fmt.Sprintf("11111111-2222-4333-8444-%012d", i)+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true})
+		blobs.data[mj.RunScope(id, 1)+fmt.Sprintf("11111111-2222-4333-8444-%012d", i)+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true})
 	}
 	n.publish(batches...)
 	ctx, cancel := context.WithCancel(context.Background())

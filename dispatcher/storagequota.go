@@ -110,8 +110,8 @@ func (d *Dispatcher) sweepStorage(ctx context.Context, now time.Time) {
 	}
 	ttl, defaults := d.Config.Server.TmpFileTTLD, limitDefaults(d.Config.Limits)
 	deleted := 0
-	err := sb.Each(ctx, "tmp/", func(key string, size int64, mod time.Time) error {
-		acct, id, ok := store.TmpFileKey(key)
+	err := sb.Each(ctx, mj.TmpDir, func(key string, size int64, mod time.Time) error {
+		acct, id, ok := mj.ParseTmpKey(key)
 		if !ok || !mod.Add(ttl).After(now) {
 			return nil // not a temporary file's key, or expired: the sweep deletes it
 		}

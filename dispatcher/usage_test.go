@@ -36,10 +36,10 @@ func TestUsageCountedOnceForTheAppliedAttempt(t *testing.T) {
 	}
 	// Both attempts report; attempt 1's worker was not dead after all.
 	late := mj.Usage{WallSeconds: 100, CPUSeconds: 100}
-	blobs.data[runScope(id, 1)+a1+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: a1, Succeeded: true, InputBytes: 1000,
+	blobs.data[mj.RunScope(id, 1)+a1+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: a1, Succeeded: true, InputBytes: 1000,
 		Outputs: []mj.Output{{Name: "out.mp4", Size: 1}}, Usage: &late})
 	u2 := mj.Usage{WallSeconds: 2.5, CPUSeconds: 3.25, InputBytes: 1, OutputBytes: 1}
-	blobs.data[runScope(id, 2)+a2+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 2, AllocID: a2, Succeeded: true, InputBytes: 700,
+	blobs.data[mj.RunScope(id, 2)+a2+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 2, AllocID: a2, Succeeded: true, InputBytes: 700,
 		Outputs: []mj.Output{{Name: "out.mp4", Size: 300}}, Usage: &u2})
 
 	jobsBefore := testutil.ToFloat64(metrics.UsageJobs.WithLabelValues("cpu"))

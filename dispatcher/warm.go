@@ -12,7 +12,6 @@ import (
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
 )
@@ -211,7 +210,7 @@ func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.P
 		return long, err
 	}
 	run := &store.WarmRun{Run: uuid.NewString(), JobID: id, Attempt: attempt, Pool: pool.Name, Alloc: w.Alloc, Lease: w.Lease, Manifest: payload, Long: long}
-	child := store.WarmChild(run.Run)
+	child := mj.WarmChild(run.Run)
 	now := time.Now().UTC()
 	nj, err := ws.OfferWarm(ctx, id, w, run, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != "" || max(j.Attempt, 1) != attempt {
@@ -219,7 +218,7 @@ func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.P
 		}
 		j.NomadJobID, j.Attempt, j.DispatchedAt, j.PlacementReason, j.WaitingForCapacity = child, attempt, &now, "", false
 		j.AttemptStartedAt = nil
-		j.Worker = &mj.Worker{Path: mj.WorkerWarm, NomadJobID: jobspecs.WarmJobID(pool.Name), AllocationID: w.Alloc}
+		j.Worker = &mj.Worker{Path: mj.WorkerWarm, NomadJobID: mj.WarmJobID(pool.Name), AllocationID: w.Alloc}
 		j.StatusDetail = "handed to warm runner " + w.Alloc
 		if attempt > 1 {
 			j.StatusDetail = fmt.Sprintf("attempt %d: %s", attempt, j.StatusDetail)
@@ -239,7 +238,7 @@ func (d *Dispatcher) offerWarm(ctx context.Context, ws warmStore, pool *config.P
 // backstop's, a cancel's wall time) starts now, on the dispatcher's clock as a
 // Nomad child's does.
 func (d *Dispatcher) warmStarted(ctx context.Context, r store.WarmRun) {
-	child := store.WarmChild(r.Run)
+	child := mj.WarmChild(r.Run)
 	j, err := d.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child || j.AttemptStartedAt != nil {
 			return errSkip
@@ -372,7 +371,7 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 	}
 	var ids []string
 	for id, child := range active {
-		if _, warm := store.WarmRunOfChild(child); warm {
+		if _, warm := mj.WarmRunOfChild(child); warm {
 			ids = append(ids, id)
 		}
 	}
@@ -387,7 +386,7 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 		if j == nil {
 			continue
 		}
-		run, warm := store.WarmRunOfChild(j.NomadJobID)
+		run, warm := mj.WarmRunOfChild(j.NomadJobID)
 		if !warm || j.Status.Terminal() {
 			continue
 		}
@@ -422,9 +421,9 @@ func workerAlloc(j *mj.Job) string {
 // own prefix, or, without one, a retry. The done key goes once applied (or once
 // the job is past the run).
 func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.WarmDone) {
-	child := store.WarmChild(wd.Run)
+	child := mj.WarmChild(wd.Run)
 	var r *mj.Result
-	prefix := runScope(wd.JobID, wd.Attempt) + wd.Run + "/"
+	prefix := mj.RunScope(wd.JobID, wd.Attempt) + wd.Run + "/"
 	if wd.Outcome == "reported" {
 		var err error
 		if r, err = d.resultAt(ctx, wd.JobID, wd.Attempt, prefix); err != nil {
@@ -495,8 +494,8 @@ func (d *Dispatcher) warmLapsed(ctx context.Context, ws warmStore, r store.WarmR
 	if wd, err := ws.WarmDoneOf(ctx, r.Run); err != nil || wd != nil {
 		return // it reported after all (applied from its done key), or etcd cannot say
 	}
-	child := store.WarmChild(r.Run)
-	prefix := runScope(r.JobID, r.Attempt) + r.Run + "/"
+	child := mj.WarmChild(r.Run)
+	prefix := mj.RunScope(r.JobID, r.Attempt) + r.Run + "/"
 	res, err := d.resultAt(ctx, r.JobID, r.Attempt, prefix)
 	if err != nil {
 		d.resultUnreadable(ctx, r.JobID, r.Attempt, child, err)

@@ -265,7 +265,7 @@ func TestWarmHandWarm(t *testing.T) {
 		}
 		// Handed over, not started yet: the attempt has no start.
 		j := e.get(tc.id)
-		if j.Status != mj.StatusQueued || j.NomadJobID != store.WarmChild(run.Run) || j.Attempt != 1 || j.StartedAt != nil || j.AttemptStart() != nil ||
+		if j.Status != mj.StatusQueued || j.NomadJobID != mj.WarmChild(run.Run) || j.Attempt != 1 || j.StartedAt != nil || j.AttemptStart() != nil ||
 			j.Worker == nil || j.Worker.Path != mj.WorkerWarm || j.Worker.AllocationID != tc.w.Alloc || j.Worker.NomadJobID != "mediajobs-cpu-warm" ||
 			!strings.Contains(j.StatusDetail, "handed to warm runner "+tc.w.Alloc) || e.queued(tc.id) {
 			t.Fatalf("job handed to %s: %s child %q attempt %d worker %+v %q queued %v", tc.w.Alloc, j.Status, j.NomadJobID, j.Attempt, j.Worker, j.StatusDetail, e.queued(tc.id))
@@ -316,7 +316,7 @@ func TestWarmDoneReported(t *testing.T) {
 	run := e.handed(entry)
 	prefix := "jobs/" + entry.ID + "/1/" + run.Run + "/"
 	// A result at the attempt's prefix, not the run's, is not this run's.
-	e.put(runScope(entry.ID, 1)+"result.json", mj.Result{JobID: entry.ID, Attempt: 1, ErrorMessage: "not this run's"})
+	e.put(mj.RunScope(entry.ID, 1)+"result.json", mj.Result{JobID: entry.ID, Attempt: 1, ErrorMessage: "not this run's"})
 	e.put(prefix+"result.json", mj.Result{JobID: entry.ID, Attempt: 1, Succeeded: true, InputBytes: 7,
 		Outputs: []mj.Output{{Name: "out.mp4", Size: 5}}})
 	wd := e.finish(run, "reported")
@@ -339,7 +339,7 @@ func TestWarmDoneReported(t *testing.T) {
 	run2 := e.handed(entry2)
 	wd2 := e.finish(run2, "reported")
 	e.d.applyWarmDone(e.ctx, e.s, wd2)
-	if j := e.get(entry2.ID); j.Attempt != 1 || j.NomadJobID != store.WarmChild(run2.Run) || !e.doneKey(run2.Run) {
+	if j := e.get(entry2.ID); j.Attempt != 1 || j.NomadJobID != mj.WarmChild(run2.Run) || !e.doneKey(run2.Run) {
 		t.Fatalf("a result reported and not readable yet was not waited for: attempt %d child %q %q", j.Attempt, j.NomadJobID, j.StatusDetail)
 	}
 	e.d.clock = func() time.Time { return wd2.At.Add(resultGrace + time.Second) }
@@ -374,7 +374,7 @@ func TestWarmDoneStoppedRetriesOnce(t *testing.T) {
 	e.retriedOnce(entry.ID, "gave it back without a result")
 	// The next attempt is handed over as any job.
 	run2 := e.handed(entry)
-	if j := e.get(entry.ID); run2.Attempt != 2 || j.Attempt != 2 || j.NomadJobID != store.WarmChild(run2.Run) || !strings.HasPrefix(j.StatusDetail, "attempt 2") {
+	if j := e.get(entry.ID); run2.Attempt != 2 || j.Attempt != 2 || j.NomadJobID != mj.WarmChild(run2.Run) || !strings.HasPrefix(j.StatusDetail, "attempt 2") {
 		t.Fatalf("attempt 2 handed over: run %+v job attempt %d child %q %q", run2, j.Attempt, j.NomadJobID, j.StatusDetail)
 	}
 }
@@ -405,7 +405,7 @@ func TestWarmLapsedRetriesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.d.warmLapsed(e.ctx, e.s, run2)
-	if j := e.get(entry2.ID); j.Attempt != 1 || j.NomadJobID != store.WarmChild(run2.Run) {
+	if j := e.get(entry2.ID); j.Attempt != 1 || j.NomadJobID != mj.WarmChild(run2.Run) {
 		t.Fatalf("a run that reported was retried for its lapse: attempt %d child %q %q", j.Attempt, j.NomadJobID, j.StatusDetail)
 	}
 	e.d.applyWarmDone(e.ctx, e.s, wd)
@@ -459,10 +459,10 @@ func TestWarmSweepFindsMissedEnds(t *testing.T) {
 	if e.doneKey(endedRun.Run) {
 		t.Fatal("the sweep left the done key it applied")
 	}
-	if j := e.get(live.ID); j.Status != mj.StatusRunning || j.Attempt != 1 || j.NomadJobID != store.WarmChild(liveRun.Run) {
+	if j := e.get(live.ID); j.Status != mj.StatusRunning || j.Attempt != 1 || j.NomadJobID != mj.WarmChild(liveRun.Run) {
 		t.Fatalf("the sweep moved a live run: %s attempt %d child %q %q", j.Status, j.Attempt, j.NomadJobID, j.StatusDetail)
 	}
-	if j := e.get(unseen.ID); j.Status != mj.StatusRunning || j.AttemptStartedAt == nil || j.NomadJobID != store.WarmChild(unseenRun.Run) {
+	if j := e.get(unseen.ID); j.Status != mj.StatusRunning || j.AttemptStartedAt == nil || j.NomadJobID != mj.WarmChild(unseenRun.Run) {
 		t.Fatalf("the sweep missed a run's start: %s attempt started %v child %q %q", j.Status, j.AttemptStartedAt, j.NomadJobID, j.StatusDetail)
 	}
 	// Swept again: nothing is retried twice.
@@ -776,7 +776,7 @@ func TestBackedOffPoolStillFeedsItsWarmRunners(t *testing.T) {
 	}
 	testenv.Eventually(t, 30*time.Second, "the job handed to the waiting runner", func() bool {
 		e.d.dispatchPools(e.ctx) // the queue index loads in the background
-		_, warm := store.WarmRunOfChild(e.get(short.ID).NomadJobID)
+		_, warm := mj.WarmRunOfChild(e.get(short.ID).NomadJobID)
 		return warm
 	})
 	if e.d.backoff.left("cpu", e.d.now()) <= 0 {

@@ -9,7 +9,6 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/command"
 	"github.com/mediajobs/mediajobs/config"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/store"
 )
 
@@ -89,7 +88,7 @@ func commandSpec(cfg *config.Config, pool *config.Pool, j *mj.Job) command.Spec 
 }
 
 func poolPlacement(p *config.Pool) placement {
-	pl := placement{Machine: p.Name, NomadJob: jobspecs.JobID(p.Name), Driver: p.Driver, Datacenters: p.Datacenters,
+	pl := placement{Machine: p.Name, NomadJob: mj.PoolJobID(p.Name), Driver: p.Driver, Datacenters: p.Datacenters,
 		NodePool: p.NodePool, CPU: p.CPU, MemoryMB: p.Memory, DiskMB: p.Disk, GPUs: p.GPUs(), Constraints: []constraint{}}
 	if p.GPU != nil {
 		pl.GPUModel, pl.GPUMemoryMB = p.GPU.Model, p.GPU.MinMemoryMB

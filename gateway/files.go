@@ -196,7 +196,7 @@ func (g *Gateway) createTmpFile(c *fiber.Ctx) error {
 		return err
 	}
 	id := uuid.NewString()
-	key := "tmp/" + account(c) + "/" + id
+	key := mj.TmpKey(account(c), id)
 	exp := g.Now().Add(g.Config.Server.TmpFileTTLD)
 	if err := g.reserveTmp(c.UserContext(), account(c), id, key, size, exp); err != nil {
 		return err

@@ -106,7 +106,7 @@ func (g *Gateway) tmpUploadURL(ctx context.Context, key string, size int64, exp 
 // exactly its size (refused otherwise), anything else max_upload_bytes.
 func (g *Gateway) uploadMax(c *fiber.Ctx, key string) (int64, error) {
 	max := g.Config.Server.MaxUploadBytes
-	acct, id, ok := store.TmpFileKey(key)
+	acct, id, ok := mj.ParseTmpKey(key)
 	if !ok {
 		return max, nil
 	}
@@ -138,7 +138,7 @@ func (g *Gateway) tmpKey(ctx context.Context, u string) (string, bool) {
 			return "", false
 		}
 	}
-	_, _, ok := store.TmpFileKey(key)
+	_, _, ok := mj.ParseTmpKey(key)
 	return key, ok
 }
 
@@ -161,7 +161,7 @@ func (g *Gateway) claimInputs(ctx context.Context, j *mj.Job) error {
 		if err != nil {
 			return err
 		}
-		acct, id, _ := store.TmpFileKey(key)
+		acct, id, _ := mj.ParseTmpKey(key)
 		err = sl.ClaimTmpFile(ctx, acct, id, key, size, mod.Add(g.Config.Server.TmpFileTTLD), g.Config.Server.MaxUploadBytes, g.limitDefaults())
 		if !store.Deletable(err) {
 			return err

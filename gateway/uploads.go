@@ -11,7 +11,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/workload"
 )
 
@@ -249,7 +248,7 @@ func (g *Gateway) uploaderIdentity(c *fiber.Ctx, j *mj.Job) (*workload.Claims, e
 		if claims.JobID != w.NomadJobID || claims.AllocationID != w.AllocationID {
 			return nil, notRunning
 		}
-	case claims.JobID != jobspecs.JobID(j.Machine):
+	case claims.JobID != mj.PoolJobID(j.Machine):
 		return nil, notRunning
 	case claims.AllocationID == w.AllocationID:
 	case auth.Allocs == nil:

@@ -11,7 +11,6 @@ import (
 	"github.com/gofiber/fiber/v2"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/workload"
 )
@@ -143,7 +142,7 @@ func (g *Gateway) warmCall(c *fiber.Ctx, poll bool) (*warmCaller, error) {
 	if poll && warm == nil || req.Pool == "" {
 		return nil, mj.Errorf(mj.ENotFound, "pool %q has no warm runners", mj.Clip(req.Pool, 64))
 	}
-	if want := jobspecs.WarmJobID(req.Pool); claims.JobID != want {
+	if want := mj.WarmJobID(req.Pool); claims.JobID != want {
 		return nil, mj.Errorf(mj.EForbidden, "the identity is of Nomad job %q, not of pool %s's warm runners (%s)", claims.JobID, mj.Clip(req.Pool, 64), want)
 	}
 	if ns := g.nomadNamespace(); claims.Namespace != "" && claims.Namespace != ns {
@@ -297,7 +296,7 @@ func (g *Gateway) warmRenew(c *fiber.Ctx) error {
 			return err
 		}
 	}
-	child := store.WarmChild(run.Run)
+	child := mj.WarmChild(run.Run)
 	gone := func(j *mj.Job) bool { return j.Status.Terminal() || j.NomadJobID != child }
 	wctx, cancel := context.WithTimeout(c.UserContext(), renewHold(ttl))
 	defer cancel()

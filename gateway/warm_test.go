@@ -263,7 +263,7 @@ func (w *warmHarness) offer(idle store.WarmIdle, id string) (*store.WarmRun, err
 		Manifest: json.RawMessage(`{"job_id":"` + id + `","attempt":1}`)}
 	_, err := w.s.OfferWarm(context.Background(), id, idle, run, func(j *mj.Job) error {
 		now := time.Now().UTC()
-		j.NomadJobID, j.Attempt, j.Status = store.WarmChild(run.Run), 1, mj.StatusRunning
+		j.NomadJobID, j.Attempt, j.Status = mj.WarmChild(run.Run), 1, mj.StatusRunning
 		j.StartedAt, j.AttemptStartedAt, j.DispatchedAt = &now, &now, &now
 		j.Worker = &mj.Worker{Path: mj.WorkerWarm, NomadJobID: "mediajobs-cpu-warm", AllocationID: idle.Alloc}
 		return nil

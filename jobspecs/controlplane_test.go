@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/testenv"
 )
@@ -307,7 +308,7 @@ func runControlPlane(t *testing.T, agent *testenv.Nomad, items api.VariableItems
 			}
 			b.WriteString("\n")
 		}
-		_, _, err = jobs.Info(JobID("cpu"), nil)
+		_, _, err = jobs.Info(mj.PoolJobID("cpu"), nil)
 		fmt.Fprintf(&b, "  mediajobs-cpu: %v\n", err)
 		last = b.String()
 		return healthy == 2 && err == nil

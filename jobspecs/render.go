@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
 )
 
@@ -38,7 +39,7 @@ func Render(pool *config.Pool, runnerCommand string) (Rendered, error) {
 	vars := poolVars(pool, cmd, runnerCommand)
 	vars["image"] = quote(pool.Image)
 	vars["cpu"], vars["memory"], vars["disk"] = strconv.Itoa(pool.CPU), strconv.Itoa(pool.Memory), strconv.Itoa(pool.Disk)
-	return Rendered{JobID: JobID(pool.Name), HCL: string(src), Variables: varFile(vars)}, nil
+	return Rendered{JobID: mj.PoolJobID(pool.Name), HCL: string(src), Variables: varFile(vars)}, nil
 }
 
 // poolVars are the variables both jobspecs of a pool take from it: where its
@@ -64,12 +65,6 @@ func poolVars(pool *config.Pool, cmd, runnerCommand string) map[string]string {
 	}
 }
 
-// JobID is the Nomad ID of a pool's parameterized job.
-func JobID(pool string) string { return "mediajobs-" + pool }
-
-// WarmJobID is the Nomad ID of a pool's warm runners' service job.
-func WarmJobID(pool string) string { return "mediajobs-" + pool + "-warm" }
-
 // RenderWarm returns the service job of a warm pool's runners (warm.nomad.hcl) and
 // its variables; controlURL is where the runners lease jobs (server.public_url).
 // The pool's defaults must be applied (config.Finish): its warm block's values
@@ -90,7 +85,7 @@ func RenderWarm(pool *config.Pool, runnerCommand, controlURL string) (Rendered, 
 	vars["control_url"] = quote(controlURL)
 	vars["count"], vars["min"], vars["max"] = strconv.Itoa(w.Count), strconv.Itoa(w.Min), strconv.Itoa(w.Max)
 	vars["cpu"], vars["memory"], vars["disk"] = strconv.Itoa(w.CPU), strconv.Itoa(w.Memory), strconv.Itoa(w.Disk)
-	return Rendered{JobID: WarmJobID(pool.Name), HCL: string(src), Variables: varFile(vars)}, nil
+	return Rendered{JobID: mj.WarmJobID(pool.Name), HCL: string(src), Variables: varFile(vars)}, nil
 }
 
 func varFile(vars map[string]string) string {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
+	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/testenv"
 )
@@ -34,7 +35,7 @@ func TestRenderWarmGolden(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if r.JobID != "mediajobs-"+name+"-warm" || r.JobID != WarmJobID(name) {
+		if r.JobID != "mediajobs-"+name+"-warm" || r.JobID != mj.WarmJobID(name) {
 			t.Errorf("JobID = %q", r.JobID)
 		}
 		matchGolden(t, filepath.Join("testdata", name+".warm.vars.hcl"), r.Variables)

@@ -65,7 +65,7 @@ func (s *Store) PoolInFlight(ctx context.Context, pool string) (byAccount map[st
 		if slash := strings.LastIndexByte(rest, '/'); slash >= 0 {
 			byAccount[rest[:slash]]++
 		}
-		if !strings.HasPrefix(string(kv.Value), WarmChildPrefix) {
+		if !strings.HasPrefix(string(kv.Value), mj.WarmChildPrefix) {
 			total++
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -486,16 +485,4 @@ func (s *Store) ClaimTmpFile(ctx context.Context, account, id, key string, size 
 func Deletable(err error) bool {
 	c := mj.ErrorCode(err)
 	return c == mj.EPayloadTooLarge || c == mj.EQuotaExceeded
-}
-
-// TmpFileKey splits a temporary file's blob key, tmp/<account>/<id>.
-func TmpFileKey(key string) (account, id string, ok bool) {
-	parts := strings.Split(key, "/")
-	if len(parts) != 3 || parts[0] != "tmp" || parts[1] == "" {
-		return "", "", false
-	}
-	if _, err := uuid.Parse(parts[2]); err != nil {
-		return "", "", false
-	}
-	return parts[1], parts[2], true
 }

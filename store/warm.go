@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
@@ -23,16 +22,6 @@ import (
 //
 // A run key that goes without a done key (the lease lapsed: runner killed, node
 // lost, partition) sends the job back to the queue as a new attempt.
-
-// WarmChildPrefix starts the child a job records (Job.NomadJobID, the active
-// set's value) while a warm runner has it: "warm:<run>". No Nomad job has it.
-const WarmChildPrefix = "warm:"
-
-// WarmChild is the child recorded for run.
-func WarmChild(run string) string { return WarmChildPrefix + run }
-
-// WarmRunOfChild is the run of a warm child, ok false for a Nomad child.
-func WarmRunOfChild(child string) (string, bool) { return strings.CutPrefix(child, WarmChildPrefix) }
 
 // WarmIdle is a runner waiting for a job.
 type WarmIdle struct {

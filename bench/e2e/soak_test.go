@@ -24,7 +24,6 @@ import (
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/client"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -732,7 +731,7 @@ func soakQuiet(ctx context.Context, e *env) error {
 	for {
 		var live []string
 		for _, pool := range []string{"cpu", warmPool} {
-			stubs, _, err := e.rawJobs.PrefixList(jobspecs.JobID(pool) + "/")
+			stubs, _, err := e.rawJobs.PrefixList(mj.PoolJobID(pool) + "/")
 			if err != nil {
 				return err
 			}
@@ -749,7 +748,7 @@ func soakQuiet(ctx context.Context, e *env) error {
 		if time.Now().After(deadline) {
 			// The runners' logs say what a busy one is doing.
 			var logs strings.Builder
-			stubs, _, _ := e.rawJobs.Allocations(jobspecs.WarmJobID(warmPool), false, nil)
+			stubs, _, _ := e.rawJobs.Allocations(mj.WarmJobID(warmPool), false, nil)
 			for _, a := range stubs {
 				if a.ClientStatus == "running" {
 					logs.WriteString(tail(e.nomad.TaskLogs(a.ID, "runner"), 3000))

@@ -13,7 +13,6 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/gateway"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/workload"
 )
 
@@ -72,7 +71,7 @@ func (n nomadAllocs) AllocStatus(ctx context.Context, id string) (string, string
 // n allocations run, none other is pending or stopping, and n runners wait for
 // work: nothing measured waits for a runner to start or pays for one stopping.
 func (e *env) scaleWarm(ctx context.Context, n int) error {
-	id := jobspecs.WarmJobID(warmPool)
+	id := mj.WarmJobID(warmPool)
 	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		// Nomad refuses to scale a service job while its last deployment (the

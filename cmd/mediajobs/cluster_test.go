@@ -22,7 +22,6 @@ import (
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/gateway"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
 )
@@ -140,7 +139,7 @@ pool "cpu" {
 	}
 	for _, p := range cfg.Pools {
 		if p.Warm != nil { // its runners would poll this test's gateway forever
-			t.Cleanup(func() { nomad.Client.Jobs().Deregister(jobspecs.WarmJobID(p.Name), true, nil) })
+			t.Cleanup(func() { nomad.Client.Jobs().Deregister(mj.WarmJobID(p.Name), true, nil) })
 		}
 	}
 	app := g.App()

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/nomad/api"
-	"github.com/mediajobs/mediajobs/jobspecs"
+	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/testenv"
 )
 
@@ -21,7 +21,7 @@ const warmPool = "short"
 // warmAllocs lists the running allocations of the warm pool's service job.
 func warmAllocs(t *testing.T) []*api.AllocationListStub {
 	t.Helper()
-	stubs, _, err := agent.Client.Jobs().Allocations(jobspecs.WarmJobID(warmPool), false, nil)
+	stubs, _, err := agent.Client.Jobs().Allocations(mj.WarmJobID(warmPool), false, nil)
 	if err != nil {
 		return nil
 	}
@@ -40,7 +40,7 @@ func warmLogs(t *testing.T) {
 		if !t.Failed() {
 			return
 		}
-		stubs, _, _ := agent.Client.Jobs().Allocations(jobspecs.WarmJobID(warmPool), true, nil)
+		stubs, _, _ := agent.Client.Jobs().Allocations(mj.WarmJobID(warmPool), true, nil)
 		for _, a := range stubs {
 			t.Logf("allocation %s: %s (desired %s)\n%s", a.ID, a.ClientStatus, a.DesiredStatus, agent.TaskLogs(a.ID, "runner"))
 		}
@@ -102,7 +102,7 @@ func TestWarmJobEndToEnd(t *testing.T) {
 		w, _ := job["worker"].(map[string]any)
 		switch path {
 		case "warm":
-			if w["path"] != "warm" || w["nomad_job_id"] != jobspecs.WarmJobID(warmPool) || !ids[fmt.Sprint(w["allocation_id"])] {
+			if w["path"] != "warm" || w["nomad_job_id"] != mj.WarmJobID(warmPool) || !ids[fmt.Sprint(w["allocation_id"])] {
 				t.Fatalf("job %s: worker = %v; want a warm runner, one of %v", id, w, ids)
 			}
 		case "dispatch":
@@ -355,9 +355,9 @@ pool "clwarm" {
 	}
 	// This installation shares the Nomad agent with the shared stack, whose warm
 	// pool it does not configure: its dispatchers must leave those runners be.
-	other, _, err := agent.Client.Jobs().Info(jobspecs.WarmJobID(warmPool), nil)
+	other, _, err := agent.Client.Jobs().Info(mj.WarmJobID(warmPool), nil)
 	if err != nil || other.Stop != nil && *other.Stop {
-		t.Fatalf("the other installation's warm job %s was stopped (err %v)", jobspecs.WarmJobID(warmPool), err)
+		t.Fatalf("the other installation's warm job %s was stopped (err %v)", mj.WarmJobID(warmPool), err)
 	}
 }
 
@@ -366,7 +366,7 @@ pool "clwarm" {
 func scaleWarm(t *testing.T, n int) {
 	t.Helper()
 	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("Nomad to scale the warm job to %d", n), func() bool {
-		_, _, err := agent.Client.Jobs().Scale(jobspecs.WarmJobID(warmPool), "warm", &n, "warm_e2e_test", false, nil, nil)
+		_, _, err := agent.Client.Jobs().Scale(mj.WarmJobID(warmPool), "warm", &n, "warm_e2e_test", false, nil, nil)
 		return err == nil
 	})
 }
@@ -385,7 +385,7 @@ func TestWarmScaleWithJobsInFlight(t *testing.T) {
 	// Nomad refuses to scale while a deployment of the job runs: let the last
 	// one finish before the jobs start, so the scale lands while they run.
 	testenv.Eventually(t, 120*time.Second, "the warm job's deployment to finish", func() bool {
-		d, _, err := agent.Client.Jobs().LatestDeployment(jobspecs.WarmJobID(warmPool), nil)
+		d, _, err := agent.Client.Jobs().LatestDeployment(mj.WarmJobID(warmPool), nil)
 		return err == nil && (d == nil || d.Status != "running")
 	})
 	a := slowWarmJob(t, fmt.Sprintf("scaleA%d", time.Now().UnixNano()))

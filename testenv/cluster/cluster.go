@@ -27,7 +27,6 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
-	"github.com/mediajobs/mediajobs/jobspecs"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -602,7 +601,7 @@ func (c *Cluster) WaitGateway(ctx context.Context, i int, timeout time.Duration)
 }
 
 // WarmJobID is the Nomad service job of WarmPool's runners.
-var WarmJobID = jobspecs.WarmJobID(WarmPool)
+var WarmJobID = mj.WarmJobID(WarmPool)
 
 // WaitWarm waits until all WarmRunners runners wait for work (each holds a
 // poll, so its idle key is in etcd).
