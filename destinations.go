@@ -1,10 +1,5 @@
 package mediajobs
 
-import (
-	"net/url"
-	"strings"
-)
-
 // Destinations are where a job's outputs also go (output_destinations): per
 // output, a presigned PUT URL the user controls (docs/api.md#output-destinations).
 // A URL is a credential: they are stored under a key of their own
@@ -57,49 +52,6 @@ func SentOnlyBytes(outs []Output) int64 {
 // (frame_%04d.png) and no %v. Only such an output may have a destination.
 func SingleFile(name string) bool {
 	return !counterRe.MatchString(name) && !variantRe.MatchString(name)
-}
-
-// ShownURL is raw with only its scheme, host and path: no user, query or
-// fragment, which may hold a signature or a token; clipped to MaxShownURLBytes.
-func ShownURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" {
-		return "(not a URL)"
-	}
-	return Clip(u.Scheme+"://"+u.Host+u.EscapedPath(), MaxShownURLBytes)
-}
-
-// RedactURL removes raw's query values and its user info from s wherever they
-// appear (an error message, a response body quoting the request), and raw
-// itself in favour of ShownURL(raw).
-func RedactURL(s, raw string) string {
-	if raw == "" {
-		return s
-	}
-	s = strings.ReplaceAll(s, raw, ShownURL(raw))
-	u, err := url.Parse(raw)
-	if err != nil {
-		return s
-	}
-	if u.RawQuery != "" {
-		s = strings.ReplaceAll(s, u.RawQuery, "…")
-	}
-	var secrets []string
-	for _, vs := range u.Query() {
-		secrets = append(secrets, vs...)
-	}
-	if p, ok := u.User.Password(); ok {
-		secrets = append(secrets, p)
-	}
-	for _, v := range secrets {
-		if len(v) >= 8 { // short values (a date, "3600") are no secret and common words
-			s = strings.ReplaceAll(s, v, "[redacted]")
-			if e := url.QueryEscape(v); e != v {
-				s = strings.ReplaceAll(s, e, "[redacted]")
-			}
-		}
-	}
-	return s
 }
 
 // boundDeliveries keeps the deliveries of at most MaxDestinations outputs, their

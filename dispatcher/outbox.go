@@ -6,7 +6,6 @@ import (
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
-	"github.com/mediajobs/mediajobs/logging"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/webhook"
@@ -295,8 +294,8 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 	if res.Err != nil {
 		outcome = "failed"
 		// The URL may be the receiver's credential (Zapier, Make, n8n): host only.
-		d.Log.Warn("webhook not delivered", "job", id, "url", logging.RedactURL(j.WebhookURL), "attempts", res.Attempts,
-			"err", logging.RedactError(res.Err, j.WebhookURL))
+		d.Log.Warn("webhook not delivered", "job", id, "url", mj.HostOnlyURL(j.WebhookURL), "attempts", res.Attempts,
+			"err", mj.RedactHostOnly(res.Err.Error(), j.WebhookURL))
 	}
 	metrics.Webhooks.WithLabelValues(outcome).Inc()
 	if j.FinishedAt != nil {

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
-	"sort"
 	"strings"
 )
 
@@ -72,50 +70,4 @@ func (h *handler) WithAttrs(as []slog.Attr) slog.Handler {
 
 func (h *handler) WithGroup(name string) slog.Handler {
 	return &handler{Handler: h.Handler.WithGroup(name), w: h.w}
-}
-
-// RedactURL is how a URL that may itself be a credential (a webhook receiver's:
-// Zapier, Make and n8n put the secret in the path) appears in logs:
-// scheme://host[:port]/… with the user info, path, query and fragment cut. A string
-// that does not parse as such a URL becomes "…".
-func RedactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil || u.Scheme == "" || u.Host == "" {
-		return "…"
-	}
-	s := u.Scheme + "://" + u.Host
-	if (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
-		s += "/…"
-	}
-	return s
-}
-
-// RedactError is err's text with every occurrence of raw (a URL as RedactURL
-// treats it) replaced by its redacted form: HTTP clients' errors quote the whole
-// URL ("Post \"https://hooks.example/secret\": dial tcp: ...").
-func RedactError(err error, raw string) string {
-	if err == nil {
-		return ""
-	}
-	msg := err.Error()
-	if raw == "" {
-		return msg
-	}
-	red := RedactURL(raw)
-	forms := []string{raw}
-	// net/http quotes the URL as it re-serialised it (escaping may differ), with a
-	// password as "***".
-	if u, perr := url.Parse(raw); perr == nil {
-		forms = append(forms, u.String(), u.Redacted())
-		if pw, ok := u.User.Password(); ok {
-			forms = append(forms, strings.Replace(u.String(), pw+"@", "***@", 1))
-		}
-	}
-	sort.Slice(forms, func(i, j int) bool { return len(forms[i]) > len(forms[j]) })
-	for _, f := range forms {
-		if f != "" {
-			msg = strings.ReplaceAll(msg, f, red)
-		}
-	}
-	return msg
 }

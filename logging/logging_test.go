@@ -5,55 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/zap"
 )
-
-func TestRedactURL(t *testing.T) {
-	for in, want := range map[string]string{
-		"https://hooks.zapier.com/hooks/catch/123456/abcdef/":             "https://hooks.zapier.com/…",
-		"https://hook.eu1.make.com/xyzsecret":                             "https://hook.eu1.make.com/…",
-		"https://n8n.example:5678/webhook/5f1c-uuid?token=t":              "https://n8n.example:5678/…",
-		"http://user:pass@receiver.example:8080/p#frag":                   "http://receiver.example:8080/…",
-		"https://receiver.example":                                        "https://receiver.example",
-		"https://receiver.example/":                                       "https://receiver.example",
-		"https://receiver.example?sig=1":                                  "https://receiver.example/…",
-		"http://[::1]:9000/x":                                             "http://[::1]:9000/…",
-		"not a url":                                                       "…",
-		"hooks.zapier.com/hooks/catch/1/2":                                "…",
-		"https://hooks.slack.com/services/T000/B000/XXXXXXXXXXXXXXXXXXXX": "https://hooks.slack.com/…",
-	} {
-		if got := RedactURL(in); got != want {
-			t.Errorf("RedactURL(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestRedactError(t *testing.T) {
-	raw := "https://user:pw@hooks.zapier.com/hooks/catch/123/a b?x=1"
-	// What net/http says of a failed POST: the URL re-serialised, password starred.
-	down := roundTripper(func(*http.Request) (*http.Response, error) { return nil, errors.New("dial tcp: connection refused") })
-	_, err := (&http.Client{Transport: down}).Post("https://user:pw@hooks.zapier.com/hooks/catch/123/a%20b?x=1", "text/plain", nil)
-	msg := RedactError(err, "https://user:pw@hooks.zapier.com/hooks/catch/123/a%20b?x=1")
-	if strings.Contains(msg, "catch") || strings.Contains(msg, "pw") || strings.Contains(msg, "user") || !strings.Contains(msg, `"https://hooks.zapier.com/…": dial tcp`) {
-		t.Fatalf("RedactError = %q (from %q)", msg, err)
-	}
-	msg = RedactError(errors.New(`Post "`+raw+`": EOF`), raw)
-	if msg != `Post "https://hooks.zapier.com/…": EOF` {
-		t.Fatalf("RedactError = %q", msg)
-	}
-	if RedactError(nil, raw) != "" || RedactError(errors.New("receiver answered HTTP 500"), raw) != "receiver answered HTTP 500" {
-		t.Fatal("RedactError changed an error without the URL")
-	}
-}
-
-type roundTripper func(*http.Request) (*http.Response, error)
-
-func (f roundTripper) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
 
 func TestNewAndReconfigure(t *testing.T) {
 	var buf bytes.Buffer

@@ -194,7 +194,7 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskL
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		errs.Flush()
-		msg := redactURLs(strings.TrimSpace(tail.String()))
+		msg := mj.RedactURLs(strings.TrimSpace(tail.String()))
 		if r.Sandbox != nil {
 			if why := sandbox.SetupError(msg); why != "" {
 				return fmt.Errorf("the sandbox for ffmpeg could not start on this worker (bubblewrap: %s); the node's operator must fix it", strings.TrimPrefix(why, "bwrap: "))

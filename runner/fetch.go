@@ -74,7 +74,7 @@ func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 			if ctx.Err() != nil {
 				return interrupted(ctx, m, st, fmt.Sprintf("while fetching input %q", name))
 			}
-			return fmt.Errorf("input %q could not be fetched from %s: %v", name, redact(m.InputFiles[name]), err)
+			return fmt.Errorf("input %q could not be fetched from %s: %v", name, mj.ShownURL(m.InputFiles[name]), err)
 		}
 		st.InputBytes += n
 		fmt.Fprintf(r.Log, "fetched input %q: %d bytes\n", name, n)
@@ -118,7 +118,7 @@ func fetch(ctx context.Context, client *http.Client, url, path string, budget in
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return 0, scrub(unwrapURLError(err), url)
+		return 0, mj.RedactError(unwrapURLError(err), url)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 == 3 { // only the service's own files stop at one

@@ -7,30 +7,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"syscall"
 )
-
-// urlRe finds URLs in what ffmpeg prints (an entry of a concat list, a playlist).
-var urlRe = regexp.MustCompile(`[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>]+`)
-
-// redactURLs shows each URL in s without its user info, query and fragment: an
-// error message is stored, sent in webhooks and logged, and a signed link's
-// signature or a password in a URL must be in none of them.
-func redactURLs(s string) string {
-	return urlRe.ReplaceAllStringFunc(s, func(m string) string {
-		u, err := url.Parse(m)
-		if err != nil || u.Host == "" {
-			if i := strings.IndexAny(m, "?#@"); i >= 0 {
-				return m[:i] + "…"
-			}
-			return m
-		}
-		u.User, u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = nil, "", false, "", ""
-		return u.String()
-	})
-}
 
 // concatURLHint explains a failed command that reads a concat list (-f concat
 // -i LIST) naming a URL: ffmpeg runs without network (docs/commands.md), so

@@ -67,11 +67,11 @@ func LoadManifest(ctx context.Context, path string) (*mj.Manifest, error) {
 	// become the job's message).
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.ManifestURL, nil)
 	if err != nil {
-		return nil, scrub(fmt.Errorf("fetch manifest: %w", err), m.ManifestURL)
+		return nil, mj.RedactError(fmt.Errorf("fetch manifest: %w", err), m.ManifestURL)
 	}
 	resp, err := (&Runner{}).client(nil).Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("fetch manifest %s: %w", redact(m.ManifestURL), scrub(unwrapURLError(err), m.ManifestURL))
+		return nil, fmt.Errorf("fetch manifest %s: %w", mj.ShownURL(m.ManifestURL), mj.RedactError(unwrapURLError(err), m.ManifestURL))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
@@ -185,24 +185,6 @@ func interrupted(ctx context.Context, m *mj.Manifest, st *State, where string) e
 
 func timeoutError(m *mj.Manifest, where string) error {
 	return fmt.Errorf("job timed out after %ds (timeout_seconds) %s; ffmpeg was stopped", m.TimeoutSeconds, where)
-}
-
-// redact drops a URL's query, which may hold someone's signature or token.
-func redact(u string) string {
-	if i := strings.IndexAny(u, "?#"); i >= 0 {
-		return u[:i] + "?…"
-	}
-	return u
-}
-
-// scrub removes rawURL's query from err's text: the retrying client names the
-// whole URL, signature included, and the message ends up in the job's
-// error_message and in the state file ffmpeg's task can read.
-func scrub(err error, rawURL string) error {
-	if msg := err.Error(); strings.Contains(msg, rawURL) {
-		return errors.New(strings.ReplaceAll(msg, rawURL, redact(rawURL)))
-	}
-	return err
 }
 
 // unwrapURLError drops net/http's `Get "<url>":` wrapper; the caller names the URL.

@@ -58,7 +58,7 @@ func (r *Runner) askTicket(ctx context.Context, m *mj.Manifest) (string, error) 
 	body := mustJSON(map[string]any{"alloc": strings.TrimSuffix(r.allocPrefix(), "/"), "files": []string{}, "destinations": true, "issue_ticket": true})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, m.UploadsURL, strings.NewReader(body))
 	if err != nil {
-		return "", scrub(err, m.UploadsURL)
+		return "", mj.RedactError(err, m.UploadsURL)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if token := identityToken(); token != "" {
@@ -66,7 +66,7 @@ func (r *Runner) askTicket(ctx context.Context, m *mj.Manifest) (string, error) 
 	}
 	resp, err := r.patient().Do(req)
 	if err != nil {
-		return "", fmt.Errorf("could not ask the gateway for the output destinations' ticket: %w", scrub(unwrapURLError(err), m.UploadsURL))
+		return "", fmt.Errorf("could not ask the gateway for the output destinations' ticket: %w", mj.RedactError(unwrapURLError(err), m.UploadsURL))
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

@@ -194,7 +194,7 @@ func put(ctx context.Context, client *http.Client, url string, body io.Reader, s
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := client.Do(req)
 	if err != nil {
-		return scrub(unwrapURLError(err), url)
+		return mj.RedactError(unwrapURLError(err), url)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
@@ -254,7 +254,7 @@ func (r *Runner) uploadLinks(ctx context.Context, client *http.Client, m *mj.Man
 	}
 	resp, err := client.Do(req)
 	if err != nil {
-		return nil, nil, scrub(unwrapURLError(err), m.UploadsURL)
+		return nil, nil, mj.RedactError(unwrapURLError(err), m.UploadsURL)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
