@@ -2,8 +2,10 @@ package runner
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -78,6 +80,24 @@ func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 		}
 		st.InputBytes += n
 		fmt.Fprintf(r.Log, "fetched input %q: %d bytes\n", name, n)
+	}
+	return r.linkJobDirs(m)
+}
+
+// linkJobDirs lets a list in inputs/ (a concat list, a playlist) name files the
+// way commands do: ffmpeg reads `file 'inputs/a.mp4'` in inputs/list.txt as
+// inputs/inputs/a.mp4, relative to the list. inputs/inputs is a link to
+// inputs/ itself and inputs/outputs one to outputs/ (an earlier command's
+// output), unless an input has that name. Both point inside the job, as the
+// sandbox sees it on either driver (relative links).
+func (r *Runner) linkJobDirs(m *mj.Manifest) error {
+	for name, target := range map[string]string{"inputs": ".", "outputs": "../outputs"} {
+		if _, taken := m.InputFiles[name]; taken {
+			continue
+		}
+		if err := os.Symlink(target, filepath.Join(r.WorkDir, "inputs", name)); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("prepare working directory: %w", err)
+		}
 	}
 	return nil
 }

@@ -196,9 +196,19 @@ func parseDuration(s string) float64 {
 	return total
 }
 
-// probe runs ffprobe on a file of the job, named relative to its directory, in
-// the same sandbox as ffmpeg: a playlist or a MOV may name other paths or URLs.
+// probe describes a file of the job, named relative to its directory, as ffprobe
+// does: in this process for a still PNG, JPEG or WebP whose answer is certain
+// (imageprobe.go), else by running ffprobe.
 func (r *Runner) probe(ctx context.Context, rel string) (*mj.Probe, error) {
+	if p, ok := probeImage(r.WorkDir, rel); ok {
+		return p, nil
+	}
+	return r.runFFprobe(ctx, rel)
+}
+
+// runFFprobe runs ffprobe on a file of the job, named relative to its directory,
+// in the same sandbox as ffmpeg: a playlist or a MOV may name other paths or URLs.
+func (r *Runner) runFFprobe(ctx context.Context, rel string) (*mj.Probe, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	// "-protocol_whitelist file": ffprobe opens local files only, whatever the

@@ -129,6 +129,15 @@ var idioms = []idiom{
 		files:   map[string]probed{"joined.mp4": av},
 	},
 	{
+		// Entries as commands name the files: ffmpeg reads them relative to the
+		// list (inputs/inputs/a.mp4), which the job's links resolve.
+		name:    "concat demuxer, entries named inputs/<name>, default -safe",
+		inputs:  []string{"a.mp4", "b.mp4", "list_cmd.txt"},
+		outputs: []string{"joined.mp4"},
+		cmds:    []string{"-f concat -i inputs/list_cmd.txt -c copy outputs/joined.mp4"},
+		files:   map[string]probed{"joined.mp4": av},
+	},
+	{
 		name:    "concat demuxer, absolute job paths",
 		inputs:  []string{"a.mp4", "b.mp4", "list_abs.txt"},
 		outputs: []string{"joined.mp4"},
@@ -570,6 +579,7 @@ func newIdiomMedia(t *testing.T) idiomMedia {
 	ff("-i", "subs.srt", "subs.ass")
 	write("list.txt", "file 'a.mp4'\nfile 'b.mp4'\n")
 	write("list_abs.txt", "file '/job/inputs/a.mp4'\nfile '/job/inputs/b.mp4'\n")
+	write("list_cmd.txt", "file 'inputs/a.mp4'\nfile 'inputs/b.mp4'\n")
 
 	// Controls: what the checks rely on is there in the inputs.
 	if tags, _ := probe(t, filepath.Join(dir, "a.mp4"))["format"].(map[string]any)["tags"].(map[string]any); tags["title"] == nil {
