@@ -63,6 +63,13 @@ test: test-deps docker check ## the whole suite against real etcd, Nomad, Docker
 	$(GO) test -run='^$$' -fuzz=FuzzPrepare -fuzztime=$(FUZZTIME) ./command/
 	$(GO) test -run='^$$' -fuzz=FuzzCreateRequest -fuzztime=$(FUZZTIME) ./gateway/
 
+# The quick loop: installs nothing; under -short a missing component skips, CI or
+# not (testenv). -p 8: the packages mostly wait (etcd, timeouts, retries), so more
+# of them run at once than there are cores.
+.PHONY: test-short
+test-short: ## the tests that need Go alone (and ffmpeg when installed), in about 2 minutes; no Nomad, Docker, MinIO, Chromium or bubblewrap
+	$(GO) test -short -count=1 -p 8 ./...
+
 .PHONY: fmt
 fmt: ## gofmt the tree
 	gofmt -w .

@@ -2,10 +2,11 @@ package command
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/mediajobs/mediajobs/testenv"
 )
 
 var newSpec = Spec{
@@ -148,10 +149,7 @@ func TestPrepareNewFormsRefused(t *testing.T) {
 // is deferred at the gateway (Spec.Worker nil) and checked on the worker against
 // its own ffmpeg: here one that knows an option and a filter more than the table.
 func TestDeferredToTheWorker(t *testing.T) {
-	ff, err := exec.LookPath("ffmpeg")
-	if err != nil {
-		t.Skip("no ffmpeg on PATH")
-	}
+	ff := testenv.Binary(t, "ffmpeg")
 	// A newer ffmpeg: the real one's help, plus an AVOption and a filter.
 	fake := filepath.Join(t.TempDir(), "ffmpeg")
 	os.WriteFile(fake, []byte(`#!/bin/sh

@@ -2,12 +2,15 @@ package command
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/mediajobs/mediajobs/testenv"
 )
 
 var walkSpec = Spec{
@@ -286,28 +289,15 @@ func TestGetToken(t *testing.T) {
 }
 
 // TestOptionsGenCurrent: options_gen.go is what the generator makes from the ffmpeg
-// on PATH. A different ffmpeg version fails in CI (CI=true), else skips.
+// on PATH. A different ffmpeg version fails in CI, else skips (testenv.Missing).
 func TestOptionsGenCurrent(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs ffmpeg a few hundred times")
-	}
-	ci := os.Getenv("CI") == "true"
-	skip := func(format string, args ...any) {
-		if ci {
-			t.Fatalf(format+"; run `go generate ./command` with the workers' ffmpeg", args...)
-		}
-		t.Skipf(format, args...)
-	}
-	ffmpeg, err := exec.LookPath("ffmpeg")
-	if err != nil {
-		skip("no ffmpeg on PATH")
-	}
+	testenv.Long(t, "runs ffmpeg a few hundred times")
+	ffmpeg := testenv.Binary(t, "ffmpeg")
 	out, err := exec.Command(ffmpeg, "-version").Output()
-	if err != nil {
-		skip("ffmpeg -version: %v", err)
-	}
-	if f := strings.Fields(string(out)); len(f) < 3 || f[2] != ffmpegVersion {
-		skip("options_gen.go is from ffmpeg %s, the ffmpeg on PATH is %q", ffmpegVersion, strings.SplitN(string(out), "\n", 2)[0])
+	if f := strings.Fields(string(out)); err != nil || len(f) < 3 || f[2] != ffmpegVersion {
+		// Not the workers' ffmpeg: options_gen.go cannot be checked against it.
+		testenv.Missing(t, fmt.Sprintf("ffmpeg %s, the one options_gen.go is from (PATH has %q, %v; or run `go generate ./command` with the workers' ffmpeg)",
+			ffmpegVersion, strings.SplitN(string(out), "\n", 2)[0], err))
 	}
 	tmp := filepath.Join(t.TempDir(), "options_gen.go")
 	cmd := exec.Command("go", "run", "./internal/genoptions", "-o", tmp, "-ffmpeg", ffmpeg)

@@ -149,7 +149,7 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 		// some of them for jobs Nomad can take.
 		extra += min(64, 4*(busy+idle))
 	}
-	chosen, nomad, refund, failed := d.fairPass(ctx, pool, extra, idle)
+	chosen, nomad, refund, failed := d.fairPass(ctx, pool, extra, idle, true)
 	if failed {
 		return true
 	}
@@ -170,7 +170,7 @@ func (d *Dispatcher) handWarmOnly(ctx context.Context, pool *config.Pool) {
 	if idle == 0 {
 		return
 	}
-	chosen, _, refund, failed := d.fairPass(ctx, pool, idle+min(64, 4*idle), idle)
+	chosen, _, refund, failed := d.fairPass(ctx, pool, idle+min(64, 4*idle), idle, false)
 	if failed {
 		return
 	}

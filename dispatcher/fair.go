@@ -237,28 +237,32 @@ func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight
 // may take. refund gives back the share of a chosen job that is not dispatched
 // after all (it waits for a warm runner, or the window closed), so the passes
 // count the jobs that started.
+// toNomad false is a pass for the waiting warm runners alone (a pool in its
+// Nomad backoff): it asks Nomad nothing, and nomad is 0.
 //
 // The pass reads no queue when nothing could take a job (Nomad's window is
 // closed and no runner waits); else it reads, from the queue index, which
 // accounts have queued jobs, and then only the first few keys of each
 // (queueHeads): its cost grows with the accounts that have work, not with the
 // jobs queued.
-func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra, idle int) (chosen []store.QueueEntry, nomad int, refund func(store.QueueEntry), failed bool) {
+func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra, idle int, toNomad bool) (chosen []store.QueueEntry, nomad int, refund func(store.QueueEntry), failed bool) {
 	refund = func(store.QueueEntry) {}
 	fs := d.st()
 	inFlight, total, err := fs.PoolInFlight(ctx, pool.Name)
 	if err != nil {
 		return nil, 0, refund, true
 	}
-	n, known := d.poolWindow(ctx, pool, total)
-	if !known {
-		n = pool.DispatchLookahead
+	if toNomad { // a pass for warm runners alone asks Nomad nothing
+		n, known := d.poolWindow(ctx, pool, total)
+		if !known {
+			n = pool.DispatchLookahead
+		}
+		if pool.MaxInFlight > 0 {
+			n = min(n, pool.MaxInFlight-total)
+		}
+		nomad = max(n, 0)
 	}
-	if pool.MaxInFlight > 0 {
-		n = min(n, pool.MaxInFlight-total)
-	}
-	nomad = max(n, 0)
-	n = nomad + extra
+	n := nomad + extra
 	if n <= 0 || nomad == 0 && idle == 0 {
 		return nil, 0, refund, false
 	}

@@ -114,7 +114,7 @@ func BenchmarkDispatcherFairPassAtScale(b *testing.B) {
 			for range b.N {
 				reads.reset()
 				start := time.Now()
-				chosen, _, _, failed := e.d.fairPass(ctx, e.pool, 0, 0)
+				chosen, _, _, failed := e.d.fairPass(ctx, e.pool, 0, 0, true)
 				newS += time.Since(start).Seconds()
 				newB += reads.bytes.Load()
 				if failed || len(chosen) != pass {

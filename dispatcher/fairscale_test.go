@@ -148,7 +148,7 @@ func TestFairPassReadsAFewKeysPerAccount(t *testing.T) {
 	ctx := context.Background()
 	syncIndex(t, e.d) // its one read of the queue, at its start
 	reads.reset()
-	chosen, nomad, _, failed := e.d.fairPass(ctx, e.pool, 0, 0)
+	chosen, nomad, _, failed := e.d.fairPass(ctx, e.pool, 0, 0, true)
 	if failed || nomad != window || len(chosen) != window {
 		t.Fatalf("pass: failed %v, window %d, chose %d; want %d", failed, nomad, len(chosen), window)
 	}
@@ -171,7 +171,7 @@ func TestFairPassReadsAFewKeysPerAccount(t *testing.T) {
 	reads2 := countReads(e2.s)
 	syncIndex(t, e2.d)
 	reads2.reset()
-	chosen, _, _, failed = e2.d.fairPass(ctx, e2.pool, 0, 0)
+	chosen, _, _, failed = e2.d.fairPass(ctx, e2.pool, 0, 0, true)
 	if failed || len(chosen) != 64 || chosen[0].ID != "job-0000-0000000" || chosen[63].ID != "job-0000-0000063" {
 		t.Fatalf("pass over one account: failed %v, chose %d (%v…)", failed, len(chosen), chosen[:min(2, len(chosen))])
 	}
@@ -241,7 +241,7 @@ func TestFairPassChoosesAsTheWholeQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	syncIndex(t, e.d)
-	got, window, _, failed := e.d.fairPass(ctx, e.pool, 0, 0)
+	got, window, _, failed := e.d.fairPass(ctx, e.pool, 0, 0, true)
 	want := e.wholeQueuePass(ctx, window) // 23: the running job is pending for Nomad
 	if failed || len(got) != len(want) || window != 23 {
 		t.Fatalf("chose %d (failed %v); the whole queue's pass chose %d", len(got), failed, len(want))

@@ -27,6 +27,7 @@ const soakCeiling = 6 * MiB
 // outcome), with the janitor on a short retention and etcd compacting and
 // defragmenting on short intervals. The database stays under a ceiling.
 func TestSoakEtcdStaysSmall(t *testing.T) {
+	testenv.Long(t, "a soak of about 25 s")
 	s, _ := testenv.EtcdWith(t, store.EmbeddedOptions{CompactionRetention: time.Second})
 	d, _ := maintenanceDispatcher(t, s)
 	d.Config.Etcd.DefragMinBytes, d.Config.Etcd.DefragFreeRatio = 2*MiB, 0.5

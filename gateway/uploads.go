@@ -220,7 +220,10 @@ func (g *Gateway) uploaderIdentity(c *fiber.Ctx, j *mj.Job) (*workload.Claims, e
 		auth = &UploaderAuth{Verifier: g.Warm.Verifier}
 	}
 	if auth == nil || auth.Verifier == nil {
-		return nil, mj.Errorf(mj.EUnavailable, "job %s has output_destinations, and this gateway cannot check the worker's Nomad workload identity (it reaches no Nomad to read its keys from)", j.ID)
+		// The gateway's configuration, not a passing fault: refused (4xx), so the
+		// job fails once with this, rather than its attempts running out on a
+		// worker fault that says nothing.
+		return nil, mj.Errorf(mj.EForbidden, "job %s has output_destinations, and this gateway cannot check the worker's Nomad workload identity (it has no Nomad keys to check it with: nomad.address over https, or server.allow_insecure_warm on a network you trust; see the gateway's log)", j.ID)
 	}
 	token, ok := strings.CutPrefix(c.Get(fiber.HeaderAuthorization), "Bearer ")
 	if !ok || token == "" {

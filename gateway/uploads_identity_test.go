@@ -172,9 +172,11 @@ func TestDestinationsOnlyToTheJobsAllocation(t *testing.T) {
 	}
 	h.store.UpdateJob(context.Background(), id, func(j *mj.Job) error { j.Machine = "cpu"; return nil })
 
-	// A gateway that cannot check identities hands out no destination.
+	// A gateway that cannot check identities hands out no destination, and
+	// refuses (not a 503 the worker would wait out): the job fails at once with
+	// what to fix.
 	h.gw.Uploaders, h.gw.Warm = nil, nil
-	if status, body := askUploads(h, id, ask, identity(v, "mediajobs-cpu-warm", testAlloc)); status != 503 {
+	if status, body := askUploads(h, id, ask, identity(v, "mediajobs-cpu-warm", testAlloc)); status != 403 || !strings.Contains(fmt.Sprint(body["message"]), "nomad.address") {
 		t.Fatalf("no verifier: %d %v", status, body)
 	}
 }

@@ -6,6 +6,7 @@ package netguard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -340,6 +341,24 @@ func Check(addr netip.Addr, allowLoopback bool) error {
 	return Policy{AllowLoopback: allowLoopback}.Check(addr)
 }
 
+// ErrRefused is what a dial the policy refuses fails with (errors.Is): the
+// address will be refused however often it is tried, so clients do not retry.
+var ErrRefused = errors.New("refused by the address policy")
+
+// refusedError is a policy's refusal: its own text, and ErrRefused to errors.Is.
+type refusedError struct{ err error }
+
+func (r refusedError) Error() string        { return r.err.Error() }
+func (r refusedError) Unwrap() error        { return r.err }
+func (r refusedError) Is(target error) bool { return target == ErrRefused }
+
+func refused(err error) error {
+	if err == nil {
+		return nil
+	}
+	return refusedError{err}
+}
+
 // dialer refuses addresses p refuses, after DNS resolution; viaHost as in check.
 func (p Policy) dialer(viaHost bool) *net.Dialer {
 	return &net.Dialer{
@@ -348,12 +367,12 @@ func (p Policy) dialer(viaHost bool) *net.Dialer {
 		Control: func(_, address string, _ syscall.RawConn) error {
 			ap, err := netip.ParseAddrPort(address)
 			if err != nil {
-				return fmt.Errorf("refusing to dial %s: %v", address, err)
+				return refused(fmt.Errorf("refusing to dial %s: %v", address, err))
 			}
 			if err := p.control().refuses(ap); err != nil {
-				return err
+				return refused(err)
 			}
-			return p.check(ap.Addr(), viaHost)
+			return refused(p.check(ap.Addr(), viaHost))
 		},
 	}
 }
@@ -363,11 +382,11 @@ func (p Policy) dialer(viaHost bool) *net.Dialer {
 func (p Policy) DialContext(ctx context.Context, network, address string) (net.Conn, error) {
 	host, port, err := net.SplitHostPort(address)
 	if err != nil {
-		return nil, fmt.Errorf("refusing to dial %s: %v", address, err)
+		return nil, refused(fmt.Errorf("refusing to dial %s: %v", address, err))
 	}
 	if n, err := strconv.ParseUint(port, 10, 16); err == nil {
 		if err := p.control().refusesName(host, uint16(n)); err != nil {
-			return nil, err
+			return nil, refused(err)
 		}
 	}
 	return p.dialer(p.hostAllowed(host)).DialContext(ctx, network, address)

@@ -2,6 +2,7 @@ package netguard
 
 import (
 	"context"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -219,5 +220,20 @@ func TestAllowedLoopbackAlias(t *testing.T) {
 	port := listed.Listener.Addr().(*net.TCPAddr).Port
 	if _, err := (&http.Client{Transport: hostOnly.Transport()}).Get("http://localhost:" + strconv.Itoa(port)); err == nil {
 		t.Fatal("allow_hosts opened loopback")
+	}
+}
+
+// A dial the policy refuses says so to errors.Is (ErrRefused), through
+// net/http's wrapping, so that clients do not retry it; its text is the
+// policy's own.
+func TestRefusedDialIsErrRefused(t *testing.T) {
+	c := &http.Client{Transport: Policy{}.Transport()}
+	_, err := c.Get("http://127.0.0.1:1/x") // nothing is dialed
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "loopback") {
+		t.Fatalf("a refused dial: %v (ErrRefused %v)", err, errors.Is(err, ErrRefused))
+	}
+	allowed := &http.Client{Transport: Policy{AllowLoopback: true}.Transport()}
+	if _, err := allowed.Get("http://127.0.0.1:1/x"); err == nil || errors.Is(err, ErrRefused) {
+		t.Fatalf("a dial the policy allows, refused by the host: %v", err)
 	}
 }

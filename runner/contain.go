@@ -144,6 +144,7 @@ func (r *Runner) ownClient() *http.Client {
 	}
 	rc := retryablehttp.NewClient()
 	rc.HTTPClient.CheckRedirect = noRedirect
+	rc.CheckRetry = retryUnlessRefused
 	rc.RetryMax = 3
 	rc.RetryWaitMin, rc.RetryWaitMax = 500*time.Millisecond, 5*time.Second
 	rc.Logger = nil

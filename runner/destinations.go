@@ -136,6 +136,7 @@ func destinationClient(m *mj.Manifest) (*http.Client, error) {
 	noRedirect := func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	rc := retryablehttp.NewClient()
 	rc.HTTPClient = &http.Client{Transport: guard.Transport(), CheckRedirect: noRedirect}
+	rc.CheckRetry = retryUnlessRefused
 	rc.RetryMax = 3
 	rc.RetryWaitMin, rc.RetryWaitMax = 500*time.Millisecond, 5*time.Second
 	rc.Logger = nil

@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"image"
@@ -86,6 +87,13 @@ func probeImage(workDir, rel string) (p *mj.Probe, ok bool) {
 		format, codec, config, decode = "png_pipe", "png", png.DecodeConfig, png.Decode
 	case bytes.HasPrefix(head, jpegSOI):
 		if format, duration, ok = jpegFormat(f, size, head, "./"+rel); !ok {
+			return nil, false
+		}
+		// Go's decoder does work in proportion to scans × blocks, with no cap on
+		// scans: a progressive file of thousands of tiny scans would hold the
+		// runner for minutes. Only sequential files of a scan per component at
+		// most are decoded here.
+		if !jpegSequential(io.NewSectionReader(f, 0, size)) {
 			return nil, false
 		}
 		codec, config, decode = "mjpeg", jpeg.DecodeConfig, jpeg.Decode
@@ -208,6 +216,84 @@ func jpegFormat(f io.ReaderAt, size int64, head []byte, path string) (string, *f
 		return "image2", &d, true
 	}
 	return "", nil, false
+}
+
+// jpegSequential tells a sequential JPEG (baseline or extended, Huffman
+// coded: SOF0 or SOF1) of at most four scans (one per component) by its
+// markers, without decoding it; any other, or a malformed one, is false.
+func jpegSequential(r io.Reader) bool {
+	br := bufio.NewReader(r)
+	var soi [2]byte
+	if _, err := io.ReadFull(br, soi[:]); err != nil || soi != [2]byte{0xff, 0xd8} {
+		return false
+	}
+	sof, scans := false, 0
+	atMarker := false // a scan's data ended on the 0xff of the next marker
+	for {
+		if !atMarker {
+			if c, err := br.ReadByte(); err != nil || c != 0xff {
+				return false
+			}
+		}
+		atMarker = false
+		c, err := br.ReadByte()
+		for err == nil && c == 0xff { // fill bytes
+			c, err = br.ReadByte()
+		}
+		if err != nil {
+			return false
+		}
+		switch {
+		case c == 0xd9: // EOI
+			return sof && scans >= 1
+		case c == 0x01 || c >= 0xd0 && c <= 0xd7: // TEM, RST: no length
+			continue
+		case c == 0xc0 || c == 0xc1:
+			sof = true
+		case c >= 0xc2 && c <= 0xcf && c != 0xc4 && c != 0xc8 && c != 0xcc:
+			return false // progressive, lossless, arithmetic or hierarchical
+		case c == 0xda:
+			if scans++; scans > 4 || !sof {
+				return false
+			}
+		}
+		var l [2]byte
+		if _, err := io.ReadFull(br, l[:]); err != nil {
+			return false
+		}
+		n := int(l[0])<<8 | int(l[1])
+		if n < 2 {
+			return false
+		}
+		if _, err := br.Discard(n - 2); err != nil {
+			return false
+		}
+		if c != 0xda {
+			continue
+		}
+		// The scan's entropy-coded data runs to the next marker that is neither
+		// a stuffed 0xff00 nor a restart marker.
+		for !atMarker {
+			b, err := br.ReadByte()
+			if err != nil {
+				return false
+			}
+			if b != 0xff {
+				continue
+			}
+			m, err := br.ReadByte()
+			for err == nil && m == 0xff {
+				m, err = br.ReadByte()
+			}
+			if err != nil {
+				return false
+			}
+			if m != 0 && (m < 0xd0 || m > 0xd7) {
+				br.UnreadByte() // the marker's code, read again above
+				atMarker = true
+			}
+		}
+	}
 }
 
 // jpegProbeScore is libavformat's jpeg_probe (img2dec.c) over buf, the first

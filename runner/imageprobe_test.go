@@ -6,6 +6,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"hash/crc32"
+	"image"
+	"image/jpeg"
 	"io"
 	"math/rand"
 	"os"
@@ -379,4 +381,49 @@ func rusage(t testing.TB, who int) time.Duration {
 		t.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// A JPEG that is not sequential (progressive: Go's decoder works in proportion
+// to scans × blocks, and a file can hold thousands of tiny scans), or has more
+// scans than components, is left to ffprobe, read by its markers alone; a
+// sequential one is decoded here.
+func TestProbeImageLeavesProgressiveJPEGsToFFprobe(t *testing.T) {
+	work := t.TempDir()
+	os.MkdirAll(filepath.Join(work, "outputs"), 0o755)
+	var buf bytes.Buffer
+	img := image.NewGray(image.Rect(0, 0, 64, 48))
+	if err := jpeg.Encode(&buf, img, nil); err != nil {
+		t.Fatal(err)
+	}
+	base := buf.Bytes()
+	write := func(name string, b []byte) string {
+		if err := os.WriteFile(filepath.Join(work, "outputs", name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return "outputs/" + name
+	}
+	if _, ok := probeImage(work, write("base.jpg", base)); !ok {
+		t.Fatal("a baseline JPEG was not probed in process")
+	}
+	if !jpegSequential(bytes.NewReader(base)) {
+		t.Fatal("a baseline JPEG does not read as sequential")
+	}
+	sof := bytes.Index(base, []byte{0xff, 0xc0})
+	sos := bytes.Index(base, []byte{0xff, 0xda})
+	if sof < 0 || sos < 0 {
+		t.Fatal("the encoder's JPEG has no SOF0 or SOS")
+	}
+	progressive := bytes.Clone(base)
+	progressive[sof+1] = 0xc2
+	eoi := len(base) - 2
+	many := append(bytes.Clone(base[:eoi]), bytes.Repeat(base[sos:eoi], 5)...)
+	many = append(many, 0xff, 0xd9)
+	for name, b := range map[string][]byte{"progressive.jpg": progressive, "many-scans.jpg": many, "truncated.jpg": base[:sos+20]} {
+		if jpegSequential(bytes.NewReader(b)) {
+			t.Errorf("%s reads as a sequential JPEG", name)
+		}
+		if _, ok := probeImage(work, write(name, b)); ok {
+			t.Errorf("%s was decoded in process", name)
+		}
+	}
 }

@@ -1,10 +1,14 @@
 package runner
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/netguard"
 )
 
 // A concat list in inputs/ names its files the way commands do, inputs/<name>
@@ -54,5 +58,18 @@ func TestJobLinksLeaveAnInputOfThatName(t *testing.T) {
 	})
 	if !res.Succeeded || !strings.Contains(res.Outputs[0].Name, "o.mp4") {
 		t.Fatalf("an input named inputs: %v %s", res.Succeeded, res.ErrorMessage)
+	}
+}
+
+// The clients of inputs and destinations do not retry what the address policy
+// refused (it would be refused again); they retry what may pass next time.
+func TestRetryUnlessRefused(t *testing.T) {
+	ctx := context.Background()
+	refused := fmt.Errorf("dial: %w", netguard.ErrRefused)
+	if retry, _ := retryUnlessRefused(ctx, nil, refused); retry {
+		t.Fatal("a refused dial is retried")
+	}
+	if retry, _ := retryUnlessRefused(ctx, nil, errors.New("dial tcp 203.0.113.1:80: connect: connection refused")); !retry {
+		t.Fatal("a connection error is not retried")
 	}
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/netguard"
 	"github.com/mediajobs/mediajobs/sandbox"
 )
 
@@ -228,6 +229,16 @@ var serviceTransport = sync.OnceValue(func() *http.Transport {
 	return http.DefaultTransport.(*http.Transport).Clone()
 })
 
+// retryUnlessRefused is retryablehttp's default policy, except that a dial
+// the address policy refused (netguard.ErrRefused) is not tried again: it would
+// be refused again, and the job would only wait longer for its error.
+func retryUnlessRefused(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	if errors.Is(err, netguard.ErrRefused) {
+		return false, err
+	}
+	return retryablehttp.DefaultRetryPolicy(ctx, resp, err)
+}
+
 // patientWait is the first wait of patient's retries (doubling, at most 15 s).
 var patientWait = time.Second
 
@@ -256,6 +267,7 @@ func (r *Runner) client(t *http.Transport) *http.Client {
 		t = serviceTransport()
 	}
 	rc.HTTPClient = &http.Client{Transport: t}
+	rc.CheckRetry = retryUnlessRefused
 	rc.RetryMax = 3
 	rc.RetryWaitMin, rc.RetryWaitMax = 500*time.Millisecond, 5*time.Second
 	rc.Logger = nil

@@ -78,7 +78,7 @@ func run(t *testing.T, srv *httptest.Server, m mj.Manifest) *mj.Result {
 	t.Helper()
 	m.JobID, m.Attempt = "job-1", 1
 	m.UploadURL = srv.URL + "/up/%7Bpath%7D?sig=ok"
-	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard}
+	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard, FFmpeg: testenv.Binary(t, "ffmpeg")}
 	res, err := r.Run(context.Background(), &m)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
@@ -422,7 +422,7 @@ func TestUploadLinksUnreachableReportsNothing(t *testing.T) {
 	defer down.Close()
 	m := mj.Manifest{JobID: "job-1", Attempt: 1, OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"},
 		UploadsURL: down.URL + "/links", UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok"}
-	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard}
+	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard, FFmpeg: testenv.Binary(t, "ffmpeg")}
 	res, err := r.Run(context.Background(), &m)
 	if err == nil || res != nil {
 		t.Fatalf("Run with the gateway down: %+v, %v; want an error and no result", res, err)
@@ -477,7 +477,7 @@ func TestOutputUploadsToADownStoreReportNothing(t *testing.T) {
 	store, _ := failingStore(t, srv, http.StatusBadGateway, "store down", -1)
 	m := mj.Manifest{JobID: "job-1", Attempt: 1, OutputNames: []string{"a.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=duration=0.2 {{a.wav}}"},
 		UploadURL: store.URL + "/up/%7Bpath%7D?sig=ok"}
-	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard}
+	r := &Runner{WorkDir: t.TempDir(), Log: io.Discard, FFmpeg: testenv.Binary(t, "ffmpeg")}
 	res, err := r.Run(context.Background(), &m)
 	if err == nil || res != nil || !strings.Contains(err.Error(), "the job is retried") {
 		t.Fatalf("Run with the store down: %+v, %v; want an error and no result", res, err)

@@ -289,7 +289,7 @@ func (s *Store) WarmDoneOf(ctx context.Context, run string) (*WarmDone, error) {
 	return &d, nil
 }
 
-// DeleteWarmDone forgets an applied run (under ctx's leader guard, if any).
+// DeleteWarmDone forgets an applied run (fenced on a term's store).
 func (s *Store) DeleteWarmDone(ctx context.Context, run string) error {
 	_, err := s.batch(ctx, []clientv3.Op{clientv3.OpDelete(s.warmDoneKey(run))})
 	return err

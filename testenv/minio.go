@@ -25,9 +25,11 @@ import (
 const MinIORelease = "RELEASE.2025-09-07T16-13-09Z"
 
 // MinIOBinary finds the minio server binary: $MINIO_BIN, the cache `make deps`
-// builds into (install-minio.sh), PATH. Missing, it fails in CI and skips otherwise.
+// builds into (install-minio.sh), PATH. Missing, it fails in CI and skips
+// otherwise; under -short it skips without looking (decide).
 func MinIOBinary(t testing.TB) string {
 	t.Helper()
+	decide(t, "needs MinIO", true, true)
 	if p := os.Getenv("MINIO_BIN"); p != "" {
 		return p
 	}

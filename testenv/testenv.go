@@ -1,6 +1,8 @@
 // Package testenv starts the real components tests run against: embedded etcd, a
-// Nomad dev agent on free ports, ffmpeg. A test that needs a component that is not
-// installed fails when CI=true and is skipped, loudly, otherwise.
+// Nomad dev agent on free ports, ffmpeg. Whether a test that needs one runs is
+// decided here and nowhere else (decide): `make test-short` (go test -short)
+// skips what needs a long-tier component, and a component that is not installed
+// fails the test when CI is set (outside -short) and skips it, loudly, otherwise.
 package testenv
 
 import (
@@ -28,29 +30,64 @@ import (
 	"github.com/mediajobs/mediajobs/store"
 )
 
+// longTier lists the programs only `make test` brings (test-deps, docker, the
+// Nomad and MinIO builds): a test that runs one is skipped under -short. The
+// short tier (`make test-short`) needs Go and nothing else, and uses ffmpeg and
+// ffprobe when they are installed; bubblewrap's tests are here because they
+// would take the short run past its 2 minutes.
+var longTier = map[string]bool{
+	"nomad": true, "minio": true, "docker": true, "chromium": true,
+	"bwrap": true, "promtool": true, "node": true,
+}
+
+// decide is the one place that says whether a test needing what runs:
+//   - under -short, a long-tier need skips it, installed or not;
+//   - installed, it runs;
+//   - not installed, it fails when CI is set (`make test` installs everything) and
+//     is skipped, loudly, otherwise; under -short always skipped, as the short
+//     tier must pass on a machine with Go alone.
+func decide(t testing.TB, what string, long, found bool) {
+	t.Helper()
+	switch {
+	case long && testing.Short():
+		t.Skipf("SKIPPED under -short: %s; `make test` runs it", what)
+	case found:
+	case os.Getenv("CI") != "" && !testing.Short():
+		t.Fatalf("%s is required in CI; `make test` installs it", what)
+	default:
+		t.Skipf("SKIPPED: %s is not available; run `make test` to install it", what)
+	}
+}
+
 // Missing fails (in CI) or skips the test because what is not available.
 func Missing(t testing.TB, what string) {
 	t.Helper()
-	if os.Getenv("CI") != "" {
-		t.Fatalf("%s is required in CI; `make test` installs it", what)
-	}
-	t.Skipf("SKIPPED: %s is not available; run `make test` to install it", what)
+	decide(t, what, false, false)
 }
 
-// Binary returns the path of a program, or fails/skips.
+// Long skips the test under -short (`make test-short`): it needs a long-tier
+// component (why says which) or takes too long for the short tier.
+func Long(t testing.TB, why string) {
+	t.Helper()
+	decide(t, why, true, true)
+}
+
+// Binary returns the path of a program, or fails/skips (decide; longTier says
+// which programs only `make test` runs).
 func Binary(t testing.TB, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		Missing(t, name)
+	if longTier[name] {
+		decide(t, "needs "+name, true, true) // before the lookup: skipped even if installed
 	}
+	p, err := exec.LookPath(name)
+	decide(t, name, false, err == nil)
 	return p
 }
 
 // Etcd starts an embedded etcd in a temporary directory and returns a store on it.
 func Etcd(t testing.TB) (*store.Store, *store.Embedded) {
 	t.Helper()
-	e, err := store.StartEmbedded(t.TempDir(), "127.0.0.1:0", FreeAddr(t))
+	e, err := store.StartEmbedded(t.TempDir(), "127.0.0.1:0", FreeAddr(t), store.EmbeddedOptions{FastStart: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,6 +98,7 @@ func Etcd(t testing.TB) (*store.Store, *store.Embedded) {
 // EtcdWith is Etcd with the embedded server's compaction and quota settings.
 func EtcdWith(t testing.TB, opts store.EmbeddedOptions) (*store.Store, *store.Embedded) {
 	t.Helper()
+	opts.FastStart = true
 	e, err := store.StartEmbedded(t.TempDir(), "127.0.0.1:0", FreeAddr(t), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -120,16 +158,27 @@ func CacheDir() string {
 	return filepath.Join(base, "mediajobs")
 }
 
-// NomadBinary finds the nomad binary: $NOMAD_BIN, the cache `make` builds into, PATH.
+// NomadBinary finds the nomad binary (FindNomad), or fails/skips; under -short
+// it skips without looking.
 func NomadBinary(t testing.TB) string {
 	t.Helper()
+	decide(t, "needs Nomad", true, true)
+	p := FindNomad()
+	decide(t, "nomad", false, p != "")
+	return p
+}
+
+// FindNomad is NomadBinary outside a test (TestMain): $NOMAD_BIN, the cache
+// `make` builds into, PATH; "" when there is none.
+func FindNomad() string {
 	if p := os.Getenv("NOMAD_BIN"); p != "" {
 		return p
 	}
 	if _, err := os.Stat(CachedNomad()); err == nil {
 		return CachedNomad()
 	}
-	return Binary(t, "nomad")
+	p, _ := exec.LookPath("nomad")
+	return p
 }
 
 // Nomad is a running `nomad agent -dev`.

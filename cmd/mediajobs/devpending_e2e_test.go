@@ -20,7 +20,7 @@ import (
 // A process of its own: its dispatcher's gauges are not the shared stack's.
 func TestDevComesUpBeforeNomad(t *testing.T) {
 	needStack(t)
-	agent, err := testenv.StartNomad(nomadBinary())
+	agent, err := testenv.StartNomad(testenv.NomadBinary(t))
 	if err != nil {
 		t.Fatal(err)
 	}

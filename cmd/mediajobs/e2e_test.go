@@ -43,6 +43,9 @@ func TestMain(m *testing.M) {
 }
 
 func mainWithStack(m *testing.M) int {
+	if testing.Short() {
+		return m.Run() // no stack: needStack skips under -short (make test-short)
+	}
 	tmp, err := os.MkdirTemp("", "mediajobs-e2e-")
 	if err != nil {
 		panic(err)
@@ -65,9 +68,9 @@ func mainWithStack(m *testing.M) int {
 	if ffprobe, err = exec.LookPath("ffprobe"); err != nil {
 		return missing("ffprobe")
 	}
-	nomadBin := nomadBinary()
+	nomadBin := testenv.FindNomad()
 	if nomadBin == "" {
-		return missing("nomad (build it with `make nomad`)")
+		return missing("nomad (deploy/scripts/install-nomad.sh builds it)")
 	}
 
 	// A 3-second test clip with video and audio, served over loopback.
@@ -143,17 +146,6 @@ func mainWithStack(m *testing.M) int {
 	return code
 }
 
-func nomadBinary() string {
-	if p := os.Getenv("NOMAD_BIN"); p != "" {
-		return p
-	}
-	if p := testenv.CachedNomad(); fileExists(p) {
-		return p
-	}
-	p, _ := exec.LookPath("nomad")
-	return p
-}
-
 func fileExists(p string) bool { _, err := os.Stat(p); return err == nil }
 
 func freeAddr() string {
@@ -172,9 +164,11 @@ func tail(s string, n int) string {
 	return s
 }
 
-// needStack fails (CI) or skips the test when the stack could not start.
+// needStack skips the test under -short (TestMain starts no stack then), and
+// fails (CI) or skips it when the stack could not start.
 func needStack(t *testing.T) {
 	t.Helper()
+	testenv.Long(t, "needs the dev stack on Nomad")
 	if setupErr != "" {
 		testenv.Missing(t, setupErr)
 	}
