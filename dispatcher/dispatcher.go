@@ -156,9 +156,6 @@ type Dispatcher struct {
 
 	writeOpts *api.WriteOptions
 	queryOpts *api.QueryOptions
-	// Webhook deliveries read and write their jobs in groups (see group).
-	hookReads  *group[string, *mj.Job]
-	hookWrites *group[store.JobUpdate, *mj.Job]
 	// Nomad's events and reconcile write jobs in groups too (see update).
 	writes *group[store.JobUpdate, *mj.Job]
 	// ungrouped: update writes each job alone (the old path, for the benchmark).
@@ -238,9 +235,7 @@ func (d *Dispatcher) defaults() {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	if d.hookReads == nil {
-		d.hookReads = &group[string, *mj.Job]{run: d.Store.Jobs, key: func(id string) string { return id }, max: 100}
-		d.hookWrites = &group[store.JobUpdate, *mj.Job]{run: d.updateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64, log: d.Log}
+	if d.writes == nil {
 		d.writes = &group[store.JobUpdate, *mj.Job]{run: d.updateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64, log: d.Log}
 	}
 	if d.ReconcileEvery == 0 {

@@ -2,31 +2,79 @@ package dispatcher
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/blob"
+	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/webhook"
 )
+
+// A webhook's story: the verb that ends a job arms it (state.go), and the same
+// etcd write puts the job's outbox entry (store.derivedOps); the leader's
+// outbox, below, delivers every entry through webhook.Sender (webhook/), counts
+// each attempt on the job before it is made, and records the outcome, which
+// removes the entry.
 
 // AccountSecrets is how the webhook loop finds an account's signing secret.
 type AccountSecrets interface {
 	Account(ctx context.Context, id string) (*mj.Account, error)
 }
 
-// webhookLoop delivers every entry of the etcd outbox (see hookLimits for how many
-// at once). The entry was written in the same transaction that made the job
-// terminal; each attempt is counted on the job before it is made, and the entry is
-// removed only after the outcome is recorded, so a crash or failover resumes the
-// delivery with the attempts it has left, under the same delivery id.
-func (d *Dispatcher) webhookLoop(ctx context.Context) {
-	h := newHookLimits(d.Config.Webhooks.Concurrency, d.Config.Webhooks.AccountConcurrency)
+// outboxStore is what the outbox needs of the store (the term's: its writes
+// are fenced).
+type outboxStore interface {
+	Follow(ctx context.Context, f store.Family, resync time.Duration, log *slog.Logger, fn func(ctx context.Context, id string, del *store.Deleted))
+	Jobs(ctx context.Context, ids []string) ([]*mj.Job, []error)
+	DeleteOutbox(ctx context.Context, id string) error
+}
+
+// outbox delivers the webhooks of the etcd outbox for one leadership term
+// (newOutbox): its own state, its own store, nothing else of the dispatcher's.
+type outbox struct {
+	store   outboxStore
+	sender  *webhook.Sender
+	secrets AccountSecrets // nil: never sign
+	links   blob.Links
+	cfg     *config.Webhooks
+	linkTTL time.Duration // of the output links in a webhook's job view
+	log     *slog.Logger
+	// Deliveries read and write their jobs in groups (see group): in a burst,
+	// many share one etcd transaction.
+	reads  *group[string, *mj.Job]
+	writes *group[store.JobUpdate, *mj.Job]
+}
+
+// newOutbox is the outbox of the term this dispatcher leads: its writes go
+// through the term's store (d.updateJobs), as every other loop's.
+func (d *Dispatcher) newOutbox() *outbox {
+	st := d.st()
+	return &outbox{
+		store: st, sender: d.Webhook, secrets: d.Accounts, links: d.links(),
+		cfg: d.Config.Webhooks, linkTTL: d.Config.Storage.TTL, log: d.Log,
+		reads:  &group[string, *mj.Job]{run: st.Jobs, key: func(id string) string { return id }, max: 100, log: d.Log},
+		writes: &group[store.JobUpdate, *mj.Job]{run: d.updateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64, log: d.Log},
+	}
+}
+
+// webhookLoop runs the term's outbox until ctx ends.
+func (d *Dispatcher) webhookLoop(ctx context.Context) { d.newOutbox().run(ctx) }
+
+// run delivers every entry of the etcd outbox (see hookLimits for how many at
+// once). The entry was written in the same transaction that made the job
+// terminal; each attempt is counted on the job before it is made, and the entry
+// is removed only after the outcome is recorded, so a crash or failover resumes
+// the delivery with the attempts it has left, under the same delivery id.
+func (o *outbox) run(ctx context.Context) {
+	h := newHookLimits(o.cfg.Concurrency, o.cfg.AccountConcurrency)
 	var inflight sync.Map // ids in progress or parked: passes skip them
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	d.st().Follow(ctx, store.Outbox, time.Minute, d.Log, func(ctx context.Context, id string, del *store.Deleted) {
+	o.store.Follow(ctx, store.Outbox, time.Minute, o.log, func(ctx context.Context, id string, del *store.Deleted) {
 		if del != nil {
 			return
 		}
@@ -42,7 +90,7 @@ func (d *Dispatcher) webhookLoop(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer func() { <-h.running; wg.Done() }()
-			j := d.pendingWebhook(ctx, id)
+			j := o.pending(ctx, id)
 			if j == nil {
 				inflight.Delete(id)
 				return
@@ -54,13 +102,13 @@ func (d *Dispatcher) webhookLoop(ctx context.Context) {
 			slot := func(ctx context.Context) (func(), error) { return h.slot(ctx, a) }
 			for {
 				if j != nil {
-					d.deliver(ctx, j, slot)
+					o.deliver(ctx, j, slot)
 				}
 				inflight.Delete(id)
 				if id = h.next(a); id == "" || ctx.Err() != nil {
 					return
 				}
-				j = d.pendingWebhook(ctx, id)
+				j = o.pending(ctx, id)
 			}
 		}()
 	})
@@ -161,19 +209,19 @@ func (h *hookLimits) slot(ctx context.Context, a *hookAccount) (func(), error) {
 	return func() { once.Do(func() { <-h.slots; <-a.slots }) }, nil
 }
 
-// pendingWebhook reads the job of an outbox entry. It returns nil when there is
+// pending reads the job of an outbox entry. It returns nil when there is
 // nothing to send (a stale entry is removed) or the read failed (the entry stays
 // for the next pass).
-func (d *Dispatcher) pendingWebhook(ctx context.Context, id string) *mj.Job {
-	j, err := d.hookReads.Do(ctx, id)
+func (o *outbox) pending(ctx context.Context, id string) *mj.Job {
+	j, err := o.reads.Do(ctx, id)
 	if err != nil {
 		if mj.ErrorCode(err) == mj.ENotFound {
-			d.st().DeleteOutbox(ctx, id)
+			o.store.DeleteOutbox(ctx, id)
 		}
 		return nil
 	}
 	if w := j.Webhook; w == nil || w.Status != mj.WebhookPending || j.WebhookURL == "" {
-		d.st().DeleteOutbox(ctx, id) // settled before a crash
+		o.store.DeleteOutbox(ctx, id) // settled before a crash
 		return nil
 	}
 	return j
@@ -183,15 +231,15 @@ func (d *Dispatcher) pendingWebhook(ctx context.Context, id string) *mj.Job {
 // doubled); after secretTries reads the delivery waits for the loop's next pass.
 const secretRetry, secretTries = 500 * time.Millisecond, 4
 
-// webhookSecret reads the account's signing secret: "" when the account has none,
+// secret reads the account's signing secret: "" when the account has none,
 // or no longer exists. An account with a secret must never be sent an unsigned
 // webhook, so any other failure is an error: the caller sends nothing.
-func (d *Dispatcher) webhookSecret(ctx context.Context, account string) (string, error) {
-	if d.Accounts == nil {
+func (o *outbox) secret(ctx context.Context, account string) (string, error) {
+	if o.secrets == nil {
 		return "", nil
 	}
 	for try := 1; ; try++ {
-		a, err := d.Accounts.Account(ctx, account)
+		a, err := o.secrets.Account(ctx, account)
 		switch {
 		case err == nil && a != nil:
 			return a.WebhookSecret, nil
@@ -206,20 +254,20 @@ func (d *Dispatcher) webhookSecret(ctx context.Context, account string) (string,
 
 // deliver sends j's pending webhook, each attempt in a slot from slot, and records
 // the outcome.
-func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.Context) (func(), error)) {
+func (o *outbox) deliver(ctx context.Context, j *mj.Job, slot func(context.Context) (func(), error)) {
 	id, w := j.ID, j.Webhook
-	secret, err := d.webhookSecret(ctx, j.AccountID)
+	secret, err := o.secret(ctx, j.AccountID)
 	if err != nil {
 		// Before any attempt, holding no slot: the entry stays in the outbox and the
 		// loop's next pass (within a minute) tries again.
 		if ctx.Err() == nil {
-			d.Log.Warn("webhook not sent: the account's signing secret could not be read; the next pass tries again",
+			o.log.Warn("webhook not sent: the account's signing secret could not be read; the next pass tries again",
 				"job", id, "account", j.AccountID, "err", err)
 		}
 		return
 	}
-	exp := time.Now().Add(d.Config.Storage.TTL)
-	links := d.links()
+	exp := time.Now().Add(o.linkTTL)
+	links := o.links
 	view := mj.View(j, func(key string) string { return links.Download(ctx, key, exp) })
 	// The webhook writes go through the group writer, each from the job as last
 	// written: in a burst, many deliveries share one etcd transaction and none
@@ -230,11 +278,11 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 	sctx, abort := context.WithCancel(ctx)
 	defer abort()
 	var aborted error
-	res := d.Webhook.Send(sctx, webhook.Message{
+	res := o.sender.Send(sctx, webhook.Message{
 		URL: j.WebhookURL, Event: "job." + string(j.Status), DeliveryID: w.DeliveryID,
 		Body: mustJSON(view), Secret: secret, Done: w.Attempts, Slot: slot,
 		OnAttempt: func(n int) {
-			nj, err := d.hookWrites.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
+			nj, err := o.writes.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
 				if j.Webhook == nil || j.Webhook.Status != mj.WebhookPending {
 					return errSkip
 				}
@@ -250,19 +298,19 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 		},
 	})
 	if aborted == errSkip {
-		d.st().DeleteOutbox(ctx, id) // settled elsewhere meanwhile
+		o.store.DeleteOutbox(ctx, id) // settled elsewhere meanwhile
 		return
 	}
 	if aborted != nil || ctx.Err() != nil {
 		// Deposed, shutting down, or etcd failed: the outbox entry stays, and this
 		// leader's next pass or the next leader goes on with the attempts left.
 		if aborted != nil && ctx.Err() == nil {
-			d.Log.Warn("webhook attempt not counted; not sent", "job", id, "err", aborted)
+			o.log.Warn("webhook attempt not counted; not sent", "job", id, "err", aborted)
 		}
 		return
 	}
 	for try := 0; ; try++ {
-		_, err = d.hookWrites.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
+		_, err = o.writes.Do(ctx, store.JobUpdate{ID: id, From: last, Fn: func(j *mj.Job) error {
 			if j.Webhook == nil || j.Webhook.Status != mj.WebhookPending {
 				return errSkip
 			}
@@ -286,7 +334,7 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 		sleep(ctx, time.Duration(try+1)*500*time.Millisecond)
 	}
 	if err != nil && err != errSkip {
-		d.Log.Warn("record webhook outcome", "job", id, "err", err)
+		o.log.Warn("record webhook outcome", "job", id, "err", err)
 		return
 	}
 	// Recording the outcome removed the outbox entry (store: a derived key).
@@ -294,7 +342,7 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 	if res.Err != nil {
 		outcome = "failed"
 		// The URL may be the receiver's credential (Zapier, Make, n8n): host only.
-		d.Log.Warn("webhook not delivered", "job", id, "url", mj.HostOnlyURL(j.WebhookURL), "attempts", res.Attempts,
+		o.log.Warn("webhook not delivered", "job", id, "url", mj.HostOnlyURL(j.WebhookURL), "attempts", res.Attempts,
 			"err", mj.RedactHostOnly(res.Err.Error(), j.WebhookURL))
 	}
 	metrics.Webhooks.WithLabelValues(outcome).Inc()
@@ -302,6 +350,6 @@ func (d *Dispatcher) deliver(ctx context.Context, j *mj.Job, slot func(context.C
 		metrics.WebhookLatency.WithLabelValues(outcome).Observe(max(time.Since(*j.FinishedAt), 0).Seconds())
 	}
 	if err == errSkip {
-		d.st().DeleteOutbox(ctx, id) // settled by someone else: the entry is stale
+		o.store.DeleteOutbox(ctx, id) // settled by someone else: the entry is stale
 	}
 }
