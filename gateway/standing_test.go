@@ -93,8 +93,11 @@ func TestQueuedJobStandingCached(t *testing.T) {
 	h := newHarness(t)
 	heads := &headCounter{Store: h.gw.Store}
 	h.gw.Store = heads
-	var clock atomic.Int64 // nanoseconds added to the real time
-	h.gw.Now = func() time.Time { return time.Now().Add(time.Duration(clock.Load())) }
+	// The gateway's clock stands still but for what the test adds: a loaded
+	// machine's slow reads must not age the kept head past standingTTL.
+	var clock atomic.Int64 // nanoseconds added to the start
+	start := time.Now()
+	h.gw.Now = func() time.Time { return start.Add(time.Duration(clock.Load())) }
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.gw.Watch(ctx)
@@ -102,6 +105,7 @@ func TestQueuedJobStandingCached(t *testing.T) {
 
 	var ids []string
 	for range 3 {
+		clock.Add(int64(time.Millisecond)) // queued one after the other
 		_, body, _ := h.do("POST", "/api/ffmpeg", "alice", valid())
 		ids = append(ids, body["data"].(map[string]any)["id"].(string))
 	}

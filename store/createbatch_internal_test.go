@@ -16,7 +16,7 @@ import (
 func TestKeptReadingSeesOtherGateways(t *testing.T) {
 	defer func(ttl time.Duration) { readingTTL = ttl }(readingTTL)
 	readingTTL = time.Hour // the reading is kept however slow this machine
-	e, err := StartEmbedded(t.TempDir(), "127.0.0.1:0", "127.0.0.1:0", EmbeddedOptions{FastStart: true})
+	e, err := StartEmbedded(t.TempDir(), "127.0.0.1:0", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}

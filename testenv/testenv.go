@@ -87,7 +87,7 @@ func Binary(t testing.TB, name string) string {
 // Etcd starts an embedded etcd in a temporary directory and returns a store on it.
 func Etcd(t testing.TB) (*store.Store, *store.Embedded) {
 	t.Helper()
-	e, err := store.StartEmbedded(t.TempDir(), "127.0.0.1:0", FreeAddr(t), store.EmbeddedOptions{FastStart: true})
+	e, err := store.StartEmbedded(t.TempDir(), "127.0.0.1:0", FreeAddr(t), store.EmbeddedOptions{FastStart: fastEtcd()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func Etcd(t testing.TB) (*store.Store, *store.Embedded) {
 // EtcdWith is Etcd with the embedded server's compaction and quota settings.
 func EtcdWith(t testing.TB, opts store.EmbeddedOptions) (*store.Store, *store.Embedded) {
 	t.Helper()
-	opts.FastStart = true
+	opts.FastStart = fastEtcd()
 	e, err := store.StartEmbedded(t.TempDir(), "127.0.0.1:0", FreeAddr(t), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -106,6 +106,12 @@ func EtcdWith(t testing.TB, opts store.EmbeddedOptions) (*store.Store, *store.Em
 	t.Cleanup(e.Close)
 	return store.New(e.Client, "/test/"), e
 }
+
+// fastEtcd: test etcd elects at once (store.EmbeddedOptions.FastStart) in the
+// short tier, where the start of hundreds of servers is most of the wait. The
+// full suite keeps etcd's own timing: with two CPU-bound processes beside it, a
+// 10 ms tick was seen to answer "leader changed" once a run.
+func fastEtcd() bool { return testing.Short() }
 
 // FreeAddr returns a loopback host:port nobody listens on right now.
 func FreeAddr(t testing.TB) string {
