@@ -731,7 +731,7 @@ func TestWarmDoneAppliedConcurrently(t *testing.T) {
 	}
 	allSucceeded := func(what string, runs []store.WarmRun) {
 		t.Helper()
-		testenv.Eventually(t, time.Minute, what+": every done key applied (they wait until "+fmt.Sprint(n)+" are read at once)", func() bool {
+		testenv.Eventually(t, 3*time.Minute, what+": every done key applied (they wait until "+fmt.Sprint(n)+" are read at once)", func() bool {
 			for _, r := range runs {
 				if e.get(r.JobID).Status != mj.StatusSucceeded {
 					return false
