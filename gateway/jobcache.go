@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -191,27 +190,6 @@ func (c *jobCache) put(j *mj.Job, fromWatch bool) {
 	c.jobs[j.ID] = j
 }
 
-// cachedAt is the cached job id, without its progress, and its revision; nil
-// if none.
-func (c *jobCache) cachedAt(id string) (*mj.Job, int64) {
-	if !c.live.Load() {
-		return nil, 0
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if j := c.jobs[id]; j != nil {
-		return j, j.Revision
-	}
-	return nil, 0
-}
-
-// isPending reports whether id is being read from etcd (reading).
-func (c *jobCache) isPending(id string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.pending[id] > 0
-}
-
 func (c *jobCache) drop(id string) {
 	c.mu.Lock()
 	c.forgetLocked(id)
@@ -231,7 +209,6 @@ func (g *Gateway) watchJobs(ctx context.Context) {
 	for restarts := 0; ctx.Err() == nil; restarts++ {
 		rev, err := g.Store.Revision(ctx)
 		if err == nil {
-			g.standing.reset()
 			g.jobs.reset(true)
 			if restarts > 0 {
 				g.hub.resync()
@@ -239,7 +216,15 @@ func (g *Gateway) watchJobs(ctx context.Context) {
 			wctx, cancel := context.WithCancel(ctx)
 			errs := make(chan error, 2)
 			go func() {
-				errs <- g.Store.WatchJobs(wctx, rev, g.jobWritten)
+				errs <- g.Store.WatchJobs(wctx, rev, func(id string, j *mj.Job) {
+					if j == nil {
+						g.hub.notify(id, g.jobs.accountOf(id))
+						g.jobs.drop(id)
+					} else {
+						g.jobs.put(j, true)
+						g.hub.notify(id, j.AccountID)
+					}
+				})
 			}()
 			go func() {
 				errs <- g.Store.WatchProgress(wctx, rev, func(id string, rec *store.ProgressRecord) {
@@ -249,7 +234,6 @@ func (g *Gateway) watchJobs(ctx context.Context) {
 			}()
 			err = <-errs
 			g.jobs.reset(false) // before the second watch stops: no update is lost
-			g.standing.reset()
 			cancel()
 			<-errs
 		}
@@ -264,57 +248,11 @@ func (g *Gateway) watchJobs(ctx context.Context) {
 	}
 }
 
-// jobWritten applies a change of a job seen by the watch: to the cache, the
-// standing cache and the event streams. The record is decoded only when one of
-// them needs more than the cache has: a job this gateway created, cached at the
-// revision its create wrote, is not decoded again.
-func (g *Gateway) jobWritten(ch *store.JobChange) {
-	id := ch.ID
-	old, oldRev := g.jobs.cachedAt(id)
-	if ch.Deleted() {
-		if old != nil {
-			g.jobChanged(old)
-		} else {
-			g.standing.reset() // whose queue it left is not known here
-		}
-		g.hub.notify(id, g.jobs.accountOf(id))
-		g.jobs.drop(id)
-		return
-	}
-	if old != nil && ch.Revision <= oldRev {
-		// Cached already as written (this gateway's own create or change):
-		// its account's heads and streams are told all the same.
-		g.jobChanged(old)
-		g.hub.notify(id, old.AccountID)
-		return
-	}
-	if old == nil && !g.jobs.isPending(id) && g.standing.empty() && !g.hub.hasAccounts() {
-		// No one here needs the record: the job's own streams are woken.
-		g.hub.notify(id, "")
-		return
-	}
-	j, err := ch.Job()
-	if err != nil {
-		// Undecodable (damaged, or of a newer version): forgotten, so it is
-		// read from etcd when asked for.
-		g.Log.Warn("job watch: a job record cannot be decoded", "job", id, "err", err)
-		g.jobs.drop(id)
-		g.standing.reset()
-		g.hub.notify(id, g.jobs.accountOf(id))
-		return
-	}
-	g.jobChanged(j)
-	g.jobs.put(j, true)
-	g.hub.notify(id, j.AccountID)
-}
-
-// job reads a job through the cache. id may alias a reused buffer (fiber's
-// Params): what outlives the call is a copy.
+// job reads a job through the cache.
 func (g *Gateway) job(ctx context.Context, id string) (*mj.Job, error) {
 	if j := g.jobs.get(id); j != nil {
 		return j, nil
 	}
-	id = strings.Clone(id)
 	done := g.jobs.reading(id)
 	defer done()
 	j, err := g.Store.Job(ctx, id)

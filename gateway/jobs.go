@@ -74,7 +74,6 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		}
 	}
 	g.jobs.put(j, false)
-	g.jobChanged(j) // its own reader sees it in the queue at once
 	if j.ID == id {
 		metrics.JobsCreated.WithLabelValues(j.Machine).Inc()
 	}
@@ -87,7 +86,7 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 			g.jobs.put(j, false)
 		}
 	}
-	return g.sendJob(c, j)
+	return c.JSON(fiber.Map{"data": g.view(j)})
 }
 
 // idempotentJobs finds the job an earlier create with the same Idempotency-Key
@@ -175,8 +174,8 @@ func (g *Gateway) jsonBody(c *fiber.Ctx) ([]byte, error) {
 
 // ownJob returns the caller's job; another account's job is "not found".
 func (g *Gateway) ownJob(c *fiber.Ctx) (*mj.Job, error) {
-	// fiber's Params aliases a reused buffer: job clones it before the cache keeps it.
-	j, err := g.job(c.UserContext(), c.Params("id"))
+	// fiber's Params aliases a reused buffer; the cache keeps the id.
+	j, err := g.job(c.UserContext(), strings.Clone(c.Params("id")))
 	if err != nil {
 		return nil, err
 	}
@@ -191,11 +190,7 @@ func (g *Gateway) getJob(c *fiber.Ctx) error {
 	if err != nil {
 		return notFound(err, c.Params("id"))
 	}
-	v := g.view(j)
-	if d, ok := g.standingOf(c.UserContext(), j); ok {
-		v.StatusDetail = d
-	}
-	return sendView(c, &v)
+	return c.JSON(fiber.Map{"data": g.view(g.withStanding(c.UserContext(), j))})
 }
 
 func notFound(err error, id string) error {
@@ -228,9 +223,8 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 		return err
 	}
 	g.jobs.put(j, false)
-	g.jobChanged(j)
 	metrics.Finished(j)
-	return g.sendJob(c, j)
+	return c.JSON(fiber.Map{"data": g.view(j)})
 }
 
 // maxListOffset bounds ?offset=: the store reads offset+limit index keys to
