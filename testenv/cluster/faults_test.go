@@ -233,8 +233,11 @@ func TestClusterSurvivesFaults(t *testing.T) {
 	report("", "until Nomad restarted the runner", time.Since(t0))
 	testenv.Eventually(t, 90*time.Second, "the killed warm runner's job to finish", func() bool { return w.isTerminal(warmVictim.ID) })
 	report("", "until the job finished", time.Since(t0))
-	if j, err := c.Store.Job(ctx, warmVictim.ID); err != nil || j.Status != mj.StatusSucceeded || j.Attempt != 2 {
-		t.Errorf("the job of the killed warm runner: %+v (%v); want succeeded on attempt 2", j, err)
+	// Attempt 2, or later when a loaded machine loses that one too (its lease
+	// lapsing behind two CPU hogs): the job ran again and ended once (checked
+	// below with every job).
+	if j, err := c.Store.Job(ctx, warmVictim.ID); err != nil || j.Status != mj.StatusSucceeded || j.Attempt < 2 {
+		t.Errorf("the job of the killed warm runner: %+v (%v); want succeeded on attempt 2 or later", j, err)
 	}
 	create(api0, 5) // 50 in all: fresh work for the next fault
 
