@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -94,14 +95,14 @@ func (s *Store) FollowWarm(ctx context.Context, rev int64, resync time.Duration,
 	for resp := range s.cli.Watch(wctx, s.WarmPrefix(), clientv3.WithPrefix(), clientv3.WithRev(rev+1), clientv3.WithPrevKV()) {
 		done := map[string]bool{}
 		for _, ev := range resp.Events {
-			if key := string(ev.Kv.Key); ev.Type == clientv3.EventTypePut && len(key) > len(dones) && key[:len(dones)] == dones {
-				done[key[len(dones):]] = true
+			if run, ok := strings.CutPrefix(string(ev.Kv.Key), dones); ok && ev.Type == clientv3.EventTypePut && run != "" {
+				done[run] = true
 			}
 		}
 		var batch []WarmChange
 		for _, ev := range resp.Events {
 			key := string(ev.Kv.Key)
-			isRun, isDone := hasPrefix(key, runs), hasPrefix(key, dones)
+			isRun, isDone := strings.HasPrefix(key, runs), strings.HasPrefix(key, dones)
 			switch {
 			case ev.Type == clientv3.EventTypePut && !isDone && !isRun:
 				batch = append(batch, WarmChange{Waiting: true})
@@ -127,5 +128,3 @@ func (s *Store) FollowWarm(ctx context.Context, rev int64, resync time.Duration,
 		}
 	}
 }
-
-func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
