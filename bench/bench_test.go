@@ -13,8 +13,9 @@
 //     MinIO's own client, and through the gateway in file mode; CPU per GB, the
 //     gateway's included. It needs the minio binary (`make deps`).
 //
-// The environment starts on the first benchmark only, so `go test ./...` (which
-// runs no benchmarks) stays fast and needs nothing.
+// The environment starts on the first benchmark or test that needs it; it
+// needs nothing outside this process (etcd is embedded). The tests
+// (alloc_test.go) hold the gateway's allocations per request to a budget.
 package bench
 
 import (
@@ -31,6 +32,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -92,11 +94,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func getEnv(b *testing.B) *env {
-	b.Helper()
+func getEnv(tb testing.TB) *env {
+	tb.Helper()
 	envOnce.Do(func() { envVal, envErr = startEnv() })
 	if envErr != nil {
-		b.Fatal(envErr)
+		tb.Fatal(envErr)
 	}
 	return envVal
 }
@@ -306,6 +308,7 @@ func run(b *testing.B, op func(i int) error) {
 	n := int64(b.N)
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := cpuTime()
 	start := time.Now()
 	for range Clients {
 		wg.Add(1)
@@ -325,11 +328,24 @@ func run(b *testing.B, op func(i int) error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	cpu := cpuTime() - cpu0
 	b.StopTimer()
 	if p := firstErr.Load(); p != nil {
 		b.Fatal(*p)
 	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "ops/s")
+	// The whole process's CPU (clients, gateway and etcd alike) per call: on a
+	// shared machine, steadier than ops/s, which other load takes from.
+	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+}
+
+// cpuTime is the CPU time this process has used, user and system.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 func BenchmarkCreateJob(b *testing.B) {

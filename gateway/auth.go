@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"math"
 	"strconv"
 	"strings"
@@ -25,6 +27,7 @@ const touchEvery = time.Minute
 
 type cachedKey struct {
 	key     *mj.APIKey
+	account any // key.AccountID, boxed once for the request's locals
 	expires time.Time
 	touched time.Time
 }
@@ -45,6 +48,17 @@ func (c *keyCache) get(hash string, now time.Time) (mj.APIKey, bool) {
 		return *e.key, true
 	}
 	return mj.APIKey{}, false
+}
+
+// getHex is get for a hash in hex held in a byte slice; it also returns the
+// key's account as the request's locals hold it. It allocates nothing.
+func (c *keyCache) getHex(hash []byte, now time.Time) (mj.APIKey, any, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[string(hash)]; e != nil && now.Before(e.expires) {
+		return *e.key, e.account, true
+	}
+	return mj.APIKey{}, nil, false
 }
 
 // generation is to be read before the key is read from etcd, and passed to put.
@@ -69,7 +83,7 @@ func (c *keyCache) put(hash string, k *mj.APIKey, now time.Time, gen uint64) {
 		e = &cachedKey{}
 		c.m[hash] = e
 	}
-	e.key, e.expires = k, now.Add(keyCacheTTL)
+	e.key, e.account, e.expires = k, k.AccountID, now.Add(keyCacheTTL)
 }
 
 // known reports whether the key was found good before and not revoked since
@@ -89,11 +103,11 @@ func (c *keyCache) drop(hash string) {
 }
 
 // dueTouch reports whether the cached key's last use should be written now, and
-// marks it so. A key that is not cached is touched once it is.
-func (c *keyCache) dueTouch(hash string, now time.Time) bool {
+// marks it so. A key that is not cached is touched once it is. hash is in hex.
+func (c *keyCache) dueTouch(hash []byte, now time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e := c.m[hash]
+	e := c.m[string(hash)]
 	if e == nil || now.Sub(e.touched) < touchEvery {
 		return false
 	}
@@ -118,14 +132,33 @@ func (g *Gateway) authenticate(c *fiber.Ctx) error {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || secret == "" {
 		return mj.Errorf(mj.EBadAPIKey, "missing API key: send the header \"Authorization: Bearer <API_KEY>\"")
 	}
-	hash := mj.HashAPIKey(secret)
-	key, err := g.authKey(c, hash)
-	if err != nil {
-		return err
+	// The key's hash, in hex, on the stack: a key found in the cache costs no
+	// allocation.
+	var hb [2 * sha256.Size]byte
+	hashHex(hb[:], secret)
+	key, acct, ok := g.keys.getHex(hb[:], g.Now())
+	if !ok {
+		var err error
+		if key, err = g.authKey(c, string(hb[:])); err != nil {
+			return err
+		}
+		acct = key.AccountID
 	}
-	g.touchKey(hash, key)
-	c.Locals(localAccount, key.AccountID)
+	g.touchKey(hb[:], key)
+	c.Locals(localAccount, acct)
 	return g.rateLimit(c, key.AccountID)
+}
+
+// hashHex writes mj.HashAPIKey(secret) into dst (2*sha256.Size bytes).
+func hashHex(dst []byte, secret string) {
+	var buf [256]byte
+	var sum [sha256.Size]byte
+	if len(secret) <= len(buf) {
+		sum = sha256.Sum256(buf[:copy(buf[:], secret)])
+	} else {
+		sum = sha256.Sum256([]byte(secret))
+	}
+	hex.Encode(dst, sum[:])
 }
 
 // authKey is lookupKey for a credential a client presents: a key cached as good
@@ -192,10 +225,11 @@ func (g *Gateway) lookupKey(ctx context.Context, hash string) (mj.APIKey, error)
 	return *k, nil
 }
 
-// touchKey records the key's use, at most once a minute.
-func (g *Gateway) touchKey(hash string, key mj.APIKey) {
+// touchKey records the key's use, at most once a minute. hash is in hex.
+func (g *Gateway) touchKey(hexHash []byte, key mj.APIKey) {
 	now := g.Now()
-	if g.keys.dueTouch(hash, now) {
+	if g.keys.dueTouch(hexHash, now) {
+		hash := string(hexHash)
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
@@ -224,8 +258,16 @@ func (g *Gateway) allow(c *fiber.Ctx, limiters *sync.Map, key string) error {
 	if limit <= 0 {
 		return nil
 	}
-	v, _ := limiters.LoadOrStore(key, rate.NewLimiter(rate.Limit(limit), max(g.Config.Server.RateBurst, 1)))
-	r := v.(*rate.Limiter).ReserveN(g.Now(), 1)
+	v, ok := limiters.Load(key)
+	if !ok { // a new bucket only for a new key: the key is cloned, fiber's strings are reused buffers
+		v, _ = limiters.LoadOrStore(strings.Clone(key), rate.NewLimiter(rate.Limit(limit), max(g.Config.Server.RateBurst, 1)))
+	}
+	lim := v.(*rate.Limiter)
+	if lim.AllowN(g.Now(), 1) {
+		return nil
+	}
+	// Empty: how long until a token, for Retry-After; the reservation is given back.
+	r := lim.ReserveN(g.Now(), 1)
 	if d := r.DelayFrom(g.Now()); d > 0 {
 		r.CancelAt(g.Now())
 		c.Set(fiber.HeaderRetryAfter, strconv.Itoa(int(math.Ceil(d.Seconds()))))

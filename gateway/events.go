@@ -128,6 +128,13 @@ func (h *eventHub) add(m *map[string]map[*subscriber]bool, key string, s *subscr
 	}
 }
 
+// hasAccounts reports whether any account stream is open.
+func (h *eventHub) hasAccounts() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.byAccount) > 0
+}
+
 // notify wakes the subscribers of job id and of its account (when known).
 func (h *eventHub) notify(id, account string) {
 	h.mu.Lock()

@@ -65,9 +65,9 @@ type jobStore interface {
 	ConsumeLoginToken(ctx context.Context, token string, now time.Time) (*store.LoginToken, error)
 	LoginToken(ctx context.Context, token string, now time.Time) (*store.LoginToken, error)
 	LinksEnded(ctx context.Context, accountID string, rev int64) (bool, error)
-	WatchJobs(ctx context.Context, from int64, fn func(id string, j *mj.Job)) error
+	WatchJobs(ctx context.Context, from int64, fn func(c *store.JobChange)) error
 	PutProgress(ctx context.Context, j *mj.Job, attempt int, p *mj.Progress) error
-	WatchProgress(ctx context.Context, from int64, fn func(id string, rec *store.ProgressRecord)) error
+	WatchProgress(ctx context.Context, from int64, fn func(id string, rec *store.ProgressRecord, rev int64)) error
 	Revision(ctx context.Context) (int64, error)
 	Ping(ctx context.Context) error
 }
@@ -110,6 +110,8 @@ type Gateway struct {
 	// progressPruned is when progressAt was last pruned (unix ns).
 	progressPruned atomic.Int64
 	jobs           jobCache
+	standing       standingCache      // heads of queues, for queued jobs' standing (standing.go)
+	standingFlight singleflight.Group // its reads of one head, shared
 	// hub wakes event streams (events.go); streams ends them all at shutdown.
 	hub         eventHub
 	streamsOnce sync.Once

@@ -31,7 +31,7 @@ func securityHeaders(c *fiber.Ctx) error {
 	}
 	set(fiber.HeaderReferrerPolicy, "no-referrer")
 	set(fiber.HeaderXFrameOptions, "DENY")
-	if ct := bytes.ToLower(h.ContentType()); bytes.HasPrefix(ct, []byte("text/html")) {
+	if ct := h.ContentType(); len(ct) >= len("text/html") && bytes.EqualFold(ct[:len("text/html")], []byte("text/html")) {
 		set(fiber.HeaderContentSecurityPolicy, defaultCSP)
 	}
 	return err

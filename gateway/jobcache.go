@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +28,13 @@ type jobCache struct {
 	// progress holds the latest report of cached jobs, from the progress keys
 	// (a second watch): it is merged into the job on get.
 	progress map[string]*store.ProgressRecord
-	live     atomic.Bool
+	// progressGone holds, per cached job, the revision at which its progress key
+	// was deleted while the cache still had the job at an older revision. The
+	// two watches deliver one transaction's changes in either order: a finished
+	// attempt's progress is dropped with the job's change that ended it, never
+	// before (a stream would see the running job lose its progress).
+	progressGone map[string]int64
+	live         atomic.Bool
 	// bytes is the estimated size of the cached jobs (jobBytes), sizes each one's;
 	// maxBytes bounds bytes (jobCacheBytes when 0).
 	bytes    int64
@@ -80,6 +87,7 @@ func (c *jobCache) evictLocked() {
 func (c *jobCache) forgetLocked(id string) {
 	delete(c.jobs, id)
 	delete(c.progress, id)
+	delete(c.progressGone, id)
 	c.bytes -= c.sizes[id]
 	delete(c.sizes, id)
 }
@@ -99,17 +107,30 @@ func (c *jobCache) get(id string) *mj.Job {
 	return j
 }
 
-// putProgress records a progress report (rec nil: the key was deleted) of a cached
-// job, or of one being read.
-func (c *jobCache) putProgress(id string, rec *store.ProgressRecord) {
+// putProgress records a progress report written at revision rev (rec nil: the
+// key was deleted) of a cached job, or of one being read.
+func (c *jobCache) putProgress(id string, rec *store.ProgressRecord, rev int64) {
 	if !c.live.Load() {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, cached := c.jobs[id]; rec == nil || (!cached && c.pending[id] == 0) {
-		delete(c.progress, id)
+	j, cached := c.jobs[id]
+	if rec == nil && cached && j.Revision < rev && c.progress[id] != nil {
+		// The change that deleted it has not reached the job yet (put drops it).
+		if c.progressGone == nil {
+			c.progressGone = map[string]int64{}
+		}
+		c.progressGone[id] = rev
 		return
+	}
+	if rec == nil || (!cached && c.pending[id] == 0) {
+		delete(c.progress, id)
+		delete(c.progressGone, id)
+		return
+	}
+	if gone, ok := c.progressGone[id]; ok && rec.Revision > gone {
+		delete(c.progressGone, id) // a newer report (the next attempt's)
 	}
 	if c.progress == nil {
 		c.progress = map[string]*store.ProgressRecord{}
@@ -176,6 +197,10 @@ func (c *jobCache) put(j *mj.Job, fromWatch bool) {
 	}
 	c.sizes[j.ID] = size
 	c.bytes += size
+	if gone, ok := c.progressGone[j.ID]; ok && j.Revision >= gone {
+		delete(c.progress, j.ID)
+		delete(c.progressGone, j.ID)
+	}
 	if j.Progress != nil { // read from etcd with its progress: keep it beside, unless newer is
 		if c.progress == nil {
 			c.progress = map[string]*store.ProgressRecord{}
@@ -190,6 +215,27 @@ func (c *jobCache) put(j *mj.Job, fromWatch bool) {
 	c.jobs[j.ID] = j
 }
 
+// cachedAt is the cached job id, without its progress, and its revision; nil
+// if none.
+func (c *jobCache) cachedAt(id string) (*mj.Job, int64) {
+	if !c.live.Load() {
+		return nil, 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if j := c.jobs[id]; j != nil {
+		return j, j.Revision
+	}
+	return nil, 0
+}
+
+// isPending reports whether id is being read from etcd (reading).
+func (c *jobCache) isPending(id string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pending[id] > 0
+}
+
 func (c *jobCache) drop(id string) {
 	c.mu.Lock()
 	c.forgetLocked(id)
@@ -198,7 +244,7 @@ func (c *jobCache) drop(id string) {
 
 func (c *jobCache) reset(live bool) {
 	c.mu.Lock()
-	c.jobs, c.progress, c.sizes, c.bytes = nil, nil, nil, 0
+	c.jobs, c.progress, c.progressGone, c.sizes, c.bytes = nil, nil, nil, nil, 0
 	c.live.Store(live)
 	c.mu.Unlock()
 }
@@ -209,6 +255,7 @@ func (g *Gateway) watchJobs(ctx context.Context) {
 	for restarts := 0; ctx.Err() == nil; restarts++ {
 		rev, err := g.Store.Revision(ctx)
 		if err == nil {
+			g.standing.reset()
 			g.jobs.reset(true)
 			if restarts > 0 {
 				g.hub.resync()
@@ -216,24 +263,17 @@ func (g *Gateway) watchJobs(ctx context.Context) {
 			wctx, cancel := context.WithCancel(ctx)
 			errs := make(chan error, 2)
 			go func() {
-				errs <- g.Store.WatchJobs(wctx, rev, func(id string, j *mj.Job) {
-					if j == nil {
-						g.hub.notify(id, g.jobs.accountOf(id))
-						g.jobs.drop(id)
-					} else {
-						g.jobs.put(j, true)
-						g.hub.notify(id, j.AccountID)
-					}
-				})
+				errs <- g.Store.WatchJobs(wctx, rev, g.jobWritten)
 			}()
 			go func() {
-				errs <- g.Store.WatchProgress(wctx, rev, func(id string, rec *store.ProgressRecord) {
-					g.jobs.putProgress(id, rec)
+				errs <- g.Store.WatchProgress(wctx, rev, func(id string, rec *store.ProgressRecord, rev int64) {
+					g.jobs.putProgress(id, rec, rev)
 					g.hub.notify(id, g.jobs.accountOf(id))
 				})
 			}()
 			err = <-errs
 			g.jobs.reset(false) // before the second watch stops: no update is lost
+			g.standing.reset()
 			cancel()
 			<-errs
 		}
@@ -248,11 +288,57 @@ func (g *Gateway) watchJobs(ctx context.Context) {
 	}
 }
 
-// job reads a job through the cache.
+// jobWritten applies a change of a job seen by the watch: to the cache, the
+// standing cache and the event streams. The record is decoded only when one of
+// them needs more than the cache has: a job this gateway created, cached at the
+// revision its create wrote, is not decoded again.
+func (g *Gateway) jobWritten(ch *store.JobChange) {
+	id := ch.ID
+	old, oldRev := g.jobs.cachedAt(id)
+	if ch.Deleted() {
+		if old != nil {
+			g.jobChanged(old)
+		} else {
+			g.standing.reset() // whose queue it left is not known here
+		}
+		g.hub.notify(id, g.jobs.accountOf(id))
+		g.jobs.drop(id)
+		return
+	}
+	if old != nil && ch.Revision <= oldRev {
+		// Cached already as written (this gateway's own create or change):
+		// its account's heads and streams are told all the same.
+		g.jobChanged(old)
+		g.hub.notify(id, old.AccountID)
+		return
+	}
+	if old == nil && !g.jobs.isPending(id) && g.standing.empty() && !g.hub.hasAccounts() {
+		// No one here needs the record: the job's own streams are woken.
+		g.hub.notify(id, "")
+		return
+	}
+	j, err := ch.Job()
+	if err != nil {
+		// Undecodable (damaged, or of a newer version): forgotten, so it is
+		// read from etcd when asked for.
+		g.Log.Warn("job watch: a job record cannot be decoded", "job", id, "err", err)
+		g.jobs.drop(id)
+		g.standing.reset()
+		g.hub.notify(id, g.jobs.accountOf(id))
+		return
+	}
+	g.jobChanged(j)
+	g.jobs.put(j, true)
+	g.hub.notify(id, j.AccountID)
+}
+
+// job reads a job through the cache. id may alias a reused buffer (fiber's
+// Params): what outlives the call is a copy.
 func (g *Gateway) job(ctx context.Context, id string) (*mj.Job, error) {
 	if j := g.jobs.get(id); j != nil {
 		return j, nil
 	}
+	id = strings.Clone(id)
 	done := g.jobs.reading(id)
 	defer done()
 	j, err := g.Store.Job(ctx, id)

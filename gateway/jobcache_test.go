@@ -6,6 +6,7 @@ import (
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
 )
 
@@ -45,5 +46,51 @@ func TestJobCacheFollowsChangesMadeElsewhere(t *testing.T) {
 	_, body, _ = h.do("GET", "/api/jobs/"+id, "alice", nil)
 	if body["data"].(map[string]any)["metadata"].(map[string]any)["k"] != "v" {
 		t.Fatal("GET served a stale cached job while the watch was down")
+	}
+}
+
+// The job and progress watches deliver one transaction's changes in either
+// order. When the progress key's deletion (the attempt ended) arrives before the
+// job's change, the cached running job keeps its progress until that change
+// lands: a stream never sees the running job lose its progress (seen beside two
+// CPU hogs as a "running" event where "succeeded" was due).
+func TestJobCacheKeepsProgressUntilTheJobChangeThatDeletedIt(t *testing.T) {
+	c := &jobCache{}
+	c.reset(true)
+	pct := 42.0
+	running := &mj.Job{ID: "j", Status: mj.StatusRunning, Attempt: 1, Revision: 2}
+	c.put(running, false)
+	c.putProgress("j", &store.ProgressRecord{Attempt: 1, Progress: mj.Progress{Percent: &pct}, Revision: 3}, 3)
+	if j := c.get("j"); j.Progress == nil {
+		t.Fatal("the report is not merged")
+	}
+	c.putProgress("j", nil, 4) // deleted by the job's change at revision 4, not seen yet
+	if j := c.get("j"); j.Status != mj.StatusRunning || j.Progress == nil || *j.Progress.Percent != 42 {
+		t.Fatalf("the running job lost its progress before its change arrived: %+v", j)
+	}
+	c.put(&mj.Job{ID: "j", Status: mj.StatusSucceeded, Attempt: 1, Revision: 4}, true)
+	if j := c.get("j"); j.Status != mj.StatusSucceeded || j.Progress != nil {
+		t.Fatalf("after the change: %+v", j)
+	}
+	c.mu.Lock()
+	left := len(c.progress) + len(c.progressGone)
+	c.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d progress entries kept after the change", left)
+	}
+
+	// In the other order the deletion applies at once, and a retry's report
+	// (a later revision) is kept.
+	c.put(&mj.Job{ID: "k", Status: mj.StatusRunning, Attempt: 1, Revision: 10}, false)
+	c.putProgress("k", &store.ProgressRecord{Attempt: 1, Progress: mj.Progress{Percent: &pct}, Revision: 11}, 11)
+	c.put(&mj.Job{ID: "k", Status: mj.StatusRunning, Attempt: 2, Revision: 12}, true)
+	c.putProgress("k", nil, 12)
+	if j := c.get("k"); j.Progress != nil {
+		t.Fatalf("attempt 2 shows attempt 1's progress: %+v", j.Progress)
+	}
+	c.putProgress("k", nil, 13) // nothing cached to keep: no marker left behind
+	c.putProgress("k", &store.ProgressRecord{Attempt: 2, Progress: mj.Progress{Percent: &pct}, Revision: 14}, 14)
+	if j := c.get("k"); j.Progress == nil {
+		t.Fatal("attempt 2's report is not merged")
 	}
 }

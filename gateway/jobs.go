@@ -74,6 +74,7 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		}
 	}
 	g.jobs.put(j, false)
+	g.jobChanged(j) // its own reader sees it in the queue at once
 	if j.ID == id {
 		metrics.JobsCreated.WithLabelValues(j.Machine).Inc()
 	}
@@ -86,7 +87,7 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 			g.jobs.put(j, false)
 		}
 	}
-	return c.JSON(fiber.Map{"data": g.view(j)})
+	return g.sendJob(c, j)
 }
 
 // idempotentJobs finds the job an earlier create with the same Idempotency-Key
@@ -174,8 +175,8 @@ func (g *Gateway) jsonBody(c *fiber.Ctx) ([]byte, error) {
 
 // ownJob returns the caller's job; another account's job is "not found".
 func (g *Gateway) ownJob(c *fiber.Ctx) (*mj.Job, error) {
-	// fiber's Params aliases a reused buffer; the cache keeps the id.
-	j, err := g.job(c.UserContext(), strings.Clone(c.Params("id")))
+	// fiber's Params aliases a reused buffer: job clones it before the cache keeps it.
+	j, err := g.job(c.UserContext(), c.Params("id"))
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +191,11 @@ func (g *Gateway) getJob(c *fiber.Ctx) error {
 	if err != nil {
 		return notFound(err, c.Params("id"))
 	}
-	return c.JSON(fiber.Map{"data": g.view(g.withStanding(c.UserContext(), j))})
+	v := g.view(j)
+	if d, ok := g.standingOf(c.UserContext(), j); ok {
+		v.StatusDetail = d
+	}
+	return sendView(c, &v)
 }
 
 func notFound(err error, id string) error {
@@ -223,8 +228,9 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 		return err
 	}
 	g.jobs.put(j, false)
+	g.jobChanged(j)
 	metrics.Finished(j)
-	return c.JSON(fiber.Map{"data": g.view(j)})
+	return g.sendJob(c, j)
 }
 
 // maxListOffset bounds ?offset=: the store reads offset+limit index keys to

@@ -4,11 +4,14 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gofiber/fiber/v2"
 	"github.com/gofiber/fiber/v2/middleware/adaptor"
 	"github.com/mediajobs/mediajobs/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -82,10 +85,85 @@ func cleanPath(c *fiber.Ctx) error {
 // withContext gives each request a real context with a deadline; fiber's default
 // UserContext is context.Background().
 func (g *Gateway) withContext(c *fiber.Ctx) error {
-	ctx, cancel := context.WithTimeout(context.Background(), g.Config.Server.RequestTimeoutD)
-	defer cancel()
+	ctx := &requestOf(c).ctx
+	ctx.deadline = time.Now().Add(g.Config.Server.RequestTimeoutD)
+	defer ctx.end()
 	c.SetUserContext(ctx)
 	return c.Next()
+}
+
+// requestContext is a request's context: canceled when the request ends, and
+// at its deadline. The timer and channel that takes are made only once
+// something waits on it (Done, or a context derived from it: an etcd call);
+// most requests (a job from the cache) never do.
+type requestContext struct {
+	deadline time.Time
+	mu       sync.Mutex
+	inner    atomic.Pointer[context.Context] // made by Done
+	cancel   context.CancelFunc
+	ended    bool
+}
+
+// ctx is the context that does the work, made on first use.
+func (c *requestContext) ctx() context.Context {
+	if p := c.inner.Load(); p != nil {
+		return *p
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if p := c.inner.Load(); p != nil {
+		return *p
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), c.deadline)
+	if c.ended {
+		cancel()
+	}
+	c.cancel = cancel
+	c.inner.Store(&ctx)
+	return ctx
+}
+
+func (c *requestContext) Deadline() (time.Time, bool) { return c.deadline, true }
+func (c *requestContext) Done() <-chan struct{}       { return c.ctx().Done() }
+
+func (c *requestContext) Err() error {
+	if p := c.inner.Load(); p != nil {
+		return (*p).Err()
+	}
+	c.mu.Lock()
+	ended := c.ended
+	c.mu.Unlock()
+	switch {
+	case c.inner.Load() != nil:
+		return (*c.inner.Load()).Err()
+	case ended:
+		return context.Canceled
+	case !time.Now().Before(c.deadline):
+		return context.DeadlineExceeded
+	}
+	return nil
+}
+
+// Value is the inner context's (none of its own): a context derived from this
+// one finds the inner's cancellation there, as from any context.WithDeadline,
+// once Done has made it (the context package asks Done first).
+func (c *requestContext) Value(key any) any {
+	if p := c.inner.Load(); p != nil {
+		return (*p).Value(key)
+	}
+	return nil
+}
+
+func (c *requestContext) String() string { return "gateway.requestContext" }
+
+// end cancels the context: the request is over.
+func (c *requestContext) end() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ended = true
+	if c.cancel != nil {
+		c.cancel()
+	}
 }
 
 func (g *Gateway) readyz(c *fiber.Ctx) error {
@@ -112,13 +190,48 @@ func measure(c *fiber.Ctx) error {
 		// The error handler has not run yet; classify by the error's HTTP status.
 		status = statusOf(err)
 	}
-	// fiber's strings alias fasthttp's reused buffers: copy what outlives the request.
-	method := strings.Clone(c.Method())
-	metrics.HTTPRequests.WithLabelValues(method, route, strconv.Itoa(status)).Inc()
-	if longPoll {
-		metrics.HTTPLongPoll.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
-	} else {
-		metrics.HTTPDuration.WithLabelValues(method, route).Observe(time.Since(start).Seconds())
-	}
+	m := seriesOf(c.Method(), route, status, longPoll)
+	m.count.Inc()
+	m.duration.Observe(time.Since(start).Seconds())
 	return err
+}
+
+// series are the metrics measure adds to, for one method, route, status and
+// kind of request: looked up once, not at every request (hashing the labels).
+type series struct {
+	count    prometheus.Counter
+	duration prometheus.Observer
+}
+
+type seriesKey struct {
+	method, route string
+	status        int
+	longPoll      bool
+}
+
+var (
+	seriesMu sync.RWMutex
+	seriesBy = map[seriesKey]*series{} // as many as the metrics have series
+)
+
+func seriesOf(method, route string, status int, longPoll bool) *series {
+	k := seriesKey{method, route, status, longPoll}
+	seriesMu.RLock()
+	m := seriesBy[k]
+	seriesMu.RUnlock()
+	if m != nil {
+		return m
+	}
+	// fiber's strings alias fasthttp's reused buffers: copy what outlives the request.
+	k.method, k.route = strings.Clone(method), strings.Clone(route)
+	m = &series{count: metrics.HTTPRequests.WithLabelValues(k.method, k.route, strconv.Itoa(status))}
+	if longPoll {
+		m.duration = metrics.HTTPLongPoll.WithLabelValues(k.method, k.route)
+	} else {
+		m.duration = metrics.HTTPDuration.WithLabelValues(k.method, k.route)
+	}
+	seriesMu.Lock()
+	seriesBy[k] = m
+	seriesMu.Unlock()
+	return m
 }

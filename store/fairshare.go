@@ -238,23 +238,37 @@ func (s *Store) QueueHead(ctx context.Context, pool, account string) (*QueueHead
 // Standing is where j, a queued job of the head's account and pool, stands:
 // the keys before its own, at most StandingAheadMax+1 of them.
 func (h *QueueHead) Standing(j *mj.Job) Standing {
-	return Standing{Ahead: sort.SearchStrings(h.keys, queueSuffix(j)), InFlight: h.inFlight, Schedule: h.schedule}
+	var buf [96]byte
+	k := appendQueueSuffix(buf[:0], j)
+	// sort.SearchStrings without making k a string (a comparison converts it
+	// without a copy).
+	lo, hi := 0, len(h.keys)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if h.keys[m] < string(k) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	return Standing{Ahead: lo, InFlight: h.inFlight, Schedule: h.schedule}
 }
 
-// queueSuffix is j's queue key after its account's prefix (queueKey).
-func queueSuffix(j *mj.Job) string {
+// appendQueueSuffix appends j's queue key after its account's prefix:
+// "<queued_at>_<id>", queued_at in 19 digits (queueKey).
+func appendQueueSuffix(b []byte, j *mj.Job) []byte {
 	n := j.QueuedAt.UnixNano()
 	if n < 0 {
-		return fmt.Sprintf("%019d_%s", n, j.ID)
+		return fmt.Appendf(b, "%019d_%s", n, j.ID)
 	}
-	b := make([]byte, 0, 20+len(j.ID))
-	b = strconv.AppendInt(b, n, 10)
-	if pad := 19 - len(b); pad > 0 {
-		b = append(b[:0], "0000000000000000000"[:pad]...)
-		b = strconv.AppendInt(b, n, 10)
+	var d [20]byte
+	digits := strconv.AppendInt(d[:0], n, 10)
+	for range 19 - len(digits) {
+		b = append(b, '0')
 	}
+	b = append(b, digits...)
 	b = append(b, '_')
-	return string(append(b, j.ID...))
+	return append(b, j.ID...)
 }
 
 // queueHeadsOps is how many ranged reads one transaction of QueueHeads holds

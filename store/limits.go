@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"strconv"
 
 	mj "github.com/mediajobs/mediajobs"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -136,46 +138,134 @@ type usageRead struct {
 	shards    map[string]shardRead
 	freed     int64
 	sched     Schedule // the account's sched/<account> record (zero: none)
+	schedRev  int64    // its mod revision (0: none)
 	overrides LimitOverrides
 	storage   storageRead // storage bytes held (storagequota.go)
 	streams   int64       // event streams open (streamquota.go)
+	parts     usageParts  // what was read
+	// seq is how many creates of the account this process had committed when
+	// the reading was taken (createbatch.go).
+	seq int64
 }
 
 func (s *Store) readUsage(ctx context.Context, account string) (usageRead, error) {
-	resp, err := s.cli.Txn(ctx).Then(
-		clientv3.OpGet(s.statusIndexPrefix(account, mj.StatusQueued), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-		clientv3.OpGet(s.jobBytesPrefix(account), clientv3.WithPrefix()),
-		clientv3.OpGet(s.freedBytesKey(account)),
-		clientv3.OpGet(s.schedKey(account)),
-		clientv3.OpGet(s.storagePrefix(account), clientv3.WithPrefix()),
-		clientv3.OpGet(s.storageFreedKey(account)),
-		clientv3.OpGet(s.streamPrefix(account), clientv3.WithPrefix(), clientv3.WithCountOnly()),
-	).Commit()
+	return s.readUsageParts(ctx, account, allUsage)
+}
+
+// usageParts says what of an account's usage a reading takes; the account's
+// settings always.
+type usageParts struct {
+	queued, jobBytes, storage, streams bool
+	// shard, when jobBytes is not read, is a shard of the byte counter read by
+	// itself: the one a create adds to.
+	shard string
+}
+
+var allUsage = usageParts{queued: true, jobBytes: true, storage: true, streams: true}
+
+// createParts is what checking a create against limits needs: what a limit set
+// counts (the count of jobs queued costs etcd a walk of the account's queue),
+// and the shard the create writes.
+func createParts(l Limits, shard string) usageParts {
+	return usageParts{queued: l.MaxQueuedJobs > 0, jobBytes: l.MaxJobBytes > 0, storage: l.MaxStorageBytes > 0, shard: shard}
+}
+
+func (p usageParts) covers(q usageParts) bool {
+	return (p.queued || !q.queued) && (p.jobBytes || !q.jobBytes) && (p.storage || !q.storage)
+}
+
+// readCreateUsage reads what a create under defaults, and the account's own
+// limits, needs to be checked, and the shard it adds to: what the defaults
+// need, then, if the account's own limits need more, all of it.
+func (s *Store) readCreateUsage(ctx context.Context, account string, defaults Limits, shard string) (usageRead, error) {
+	return retryTransient(ctx, func(bool) (usageRead, error) {
+		p := createParts(defaults, shard)
+		u, err := s.readUsageParts(ctx, account, p)
+		if err == nil && !p.covers(createParts(u.overrides.Apply(defaults), shard)) {
+			all := allUsage
+			all.shard = shard
+			u, err = s.readUsageParts(ctx, account, all)
+		}
+		return u, err
+	})
+}
+
+// readUsageParts reads, in one transaction, the parts p of the account's
+// usage; the others stay 0.
+func (s *Store) readUsageParts(ctx context.Context, account string, p usageParts) (usageRead, error) {
+	ops, parse := s.usageOps(account, p)
+	resp, err := s.cli.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
 		return usageRead{}, fmt.Errorf("read account usage: %w", err)
 	}
-	u := usageRead{rev: resp.Header.Revision, queued: resp.Responses[0].GetResponseRange().Count}
-	rr := func(i int) *clientv3.GetResponse {
-		return (*clientv3.GetResponse)(resp.Responses[i].GetResponseRange())
+	return parse(resp.Responses, resp.Header.Revision), nil
+}
+
+// usageOps are the reads of the parts p of the account's usage, and what makes
+// a usageRead of their responses: rs, from the first of them on, at revision rev.
+// A create's transaction runs them after its writes (createbatch.go).
+func (s *Store) usageOps(account string, p usageParts) ([]clientv3.Op, func(rs []*pb.ResponseOp, rev int64) usageRead) {
+	const (
+		shards = iota
+		freed
+		storage
+		storageFreed
+		streams
+		queued
+		parts
+	)
+	ops := []clientv3.Op{clientv3.OpGet(s.schedKey(account))}
+	at := [parts]int{} // where each part's response is; 0: not read
+	add := func(part int, op clientv3.Op) {
+		at[part] = len(ops)
+		ops = append(ops, op)
 	}
-	for _, kv := range rr(1).Kvs {
-		v, _ := strconv.ParseInt(string(kv.Value), 10, 64)
-		if u.shards == nil {
-			u.shards = map[string]shardRead{}
+	if p.jobBytes {
+		add(shards, clientv3.OpGet(s.jobBytesPrefix(account), clientv3.WithPrefix()))
+		add(freed, clientv3.OpGet(s.freedBytesKey(account)))
+	} else if p.shard != "" {
+		add(shards, clientv3.OpGet(p.shard))
+	}
+	if p.storage {
+		add(storage, clientv3.OpGet(s.storagePrefix(account), clientv3.WithPrefix()))
+		add(storageFreed, clientv3.OpGet(s.storageFreedKey(account)))
+	}
+	if p.streams {
+		add(streams, clientv3.OpGet(s.streamPrefix(account), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	}
+	if p.queued {
+		add(queued, clientv3.OpGet(s.statusIndexPrefix(account, mj.StatusQueued), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+	}
+	parse := func(rs []*pb.ResponseOp, rev int64) usageRead {
+		u := usageRead{rev: rev, parts: p}
+		rr := func(part int) *clientv3.GetResponse {
+			if at[part] == 0 {
+				return &clientv3.GetResponse{}
+			}
+			return (*clientv3.GetResponse)(rs[at[part]].GetResponseRange())
 		}
-		u.shards[string(kv.Key)] = shardRead{value: v, modRev: kv.ModRevision}
-		u.created += v
-	}
-	u.freed, _ = counter(rr(2))
-	if kvs := rr(3).Kvs; len(kvs) > 0 {
-		var sc Schedule
-		if json.Unmarshal(kvs[0].Value, &sc) == nil {
-			u.sched, u.overrides = sc, sc.LimitOverrides
+		if kvs := rr(shards).Kvs; len(kvs) > 0 {
+			u.shards = make(map[string]shardRead, len(kvs))
+			for _, kv := range kvs {
+				v, _ := strconv.ParseInt(string(kv.Value), 10, 64)
+				u.shards[string(kv.Key)] = shardRead{value: v, modRev: kv.ModRevision}
+				u.created += v
+			}
 		}
+		u.freed, _ = counter(rr(freed))
+		if kvs := (*clientv3.GetResponse)(rs[0].GetResponseRange()).Kvs; len(kvs) > 0 {
+			u.schedRev = kvs[0].ModRevision
+			var sc Schedule
+			if json.Unmarshal(kvs[0].Value, &sc) == nil {
+				u.sched, u.overrides = sc, sc.LimitOverrides
+			}
+		}
+		u.storage = readStorage(rr(storage), rr(storageFreed))
+		u.streams = rr(streams).Count
+		u.queued = rr(queued).Count
+		return u
 	}
-	u.storage = readStorage(rr(4), rr(5))
-	u.streams = rr(6).Count
-	return u, nil
+	return ops, parse
 }
 
 // shardRead is one shard of the created-bytes counter as read (modRev 0: absent).
@@ -222,15 +312,58 @@ const quotaAttempts = 32
 // encodeRecord marshals j with its RecordBytes: the record counts as its size
 // with the count written in, plus beside, the bytes the create stores beside it
 // (besideBytes), all given back together when the retention deletes the job.
+// It marshals once: with a count of the right number of digits, which is then
+// written over with the record's own (a second marshal only when the guess of
+// digits was wrong).
 func encodeRecord(j *mj.Job, beside int64) ([]byte, error) {
-	j.RecordBytes = 0
-	b, err := json.Marshal(j)
-	if err != nil {
-		return nil, err
+	digits := 5 // most records are under 100 KB
+	for range 20 {
+		j.RecordBytes = pow10(digits - 1) // digits wide
+		b, err := json.Marshal(j)
+		if err != nil {
+			return nil, err
+		}
+		n := int64(len(b)) + beside
+		if d := len(strconv.FormatInt(n, 10)); d != digits {
+			digits = d
+			continue
+		}
+		placeholder := `"record_bytes":` + strconv.FormatInt(j.RecordBytes, 10)
+		at := recordBytesAt(b, placeholder)
+		if at < 0 { // not found as written: the slow way
+			j.RecordBytes = n
+			return json.Marshal(j)
+		}
+		j.RecordBytes = n
+		strconv.AppendInt(b[:at+len(`"record_bytes":`)], n, 10)
+		return b, nil
 	}
-	n := int64(len(b)) + beside
-	j.RecordBytes = n + int64(len(`,"record_bytes":`)+len(strconv.FormatInt(n, 10)))
-	return json.Marshal(j)
+	return nil, fmt.Errorf("encode job %s: record size does not settle", j.ID)
+}
+
+// recordBytesAt finds the record_bytes field written as placeholder in b, the
+// job's top-level one: a number, which no user string (a metadata key, say)
+// puts after that key.
+func recordBytesAt(b []byte, placeholder string) int {
+	for off := 0; ; {
+		i := bytes.Index(b[off:], []byte(placeholder))
+		if i < 0 {
+			return -1
+		}
+		i += off
+		if end := i + len(placeholder); end < len(b) && (b[end] == ',' || b[end] == '}') {
+			return i
+		}
+		off = i + 1
+	}
+}
+
+func pow10(n int) int64 {
+	p := int64(1)
+	for range n {
+		p *= 10
+	}
+	return p
 }
 
 // besideBytes is what a create of j stores beside its record: its

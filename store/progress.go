@@ -136,8 +136,9 @@ func (s *Store) progressOf(ctx context.Context, jobs []*mj.Job) error {
 }
 
 // WatchProgress calls fn with every progress report written (or, with rec nil,
-// deleted) after revision from, until ctx ends or the watch fails; it returns why.
-func (s *Store) WatchProgress(ctx context.Context, from int64, fn func(id string, rec *ProgressRecord)) error {
+// deleted) after revision from, and the revision of that write, until ctx ends
+// or the watch fails; it returns why.
+func (s *Store) WatchProgress(ctx context.Context, from int64, fn func(id string, rec *ProgressRecord, rev int64)) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	prefix := s.ProgressPrefix()
@@ -149,11 +150,11 @@ func (s *Store) WatchProgress(ctx context.Context, from int64, fn func(id string
 			id := strings.TrimPrefix(string(ev.Kv.Key), prefix)
 			var rec ProgressRecord
 			if ev.Type == clientv3.EventTypeDelete || json.Unmarshal(ev.Kv.Value, &rec) != nil {
-				fn(id, nil)
+				fn(id, nil, ev.Kv.ModRevision)
 				continue
 			}
 			rec.Revision = ev.Kv.ModRevision
-			fn(id, &rec)
+			fn(id, &rec, rec.Revision)
 		}
 	}
 	if ctx.Err() != nil {

@@ -27,7 +27,8 @@ import (
 // and dispatchers.
 type Store struct {
 	cli      *clientv3.Client
-	p        string // key prefix, ends in "/"
+	p        string         // key prefix, ends in "/"
+	creates  *createBatcher // creates in flight, by account (createbatch.go)
 	progress *progressLease
 	streams  *streamLease // event streams' keys (streamquota.go)
 	// guard, when set, conditions every write on the leader's election key
@@ -40,7 +41,7 @@ func New(cli *clientv3.Client, prefix string) *Store {
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	return &Store{cli: cli, p: prefix, progress: &progressLease{}, streams: &streamLease{}}
+	return &Store{cli: cli, p: prefix, progress: &progressLease{}, streams: &streamLease{}, creates: &createBatcher{}}
 }
 
 // Client is the underlying etcd client (for watches and health checks).
@@ -245,8 +246,21 @@ func (s *Store) CreateJobWithin(ctx context.Context, j *mj.Job, idem *Idempotenc
 	if err != nil {
 		return nil, err
 	}
+	// With the account's other creates in flight in this process, in one
+	// batch (createbatch.go); alone when a batch cannot tell the outcome.
+	r := &createReq{ctx: ctx, j: j, b: b, beside: beside, idem: idem, defaults: defaults, done: make(chan createResult, 1)}
+	if res := s.submitCreate(r); !res.alone {
+		return res.job, res.err
+	}
+	return s.createAlone(ctx, j, r.b, beside, idem, defaults)
+}
+
+// createAlone is CreateJobWithin for one create by itself: a reading of the
+// account's usage, then the create's transaction conditioned on it, again
+// while the usage moves in between.
+func (s *Store) createAlone(ctx context.Context, j *mj.Job, b []byte, beside int64, idem *Idempotency, defaults Limits) (*mj.Job, error) {
 	for attempt := 0; ; attempt++ {
-		u, err := retryTransient(ctx, func(bool) (usageRead, error) { return s.readUsage(ctx, j.AccountID) })
+		u, err := s.readCreateUsage(ctx, j.AccountID, defaults, s.jobBytesKey(j.AccountID, j.ID))
 		if err != nil {
 			return nil, err
 		}
@@ -848,10 +862,32 @@ func (s *Store) WaitJob(ctx context.Context, id string, done func(*mj.Job) bool)
 	return j, nil
 }
 
-// WatchJobs calls fn with every job written (or, with j nil, deleted) after
-// revision from, until ctx ends or the watch fails (compaction, lost connection);
-// it returns why. Callers that cache jobs must drop their cache when it returns.
-func (s *Store) WatchJobs(ctx context.Context, from int64, fn func(id string, j *mj.Job)) error {
+// JobChange is one job written or deleted, as WatchJobs tells it: the job's
+// record is decoded only when asked (Job), so a watcher pays nothing for the
+// changes it has no use for.
+type JobChange struct {
+	ID       string
+	Revision int64  // the change's (for a write, the job's new Revision)
+	value    []byte // the record written; nil: deleted
+}
+
+// Deleted reports whether the job was deleted.
+func (c *JobChange) Deleted() bool { return c.value == nil }
+
+// Job decodes the record written.
+func (c *JobChange) Job() (*mj.Job, error) {
+	var j mj.Job
+	if err := json.Unmarshal(c.value, &j); err != nil {
+		return nil, fmt.Errorf("decode job %s: %w", c.ID, err)
+	}
+	j.Revision = c.Revision
+	return &j, nil
+}
+
+// WatchJobs calls fn with every job written or deleted after revision from,
+// until ctx ends or the watch fails (compaction, lost connection); it returns
+// why. Callers that cache jobs must drop their cache when it returns.
+func (s *Store) WatchJobs(ctx context.Context, from int64, fn func(c *JobChange)) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	prefix := s.p + "jobs/"
@@ -860,17 +896,14 @@ func (s *Store) WatchJobs(ctx context.Context, from int64, fn func(id string, j 
 			return err
 		}
 		for _, ev := range resp.Events {
-			id := strings.TrimPrefix(string(ev.Kv.Key), prefix)
-			if ev.Type == clientv3.EventTypeDelete {
-				fn(id, nil)
-				continue
+			c := &JobChange{ID: string(ev.Kv.Key[len(prefix):]), Revision: ev.Kv.ModRevision}
+			if ev.Type != clientv3.EventTypeDelete {
+				c.value = ev.Kv.Value
+				if c.value == nil {
+					c.value = []byte{}
+				}
 			}
-			var j mj.Job
-			if err := json.Unmarshal(ev.Kv.Value, &j); err != nil {
-				return fmt.Errorf("decode job %s: %w", id, err)
-			}
-			j.Revision = ev.Kv.ModRevision
-			fn(id, &j)
+			fn(c)
 		}
 	}
 	if ctx.Err() != nil {
