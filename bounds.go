@@ -24,6 +24,9 @@ import (
 //	input_files       CeilMaxInputs 50 × (128 name + MaxURLBytes 4,096 + 6)     211,501
 //	output_names      CeilMaxOutputs 100 × (131 name + 3)                         13,401
 //	ffmpeg_commands   CeilMaxCommandBytes 98,304 + CeilMaxCommands 1,000 × 3     101,305
+//	                  (an input naming another job's output, job:<id>/<output>,
+//	                  takes ≈ 600 bytes with its input_keys and awaits entries:
+//	                  less than a URL input)
 //	webhook_url       MaxURLBytes                                                  4,098
 //	metadata          MaxMetadataBytes 4,096 + MaxMetadataKeys 32 × 6              4,289
 //	error_message     MaxErrorBytes                                                4,097

@@ -83,6 +83,16 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 		Machine:    name("pool", 64), TimeoutSeconds: math.MaxInt64, Metadata: metadata,
 		CreatedAt: now, QueuedAt: now, UpdatedAt: now, MaxInputBytes: math.MaxInt64,
 	}
+	// One input names another job's output (job:<id>/<output>): with its key
+	// (InputKeys) and while awaited (Awaits) it takes ≈ 600 bytes, less than
+	// a URL input, so the largest record names URLs but for this one, which
+	// sets those fields.
+	dep := "fedcba98-7654-3210-fedc-ba9876543211"
+	refName := name("in0_", 128)
+	refOutput := name("o", 147)
+	inputs[refName] = "job:" + dep + "/" + refOutput
+	j.Awaits = []string{dep}
+	j.InputKeys = map[string]string{refName: mj.RunScope(dep, attempt) + name("alloc", 36) + "/" + mj.OutputsDir + refOutput}
 	if v := reflect.ValueOf(j).Elem().FieldByName("IdemHash"); v.IsValid() {
 		v.SetString(strings.Repeat("f", 64)) // a sha256 in hex, set by the store
 	}

@@ -46,6 +46,15 @@ type Job struct {
 	TimeoutSeconds int               `json:"timeout_seconds"`
 	Metadata       map[string]string `json:"metadata,omitempty"`
 
+	// Awaits are the jobs whose outputs this job's inputs name (job:<id>/<output>,
+	// ParseJobRef) that have not succeeded yet. While any is left the job is
+	// queued outside its pool's queue (store.derivedOps); see Release.
+	Awaits []string `json:"awaits,omitempty"`
+	// InputKeys are the blob keys of the outputs its job: inputs name, by input
+	// name, once their jobs succeeded: the dispatcher signs them into the
+	// runner's manifest, so the file goes from storage to the worker directly.
+	InputKeys map[string]string `json:"input_keys,omitempty"`
+
 	// Outputs are the files the runner uploaded, in the order it found them.
 	Outputs []Output `json:"outputs,omitempty"`
 	// LogCommands are the commands whose full ffmpeg log the attempt that ended

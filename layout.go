@@ -49,6 +49,28 @@ func ParseTmpKey(key string) (account, id string, ok bool) {
 	return parts[1], parts[2], true
 }
 
+// JobRefPrefix starts an input that names another job's output instead of a
+// URL: job:<id>/<output name> (docs/references.md).
+const JobRefPrefix = "job:"
+
+// ParseJobRef splits an input value job:<id>/<output>; ok is false for
+// anything else (a URL, or a malformed reference).
+func ParseJobRef(v string) (id, output string, ok bool) {
+	rest, found := strings.CutPrefix(v, JobRefPrefix)
+	if !found {
+		return "", "", false
+	}
+	id, output, found = strings.Cut(rest, "/")
+	if !found || !isUUID(id) || !ValidOutputName(output) {
+		return "", "", false
+	}
+	return id, output, true
+}
+
+// IsJobRef reports whether an input value is meant as a reference (job:…),
+// well formed or not: such a value is never fetched as a URL.
+func IsJobRef(v string) bool { return strings.HasPrefix(v, JobRefPrefix) }
+
 // PoolJobID is the Nomad ID of a pool's parameterized job.
 func PoolJobID(pool string) string { return "mediajobs-" + pool }
 

@@ -4,6 +4,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -65,6 +67,25 @@ func (j *Job) Fail(now time.Time, msg string) {
 func (j *Job) Cancel(now time.Time, detail string) {
 	j.Status, j.FinishedAt, j.StatusDetail = StatusCancelled, &now, detail
 	j.ArmWebhook()
+}
+
+// Release records that dep, a job j awaits, succeeded: keys are the blob keys
+// of its outputs that j's inputs name, by input name. Once j awaits nothing, it
+// enters its pool's queue (store.derivedOps).
+func (j *Job) Release(dep string, keys map[string]string) {
+	j.Awaits = slices.DeleteFunc(slices.Clone(j.Awaits), func(id string) bool { return id == dep })
+	if len(j.Awaits) == 0 {
+		j.Awaits, j.StatusDetail = nil, ""
+	} else {
+		j.StatusDetail = j.AwaitingDetail()
+	}
+	if len(keys) > 0 {
+		// A copy: the store's read shares its maps with the record it read.
+		in := make(map[string]string, len(j.InputKeys)+len(keys))
+		maps.Copy(in, j.InputKeys)
+		maps.Copy(in, keys)
+		j.InputKeys = in
+	}
 }
 
 // RetryOrFail sends j, whose attempt was lost for why, back to the queue as its

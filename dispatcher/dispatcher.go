@@ -64,6 +64,7 @@ type NomadEvents interface {
 type Store interface {
 	jobStore
 	followStore
+	awaitsStore
 	fairStore
 	warmStore
 	storageCounter
@@ -388,7 +389,7 @@ func (d *Dispatcher) lead(ctx context.Context) {
 	if err := d.stopRemovedWarm(ctx); err != nil {
 		d.Log.Warn("stopping the warm runners of removed pools failed; the next leadership tries again", "err", err)
 	}
-	loops := []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.janitorLoop, d.etcdMaintenanceLoop, d.queueMetricsLoop, d.warmLoop}
+	loops := []func(context.Context){d.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.janitorLoop, d.etcdMaintenanceLoop, d.queueMetricsLoop, d.warmLoop, d.awaitsLoop}
 	if len(failed) > 0 {
 		loops = append(loops, func(ctx context.Context) { d.retryPools(ctx, failed) })
 	}

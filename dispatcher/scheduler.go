@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
 	"strings"
 	"sync"
@@ -544,7 +545,7 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 	exp := time.Now().Add(time.Duration(j.TimeoutSeconds)*time.Second + 48*time.Hour)
 	pool := d.Config.Pool(j.Machine)
 	m := mj.Manifest{
-		JobID: j.ID, Attempt: attempt, InputFiles: j.InputFiles, OutputNames: j.OutputNames,
+		JobID: j.ID, Attempt: attempt, InputFiles: d.inputURLs(ctx, j, exp), OutputNames: j.OutputNames,
 		FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
 		// Half the backstop's grace: the result is up before it looks (resultFirst).
 		ReportSeconds:     max(int(d.TimeoutGrace/time.Second)/2, 1),
@@ -607,4 +608,19 @@ func (d *Dispatcher) stopChild(ctx context.Context, child, why, id string) {
 		return
 	}
 	d.Log.Info("stopped nomad job", "job", id, "nomad_job", child, "why", why)
+}
+
+// inputURLs are the URLs the runner fetches j's inputs from: as the client gave
+// them, but an input naming another job's output (job:<id>/<output>) is a
+// signed link to that output in storage (InputKeys, set when it was released;
+// docs/references.md), fetched like a temporary file.
+func (d *Dispatcher) inputURLs(ctx context.Context, j *mj.Job, exp time.Time) map[string]string {
+	if len(j.InputKeys) == 0 {
+		return j.InputFiles
+	}
+	in := maps.Clone(j.InputFiles)
+	for name, key := range j.InputKeys {
+		in[name] = d.links().URL(ctx, "GET", key, key, exp)
+	}
+	return in
 }

@@ -50,6 +50,10 @@ func jobBytes(j *mj.Job) int64 {
 	for k, v := range j.InputFiles {
 		n += 32 + len(k) + len(v)
 	}
+	for k, v := range j.InputKeys {
+		n += 32 + len(k) + len(v)
+	}
+	n += 48 * len(j.Awaits)
 	for k, v := range j.Metadata {
 		n += 32 + len(k) + len(v)
 	}

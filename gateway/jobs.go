@@ -44,6 +44,9 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		return err
 	}
 	if dry {
+		if err := g.resolveRefs(c.UserContext(), j); err != nil {
+			return err
+		}
 		return g.dryRun(c, j)
 	}
 	var idem *store.Idempotency
@@ -66,6 +69,9 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 	if prior != nil {
 		j = prior
 	} else {
+		if err := g.resolveRefs(c.UserContext(), j); err != nil { // other jobs' outputs (references.go)
+			return err
+		}
 		if err := g.claimInputs(c.UserContext(), j); err != nil { // temporary files' first use
 			return err
 		}
@@ -113,7 +119,7 @@ func (g *Gateway) checkHosts(ctx context.Context, j *mj.Job, dry bool) error {
 	problems := map[string]string{}
 	guard := g.Config.Guard()
 	for name, u := range j.InputFiles {
-		if g.ownFile(u) || dry && dryRunLocalFile(u) {
+		if mj.IsJobRef(u) || g.ownFile(u) || dry && dryRunLocalFile(u) {
 			continue // a temporary file's download_url: fetched from this service
 		}
 		if err := guard.CheckURL(ctx, g.Resolver, u); err != nil {

@@ -149,7 +149,7 @@ func (g *Gateway) claimInputs(ctx context.Context, j *mj.Job) error {
 	tb, sl := g.Blobs, g.Store
 	for _, name := range slices.Sorted(maps.Keys(j.InputFiles)) {
 		key, ok := g.tmpKey(ctx, j.InputFiles[name])
-		if !ok {
+		if !ok || mj.IsJobRef(j.InputFiles[name]) {
 			continue
 		}
 		field := "input_files." + name

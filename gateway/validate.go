@@ -95,7 +95,11 @@ func newJob(req *createRequest, cfg *config.Config, accountID string, now time.T
 		if !command.ValidName(name) {
 			bad(field, "input name must match [A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 		}
-		if err := checkURL(req.InputFiles[name]); err != nil {
+		if v := req.InputFiles[name]; mj.IsJobRef(v) {
+			if _, _, ok := mj.ParseJobRef(v); !ok {
+				bad(field, "%q is not a reference to another job's output: write job:<job id>/<output name>, as in job:3f2a7c1e-8d4b-4e6f-9a0b-1c2d3e4f5a6b/out.mp4", mj.Clip(v, 64))
+			}
+		} else if err := checkURL(v); err != nil {
 			bad(field, "%v", err)
 		}
 		spec.Inputs[name] = true

@@ -18,6 +18,7 @@ const (
 	Queue  Family = iota // queue/<pool>/<account>/<queued_at>_<id>: jobs waiting
 	Active               // active/<pool>/<account>/<id> = Nomad child: jobs dispatched
 	Outbox               // outbox/<id>: webhooks to deliver
+	Awaits               // awaits/<dep>/<id>: jobs waiting for another's output
 )
 
 func (s *Store) prefixOf(f Family) string {
@@ -28,6 +29,8 @@ func (s *Store) prefixOf(f Family) string {
 		return s.ActivePrefix()
 	case Outbox:
 		return s.OutboxPrefix()
+	case Awaits:
+		return s.AwaitsPrefix()
 	}
 	panic(fmt.Sprintf("store: no family %d", f))
 }

@@ -52,6 +52,11 @@ package store
 //	done/<finished_at ns>_<id> = id                              [retention.go]
 //	    Derived: put by the terminal write. J reads the expired ones in time
 //	    order and deletes them with their jobs.
+//	awaits/<dep>/<id> = ""                                          [awaits.go]
+//	    Derived: job id is unfinished and awaits an output of job dep (an
+//	    input job:<dep>/<output>); it has no queue key until it awaits
+//	    nothing. Followed as Family Awaits by dispatcher/awaits.go, which
+//	    releases or fails it when dep ends.
 //	progress/<id> = ProgressRecord (JSON)                         [progress.go]
 //	    R via G (PutProgress), only while the job is as the gateway read it.
 //	    Leased (about a minute, progressTTL); derived: deleted when the job or

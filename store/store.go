@@ -131,7 +131,7 @@ func (s *Store) statusIndexPrefix(account string, st mj.Status) string {
 // real changes only.
 func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 	var ops []clientv3.Op
-	queued := func(j *mj.Job) bool { return j != nil && !j.Status.Terminal() && j.NomadJobID == "" }
+	queued := func(j *mj.Job) bool { return j != nil && !j.Status.Terminal() && j.NomadJobID == "" && !awaiting(j) }
 	active := func(j *mj.Job) string {
 		if j != nil && !j.Status.Terminal() {
 			return j.NomadJobID
@@ -161,6 +161,7 @@ func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 		}
 		ops = append(ops, clientv3.OpPut(s.statusIndexKey(j), j.ID))
 	}
+	ops = append(ops, s.awaitsOps(old, j)...)
 	// A finished job or attempt has no progress: its key goes with the transition.
 	if old != nil && (j.Status.Terminal() && !old.Status.Terminal() || j.Attempt != old.Attempt) {
 		ops = append(ops, clientv3.OpDelete(s.progressKey(j.ID)))

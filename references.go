@@ -1,0 +1,69 @@
+package mediajobs
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// References between jobs (docs/references.md): an input job:<id>/<output>
+// names an output of another job of the same account. The job waits, queued,
+// until that job succeeds, then its runner fetches the output from storage like
+// any input; if that job fails or is cancelled, so does the waiting job.
+
+// ResolveRef says what a reference to output of job dep means now: the output's
+// blob key once dep has succeeded with it; wait while dep may still make it;
+// otherwise never says why it never will, for a person to act on.
+func ResolveRef(dep *Job, output string) (key string, wait bool, never string) {
+	switch dep.Status {
+	case StatusSucceeded:
+		for _, o := range dep.Outputs {
+			if o.Name != output {
+				continue
+			}
+			if o.Key == "" {
+				return "", false, fmt.Sprintf("job %s's output %q was not kept in this service's storage", dep.ID, output)
+			}
+			return o.Key, false, ""
+		}
+		return "", false, fmt.Sprintf("job %s succeeded without an output named %q (it made: %s)", dep.ID, output, outputNames(dep))
+	case StatusFailed:
+		return "", false, fmt.Sprintf("job %s failed, so its output %q will not exist: %s", dep.ID, output, dep.ErrorMessage)
+	case StatusCancelled:
+		return "", false, fmt.Sprintf("job %s was cancelled, so its output %q will not exist", dep.ID, output)
+	}
+	if !mayMake(dep, output) {
+		return "", false, fmt.Sprintf("job %s does not list %q among its output_files (%s)", dep.ID, output, strings.Join(dep.OutputNames, ", "))
+	}
+	return "", true, ""
+}
+
+// mayMake reports whether dep lists output, or a pattern (%03d, %v) that may
+// produce it.
+func mayMake(dep *Job, output string) bool {
+	return slices.Contains(dep.OutputNames, output) || slices.ContainsFunc(dep.OutputNames, func(n string) bool { return strings.Contains(n, "%") })
+}
+
+func outputNames(j *Job) string {
+	if len(j.Outputs) == 0 {
+		return "nothing"
+	}
+	names := make([]string, len(j.Outputs))
+	for i, o := range j.Outputs {
+		names[i] = o.Name
+	}
+	return strings.Join(names, ", ")
+}
+
+// AwaitingDetail is the status_detail of a job that awaits other jobs'
+// outputs: which jobs, and for which inputs.
+func (j *Job) AwaitingDetail() string {
+	var parts []string
+	for _, name := range slices.Sorted(maps.Keys(j.InputFiles)) {
+		if id, output, ok := ParseJobRef(j.InputFiles[name]); ok && slices.Contains(j.Awaits, id) {
+			parts = append(parts, "job "+id+" to make "+output+" (input "+name+")")
+		}
+	}
+	return "waiting for " + strings.Join(parts, ", ")
+}
