@@ -66,7 +66,7 @@ func probeImage(workDir, rel string) (p *mj.Probe, ok bool) {
 			p, ok = nil, false
 		}
 	}()
-	f, size, err := openProbed(workDir, rel)
+	f, size, err := openProbed(workDir, rel, imageProbeMaxBytes)
 	if err != nil {
 		return nil, false
 	}
@@ -120,8 +120,8 @@ func probeImage(workDir, rel string) (p *mj.Probe, ok bool) {
 // openProbed opens the regular file rel of workDir: through an os.Root (no link
 // leads out of the job), through no link at all (the file or a directory above
 // it: as collectOutputs and openOutput read outputs), without blocking on a
-// FIFO, and no bigger than imageProbeMaxBytes.
-func openProbed(workDir, rel string) (*os.File, int64, error) {
+// FIFO, and no bigger than maxBytes.
+func openProbed(workDir, rel string, maxBytes int64) (*os.File, int64, error) {
 	root, err := os.OpenRoot(workDir)
 	if err != nil {
 		return nil, 0, err
@@ -139,7 +139,7 @@ func openProbed(workDir, rel string) (*os.File, int64, error) {
 		return nil, 0, err
 	}
 	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() > imageProbeMaxBytes {
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > maxBytes {
 		f.Close()
 		return nil, 0, os.ErrInvalid
 	}

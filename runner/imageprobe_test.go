@@ -66,7 +66,9 @@ func showProbe(p *mj.Probe) string {
 // was made in this process when inProcess.
 func checkProbe(t *testing.T, r *Runner, rel string, inProcess bool) {
 	t.Helper()
-	if _, ok := probeImage(r.WorkDir, rel); ok != inProcess {
+	_, img := probeImage(r.WorkDir, rel)
+	_, mp4 := probeMP4(r.WorkDir, rel)
+	if ok := img || mp4; ok != inProcess {
 		t.Errorf("%s: probed in process %v, want %v", rel, ok, inProcess)
 	}
 	got, gerr := r.probe(context.Background(), rel)
@@ -93,8 +95,29 @@ func TestProbeMatchesFFprobe(t *testing.T) {
 		args      []string // ffmpeg's, before the output; nil: made by another row
 		inProcess bool
 	}{
-		{"o.mp4", append(av, "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"), false},
-		{"o.mov", append(av, "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"), false},
+		{"o.mp4", append(av, "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"), true},
+		{"o.mov", append(av, "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"), true},
+		// MP4 and MOV (mp4probe.go): in process for H.264 and AAC-LC.
+		{"fast.mp4", append(av, "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac", "-movflags", "+faststart"), true},
+		{"crop.mp4", []string{"-f", "lavfi", "-i", "testsrc=d=0.7:s=66x50:r=24", "-c:v", "libx264", "-preset", "ultrafast"}, true},
+		{"hi.mp4", []string{"-f", "lavfi", "-i", "testsrc=d=0.5:s=64x48:r=30", "-c:v", "libx264", "-profile:v", "high444", "-pix_fmt", "yuv444p"}, true},
+		{"ten.mov", []string{"-f", "lavfi", "-i", "testsrc=d=0.5:s=64x48:r=30", "-c:v", "libx264", "-pix_fmt", "yuv420p10le"}, true},
+		{"gray.mp4", []string{"-f", "lavfi", "-i", "testsrc=d=0.5:s=64x48:r=30", "-c:v", "libx264", "-pix_fmt", "gray"}, true},
+		{"mono22k.mp4", append(av, "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac", "-ar", "22050", "-ac", "1"), true},
+		{"a.m4a", []string{"-f", "lavfi", "-i", "sine=d=0.7", "-c:a", "aac"}, true},
+		{"a.mov", []string{"-f", "lavfi", "-i", "sine=d=0.7:sample_rate=48000", "-c:a", "aac", "-ac", "2"}, true},
+		{"ts30000.mp4", []string{"-f", "lavfi", "-i", "testsrc=d=1.001:s=64x48:r=30000/1001", "-c:v", "libx264", "-video_track_timescale", "30000"}, true},
+		{"long.mp4", []string{"-f", "lavfi", "-i", "testsrc=d=12.345:s=32x32:r=5", "-f", "lavfi", "-i", "sine=d=12.3:sample_rate=44100", "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac", "-b:a", "16k"}, true},
+		// Left to ffprobe.
+		{"six.mp4", []string{"-f", "lavfi", "-i", "sine=d=0.5", "-c:a", "aac", "-ac", "6"}, false},
+		{"frag.mp4", append(av, "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac", "-movflags", "frag_keyframe+empty_moov"), false},
+		{"hevc.mp4", []string{"-f", "lavfi", "-i", "testsrc=d=0.5:s=64x48:r=10", "-c:v", "libx265", "-x265-params", "log-level=none"}, false},
+		{"mpeg4.mp4", []string{"-f", "lavfi", "-i", "testsrc=d=0.5:s=64x48:r=10", "-c:v", "mpeg4"}, false},
+		{"opus.mp4", []string{"-f", "lavfi", "-i", "sine=d=0.5", "-c:a", "libopus"}, false},
+		{"pcm.mov", []string{"-f", "lavfi", "-i", "sine=d=0.5", "-c:a", "pcm_s16le"}, false},
+		{"cover.mp4", []string{"-f", "lavfi", "-i", "sine=d=0.5", "-f", "lavfi", "-i", "color=s=16x16:d=0.1", "-map", "0", "-map", "1", "-frames:v", "1",
+			"-c:a", "aac", "-c:v", "png", "-disposition:v", "attached_pic"}, false},
+		{"interlaced.mp4", []string{"-f", "lavfi", "-i", "testsrc=d=0.5:s=64x48:r=25", "-c:v", "libx264", "-flags", "+ildct+ilme", "-x264opts", "interlaced=1"}, false},
 		{"o.mkv", append(av, "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "flac"), false},
 		{"o.webm", append(av, "-c:v", "libvpx", "-deadline", "realtime", "-c:a", "libopus"), false},
 		{"o.ts", append(av, "-c:v", "libx264", "-preset", "ultrafast", "-c:a", "aac"), false},

@@ -197,10 +197,13 @@ func parseDuration(s string) float64 {
 }
 
 // probe describes a file of the job, named relative to its directory, as ffprobe
-// does: in this process for a still PNG, JPEG or WebP whose answer is certain
-// (imageprobe.go), else by running ffprobe.
+// does: in this process for a still PNG, JPEG or WebP (imageprobe.go) or an
+// MP4 or MOV (mp4probe.go) whose answer is certain, else by running ffprobe.
 func (r *Runner) probe(ctx context.Context, rel string) (*mj.Probe, error) {
 	if p, ok := probeImage(r.WorkDir, rel); ok {
+		return p, nil
+	}
+	if p, ok := probeMP4(r.WorkDir, rel); ok {
 		return p, nil
 	}
 	return r.runFFprobe(ctx, rel)
