@@ -238,7 +238,7 @@ func TestNomadServerErrorsAreAnOutage(t *testing.T) {
 		if pass == 2 {
 			text.Store("rpc error: eval broker disabled") // another text, the same outage
 		}
-		if !d.dispatchPool(ctx, pool) {
+		if !d.sched.dispatchPool(ctx, pool) {
 			t.Fatal("a failing pass reported no failure")
 		}
 	}
@@ -392,7 +392,7 @@ func TestNomadRefusingOneDispatchStopsNoPool(t *testing.T) {
 	for i := range 3 {
 		fixJob(t, d, &mj.Job{ID: uuidN(2350 + i), Status: mj.StatusQueued, Attempt: 1, QueuedAt: time.Now().Add(time.Duration(i) * time.Millisecond)})
 	}
-	d.dispatchPool(ctx, pool)
+	d.sched.dispatchPool(ctx, pool)
 	for i := 1; i < 3; i++ {
 		if _, ok := dispatched.Load(uuidN(2350 + i)); !ok {
 			t.Fatalf("job %d behind a refused one was not dispatched", i)
@@ -406,13 +406,13 @@ func TestNomadRefusingOneDispatchStopsNoPool(t *testing.T) {
 	now := time.Now()
 	d.clock = func() time.Time { return now }
 	for range dispatchRefusals {
-		d.dispatchPool(ctx, pool)
+		d.sched.dispatchPool(ctx, pool)
 	}
 	if j, _ := d.Store.Job(ctx, uuidN(2350)); j.Status != mj.StatusQueued {
 		t.Fatalf("failed after %d refusals within a second: %s %q", dispatchRefusals+1, j.Status, j.ErrorMessage)
 	}
 	now = now.Add(dispatchRefusalSpan)
-	d.dispatchPool(ctx, pool)
+	d.sched.dispatchPool(ctx, pool)
 	j, _ := d.Store.Job(ctx, uuidN(2350))
 	if j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "Nomad refused") || !strings.Contains(j.ErrorMessage, "payload exceeds maximum size") {
 		t.Fatalf("after refusals over %s: %s %q", dispatchRefusalSpan, j.Status, j.ErrorMessage)
@@ -475,7 +475,7 @@ func TestPoolWideRefusalsFailNoJob(t *testing.T) {
 			now := time.Now()
 			d.clock = func() time.Time { return now }
 			for range 2 * dispatchRefusals {
-				d.dispatchPool(ctx, pool)
+				d.sched.dispatchPool(ctx, pool)
 				now = now.Add(dispatchRefusalSpan / 4)
 			}
 			for i := range 3 {
@@ -525,7 +525,7 @@ func TestFirstRankedIsDispatchedFirst(t *testing.T) {
 		ids = append(ids, id)
 	}
 	first = ids[0]
-	if d.dispatchIDs(ctx, pool, ids) {
+	if d.sched.dispatchIDs(ctx, pool, ids) {
 		t.Fatal("a dispatch failed")
 	}
 	mu.Lock()

@@ -42,6 +42,7 @@ func TestStalledBlobReadDoesNotHoldTheWorker(t *testing.T) {
 	blobs := &stalledBlobs{fakeBlobs: &fakeBlobs{}, stall: mj.RunScope(stuck, 1), release: make(chan struct{})}
 	d, ctx := fixDispatcher(t, 1, &fakeJobs{}, blobs)
 	d.BlobTimeout = 100 * time.Millisecond
+	rewire(d)
 	started := time.Now().UTC().Add(-time.Minute)
 	fixJob(t, d, &mj.Job{ID: stuck, Status: mj.StatusRunning, NomadJobID: child(stuck, 1), Attempt: 1, StartedAt: &started})
 	fixJob(t, d, &mj.Job{ID: next, Status: mj.StatusQueued, NomadJobID: child(next, 1), Attempt: 1})

@@ -17,9 +17,13 @@ type usageSweeper interface {
 // compiles: a renamed store method breaks the build instead of turning a
 // feature off.
 var (
-	_ Store       = (*store.Store)(nil)
-	_ Blobs       = (*blob.Bucket)(nil)
-	_ NomadJobs   = (*api.Jobs)(nil)
-	_ NomadAllocs = (*api.Allocations)(nil)
-	_ NomadEvents = (*api.EventStream)(nil)
+	_ Store          = (*store.Store)(nil)
+	_ schedulerStore = (*store.Store)(nil)
+	_ janitorStore   = (*store.Store)(nil)
+	_ etcdMaintainer = (*store.Store)(nil)
+	_ outboxStore    = (*store.Store)(nil)
+	_ Blobs          = (*blob.Bucket)(nil)
+	_ NomadJobs      = (*api.Jobs)(nil)
+	_ NomadAllocs    = (*api.Allocations)(nil)
+	_ NomadEvents    = (*api.EventStream)(nil)
 )

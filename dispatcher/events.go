@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/url"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +16,7 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/metrics"
+	"github.com/mediajobs/mediajobs/store"
 )
 
 // allocState is what the dispatcher needs of an allocation, from an event or a
@@ -142,7 +141,7 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 			// A damaged index never reads: resume from where Nomad is now, and
 			// let reconcile settle what came before.
 			d.Log.Error("saved event index is damaged; resuming from nomad's current index", "err", err)
-			index, err = d.nomadIndex(ctx)
+			index, err = d.nomad.index(ctx)
 		}
 		if err != nil {
 			// Not "start at 0": that replays Nomad's oldest retained events. The
@@ -155,7 +154,7 @@ func (d *Dispatcher) eventLoop(ctx context.Context) {
 		}
 		sctx, cancel := context.WithCancel(ctx)
 		topics := map[api.Topic][]string{api.TopicAllocation: {"*"}, api.TopicEvaluation: {"*"}}
-		events, err := d.Events.Stream(sctx, topics, index, d.queryOpts)
+		events, err := d.Events.Stream(sctx, topics, index, d.nomad.queryOpts)
 		if err != nil {
 			cancel()
 			d.Log.Warn("nomad event stream unavailable; retrying", "err", err, "in", backoff)
@@ -194,8 +193,8 @@ func (d *Dispatcher) follow(ctx context.Context, events <-chan *api.Events, work
 	tick := time.NewTicker(eventIndexEvery)
 	defer tick.Stop()
 	// Nomad's api client swallows the stream's heartbeats: a stream with nothing to
-	// say for StreamIdle may be an idle cluster or a dead agent. nomadAnswers tells
-	// them apart; an idle cluster keeps its stream (see nomadAnswers).
+	// say for StreamIdle may be an idle cluster or a dead agent. nomadAPI.answers tells
+	// them apart; an idle cluster keeps its stream (see nomadAPI.answers).
 	idle := time.NewTimer(d.StreamIdle)
 	defer idle.Stop()
 	for {
@@ -205,7 +204,7 @@ func (d *Dispatcher) follow(ctx context.Context, events <-chan *api.Events, work
 		case <-tick.C:
 			save(false)
 		case <-idle.C:
-			if err := d.nomadAnswers(ctx); err != nil {
+			if err := d.nomad.answers(ctx); err != nil {
 				if ctx.Err() == nil {
 					d.Log.Warn("nomad event stream silent and nomad not answering; reconnecting", "for", d.StreamIdle, "err", err)
 				}
@@ -264,41 +263,6 @@ func (d *Dispatcher) submit(ctx context.Context, evs *api.Events, work *partitio
 	}
 }
 
-// nomadAnswers is the check of a quiet event stream: a cheap read (one job at
-// most) through the leader, bounded by CallTimeout. An answer, even a refusal,
-// proves the agent and its cluster alive: the stream is merely quiet, and is kept.
-// Only when Nomad cannot answer (unreachable, no leader, timing out) is the stream
-// taken for dead. A connection that died in the network is not left to this
-// check: the read on it fails when the stream's TCP keepalives go unanswered
-// (Nomad's api client dials with keepalives), and reconcile settles every
-// ReconcileEvery what a stream missed meanwhile.
-func (d *Dispatcher) nomadAnswers(ctx context.Context) error {
-	q, cancel := d.query(ctx)
-	defer cancel()
-	q.PerPage, q.Prefix, q.AllowStale = 1, "mediajobs-", false
-	_, _, err := d.Jobs.List(q)
-	if err != nil && nomadTrouble(err) {
-		return err
-	}
-	return nil
-}
-
-// nomadIndex is an index Nomad has reached: its jobs table's, no later than
-// the latest event.
-func (d *Dispatcher) nomadIndex(ctx context.Context) (uint64, error) {
-	q, cancel := d.query(ctx)
-	defer cancel()
-	q.PerPage = 1
-	_, meta, err := d.Jobs.List(q)
-	if err == nil && meta == nil {
-		err = errors.New("nomad's answer carried no index")
-	}
-	if err != nil {
-		return 0, err
-	}
-	return meta.LastIndex, nil
-}
-
 // streamIdle is the default of Dispatcher.StreamIdle.
 var streamIdle = 45 * time.Second
 
@@ -331,7 +295,7 @@ func (d *Dispatcher) currentAlloc(ctx context.Context, a allocState) (allocState
 	if _, _, ok := mj.ParseChildID(a.NomadJobID); !ok {
 		return a, false
 	}
-	q, cancel := d.query(ctx)
+	q, cancel := d.nomad.query(ctx)
 	stubs, _, err := d.Jobs.Allocations(a.NomadJobID, true, q)
 	cancel()
 	if err != nil {
@@ -357,54 +321,6 @@ func applyOrder(a allocState) int {
 		return 2
 	}
 	return 3
-}
-
-// unreachable tells a failure to reach Nomad (refused, reset, timed out: the HTTP
-// client's *url.Error) from an answer Nomad gave or a failure of our own.
-func unreachable(err error) bool {
-	var ue *url.Error
-	return errors.As(err, &ue) || errors.Is(err, context.DeadlineExceeded)
-}
-
-// nomadTrouble tells an error that says Nomad cannot answer now: unreachable, or
-// a 5xx answer of the server's own trouble (no cluster leader, overloaded, a
-// server timing out). A reconcile pass stops on it. Nomad answers 500 for any
-// RPC error without a code, a request it refused (a dispatch it finds invalid)
-// too: a 500 counts only when its text is the server's trouble, or one job could
-// stop its pool for good; a 4xx is an answer about the request itself.
-func nomadTrouble(err error) bool {
-	switch code := statusCode(err); {
-	case unreachable(err), code > 500:
-		return true
-	case code == 500:
-		return serverTrouble.MatchString(err.Error())
-	}
-	return false
-}
-
-// serverTrouble is what Nomad's 500s say when the server, not the request, is
-// at fault: among them Nomad's own raft and leadership errors, which come
-// without the "rpc error:" prefix when the agent asked is the leader
-// ("leadership lost while committing log", "node is not the leader",
-// "leadership transfer in progress"), and Job.Dispatch's "failed to retrieve
-// jobs for idempotency check".
-var serverTrouble = regexp.MustCompile(`(?i)no (cluster )?leader|not the leader|leadership|idempotency check|rpc error|raft|timeout|timed out|deadline|\bEOF\b|connection|unavailable|too many|rate limit|not ready|shutting down`)
-
-// statusCode is the HTTP status of Nomad's answer in err, 0 when err is none.
-func statusCode(err error) int {
-	var ue api.UnexpectedResponseError
-	if errors.As(err, &ue) {
-		return ue.StatusCode()
-	}
-	var uep *api.UnexpectedResponseError
-	if errors.As(err, &uep) {
-		return uep.StatusCode()
-	}
-	var code int
-	if err != nil {
-		fmt.Sscanf(err.Error(), "Unexpected response code: %d", &code) // as isNotFound reads it
-	}
-	return code
 }
 
 // vanished settles a job whose current child Nomad no longer knows (garbage
@@ -440,7 +356,7 @@ func (d *Dispatcher) vanished(ctx context.Context, j *mj.Job, child string) {
 // recorded it yet: its dispatch may be in flight. Children are deregistered, not
 // purged, as a cancel does.
 func (d *Dispatcher) stopStrayChildren(ctx context.Context) {
-	q, cancel := d.query(ctx)
+	q, cancel := d.nomad.query(ctx)
 	defer cancel()
 	q.Prefix = "mediajobs-"
 	stubs, _, err := d.Jobs.List(q)
@@ -466,13 +382,13 @@ func (d *Dispatcher) stopStrayChildren(ctx context.Context) {
 		case err != nil:
 		case j.Status.Terminal():
 			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
-			d.stopChild(ctx, s.ID, "job "+string(j.Status), id)
+			d.nomad.stopChild(ctx, s.ID, "job "+string(j.Status), id)
 		case attempt < max(j.Attempt, 1):
 			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
-			d.stopChild(ctx, s.ID, fmt.Sprintf("attempt %d was superseded by attempt %d", attempt, j.Attempt), id)
+			d.nomad.stopChild(ctx, s.ID, fmt.Sprintf("attempt %d was superseded by attempt %d", attempt, j.Attempt), id)
 		case twin(j, s.ID, attempt):
 			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
-			d.stopChild(ctx, s.ID, twinWhy(j), id)
+			d.nomad.stopChild(ctx, s.ID, twinWhy(j), id)
 		}
 	}
 }
@@ -493,13 +409,13 @@ func (d *Dispatcher) overdue(ctx context.Context, id, child string, allocs []all
 	case err == nil && j.Status.Terminal():
 		metrics.Finished(j)
 		d.Log.Info("job failed by the dispatcher", "job", id, "reason", j.ErrorMessage)
-		d.stopChild(ctx, child, why, id)
+		d.nomad.stopChild(ctx, child, why, id)
 	case err == nil:
 		if j.NomadJobID == "" { // the only retry overdueFn makes
 			metrics.JobRetries.WithLabelValues(j.Machine, metrics.RetryStartTimeout).Inc()
 		}
 		d.Log.Info("attempt ended by the dispatcher", "job", id, "detail", j.StatusDetail)
-		d.stopChild(ctx, child, why, id)
+		d.nomad.stopChild(ctx, child, why, id)
 	}
 }
 
@@ -618,7 +534,7 @@ func attemptStart(j *mj.Job) *time.Time { return j.AttemptStart() }
 // error is Nomad's evaluations left unread: they may say the job waits for
 // capacity, so nothing is to be judged on their absence.
 func (d *Dispatcher) refreshPlacement(ctx context.Context, child string) (bool, error) {
-	q, cancel := d.query(ctx)
+	q, cancel := d.nomad.query(ctx)
 	evals, _, err := d.Jobs.Evaluations(child, q)
 	cancel()
 	if err != nil {
@@ -662,7 +578,7 @@ func (d *Dispatcher) placementFailed(ctx context.Context, child string, failed m
 	if capacity && waiting {
 		// Whether or not the job changed: a waiting child Nomad has no room for
 		// says its pool is full (the window, fair.go).
-		d.room.full(pool, d.now())
+		d.sched.poolFull(pool)
 	}
 	if err == nil {
 		cause := "infeasible"
@@ -751,7 +667,7 @@ func (d *Dispatcher) apply(ctx context.Context, a allocState) bool {
 	})
 	if twinOf != "" && errors.Is(err, errSkip) {
 		metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
-		d.stopChild(ctx, a.NomadJobID, twinOf, id)
+		d.nomad.stopChild(ctx, a.NomadJobID, twinOf, id)
 	}
 	d.applied(ctx, id, a.NomadJobID, j, err)
 	if result != nil {
@@ -846,7 +762,7 @@ func (d *Dispatcher) applied(ctx context.Context, id, child string, j *mj.Job, e
 			d.countOutputs(ctx, j) // storage held (storagequota.go)
 		}
 		if j.NomadJobID == "" && !j.Status.Terminal() {
-			d.stopChild(ctx, child, "re-dispatching", id) // usually dead already
+			d.nomad.stopChild(ctx, child, "re-dispatching", id) // usually dead already
 		}
 	case errors.Is(err, errSkip), mj.ErrorCode(err) == mj.ENotFound:
 		d.late.Delete(id)
@@ -1055,4 +971,19 @@ func (d *Dispatcher) resultAt(ctx context.Context, id string, attempt int, prefi
 		return nil, nil
 	}
 	return &r, nil
+}
+
+// cancelLoop stops the Nomad child of every job that leaves the active set as
+// cancelled (the gateway marks it; Nomad follows).
+func (d *Dispatcher) cancelLoop(ctx context.Context) {
+	d.st().Follow(ctx, store.Active, time.Hour, d.Log, func(ctx context.Context, id string, del *store.Deleted) {
+		if del == nil || del.Prev == nil {
+			return
+		}
+		j, err := d.st().Job(ctx, id)
+		if err != nil || j.Status != mj.StatusCancelled {
+			return
+		}
+		d.nomad.stopChild(ctx, string(del.Prev), "job cancelled", id)
+	})
 }

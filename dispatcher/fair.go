@@ -216,15 +216,15 @@ func (r *poolRoom) reset() {
 // children mediajobs has given up on (a lost node's, held pending by their
 // disconnect block's delayed evaluation for an hour), which would close the
 // window for that long. ok=false when Nomad cannot say.
-func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight int) (n int, ok bool) {
-	q, cancel := d.query(ctx)
+func (s *scheduler) poolWindow(ctx context.Context, pool *config.Pool, inFlight int) (n int, ok bool) {
+	q, cancel := s.nomad.query(ctx)
 	defer cancel()
-	sum, _, err := d.Jobs.Summary(mj.PoolJobID(pool.Name), q)
+	sum, _, err := s.nomad.jobs.Summary(mj.PoolJobID(pool.Name), q)
 	if err != nil || sum == nil || sum.Children == nil {
 		return 0, false
 	}
 	running := int(sum.Children.Running)
-	r := d.room.observe(pool.Name, running, max(pool.DispatchLookahead, running/8), d.now())
+	r := s.room.observe(pool.Name, running, max(pool.DispatchLookahead, running/8), s.now())
 	return window(pool, max(inFlight-running, 0), running, r), true
 }
 
@@ -245,15 +245,15 @@ func (d *Dispatcher) poolWindow(ctx context.Context, pool *config.Pool, inFlight
 // accounts have queued jobs, and then only the first few keys of each
 // (queueHeads): its cost grows with the accounts that have work, not with the
 // jobs queued.
-func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra, idle int, toNomad bool) (chosen []store.QueueEntry, nomad int, refund func(store.QueueEntry), failed bool) {
+func (s *scheduler) fairPass(ctx context.Context, pool *config.Pool, extra, idle int, toNomad bool) (chosen []store.QueueEntry, nomad int, refund func(store.QueueEntry), failed bool) {
 	refund = func(store.QueueEntry) {}
-	fs := d.st()
+	fs := s.st()
 	inFlight, total, err := fs.PoolInFlight(ctx, pool.Name)
 	if err != nil {
 		return nil, 0, refund, true
 	}
 	if toNomad { // a pass for warm runners alone asks Nomad nothing
-		n, known := d.poolWindow(ctx, pool, total)
+		n, known := s.poolWindow(ctx, pool, total)
 		if !known {
 			n = pool.DispatchLookahead
 		}
@@ -266,13 +266,13 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra, idl
 	if n <= 0 || nomad == 0 && idle == 0 {
 		return nil, 0, refund, false
 	}
-	qi := d.queueIndex(fs)
+	qi := s.queueIndex(fs)
 	if err := qi.Sync(ctx); err != nil {
 		// Still reading the queue: not trouble, its end wakes the loop.
 		return nil, 0, refund, !errors.Is(err, store.ErrQueueIndexLoading)
 	}
 	queued, legacy := qi.Pool(pool.Name)
-	if migrate := "migrate/" + pool.Name; len(legacy) > 0 && d.backoff.left(migrate, d.now()) == 0 {
+	if migrate := "migrate/" + pool.Name; len(legacy) > 0 && s.backoff.left(migrate, s.now()) == 0 {
 		// Queued by a version before fair-share dispatch: moved to their
 		// accounts' queues, and chosen from there from the next pass on.
 		moved, err := fs.MigrateQueueKeys(ctx, legacy)
@@ -280,12 +280,12 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra, idl
 			// Tried again after a backoff, not at once: a key that cannot be
 			// moved (its record undecodable, etcd failing) must not make the
 			// loop spin. The pool's other jobs are chosen meanwhile.
-			wait := d.backoff.failed(migrate, d.now())
-			d.Log.Warn("could not move queue keys of an older version to their accounts' queues; retrying", "pool", pool.Name, "keys", len(legacy), "moved", moved, "in", wait, "err", err)
+			wait := s.backoff.failed(migrate, s.now())
+			s.log.Warn("could not move queue keys of an older version to their accounts' queues; retrying", "pool", pool.Name, "keys", len(legacy), "moved", moved, "in", wait, "err", err)
 		} else {
-			d.backoff.ok(migrate)
-			d.Log.Info("moved queue keys of an older version to their accounts' queues", "pool", pool.Name, "keys", moved)
-			d.wake()
+			s.backoff.ok(migrate)
+			s.log.Info("moved queue keys of an older version to their accounts' queues", "pool", pool.Name, "keys", moved)
+			s.wake()
 		}
 	}
 	if len(queued) == 0 {
@@ -296,8 +296,8 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra, idl
 		return nil, 0, refund, true
 	}
 	limit := 0
-	if d.Config.Limits != nil {
-		limit = d.Config.Limits.MaxRunningPerAccount
+	if s.cfg.Limits != nil {
+		limit = s.cfg.Limits.MaxRunningPerAccount
 	}
 	accounts := make(map[string]*fairAccount, len(queued))
 	for id := range queued {
@@ -312,19 +312,19 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra, idl
 		}
 		accounts[id] = a
 	}
-	passes := d.poolPasses(pool.Name, accounts)
+	passes := s.poolPasses(pool.Name, accounts)
 	refund = func(e store.QueueEntry) {
 		a := accounts[e.Account]
 		if a == nil {
 			return
 		}
-		d.passesMu.Lock()
-		defer d.passesMu.Unlock()
-		if p, ok := d.passes[pool.Name][e.Account]; ok {
-			d.passes[pool.Name][e.Account] = p - 1/float64(max(a.Weight, 1))
+		s.passes.mu.Lock()
+		defer s.passes.mu.Unlock()
+		if p, ok := s.passes.m[pool.Name][e.Account]; ok {
+			s.passes.m[pool.Name][e.Account] = p - 1/float64(max(a.Weight, 1))
 		}
 	}
-	chosen, err = d.queueHeads(ctx, fs, pool.Name, accounts, queued, n, passes)
+	chosen, err = s.queueHeads(ctx, fs, pool.Name, accounts, queued, n, passes)
 	if err != nil {
 		return nil, 0, refund, true
 	}
@@ -338,7 +338,7 @@ func (d *Dispatcher) fairPass(ctx context.Context, pool *config.Pool, extra, idl
 // keys read were chosen, with more queued and room under its limit, might have
 // taken more: its read (alone) is doubled and the choice made again, from the
 // same passes.
-func (d *Dispatcher) queueHeads(ctx context.Context, fs fairStore, pool string, accounts map[string]*fairAccount, queued map[string]int, n int, passes map[string]float64) ([]store.QueueEntry, error) {
+func (s *scheduler) queueHeads(ctx context.Context, fs fairStore, pool string, accounts map[string]*fairAccount, queued map[string]int, n int, passes map[string]float64) ([]store.QueueEntry, error) {
 	share := max(2, 2*((n+len(accounts)-1)/len(accounts)))
 	want := make(map[string]int, len(accounts))
 	for id, a := range accounts {
@@ -403,13 +403,13 @@ func startPass(a *fairAccount, floor float64) float64 {
 // accounts with queued jobs are kept: the map is bounded by the queue. A new
 // leader starts every account from the slots it holds (etcd's active set), so
 // fairness carries over a failover approximately, not exactly.
-func (d *Dispatcher) poolPasses(pool string, accounts map[string]*fairAccount) map[string]float64 {
-	d.passesMu.Lock()
-	defer d.passesMu.Unlock()
-	if d.passes == nil {
-		d.passes = map[string]map[string]float64{}
+func (s *scheduler) poolPasses(pool string, accounts map[string]*fairAccount) map[string]float64 {
+	s.passes.mu.Lock()
+	defer s.passes.mu.Unlock()
+	if s.passes.m == nil {
+		s.passes.m = map[string]map[string]float64{}
 	}
-	old := d.passes[pool]
+	old := s.passes.m[pool]
 	floor, found := 0.0, false
 	for id := range accounts {
 		if p, ok := old[id]; ok && (!found || p < floor) {
@@ -424,7 +424,7 @@ func (d *Dispatcher) poolPasses(pool string, accounts map[string]*fairAccount) m
 		}
 		a.Pass, now[id] = p, p
 	}
-	d.passes[pool] = now
+	s.passes.m[pool] = now
 	return now
 }
 
@@ -437,21 +437,34 @@ type fairStore interface {
 	AccountSchedules(ctx context.Context) (map[string]store.Schedule, error)
 }
 
+// lazyQueueIndex is the queue index, started at its first use (queueIndex).
+type lazyQueueIndex struct {
+	once sync.Once
+	qi   *store.QueueIndex
+}
+
+// fairPasses holds each pool's accounts' virtual times for fair share's ties
+// (poolPasses).
+type fairPasses struct {
+	mu sync.Mutex
+	m  map[string]map[string]float64
+}
+
 // queueIndex is the dispatcher's index of the queue (store.QueueIndex), started
 // at its first use and kept as long as its etcd client: it counts queued jobs
 // whoever leads, so a new term finds it ready.
-func (d *Dispatcher) queueIndex(fs fairStore) *store.QueueIndex {
-	d.queuesOnce.Do(func() {
-		d.queues = fs.RunQueueIndex(d.wake, func(err error) {
-			d.Log.Warn("queue index: reading the queue's keys again", "err", err)
+func (s *scheduler) queueIndex(fs fairStore) *store.QueueIndex {
+	s.queues.once.Do(func() {
+		s.queues.qi = fs.RunQueueIndex(s.wake, func(err error) {
+			s.log.Warn("queue index: reading the queue's keys again", "err", err)
 		})
 	})
-	return d.queues
+	return s.queues.qi
 }
 
 // wake asks the dispatch loop for another pass.
-func (d *Dispatcher) wake() {
-	w := d.wakeup.Load()
+func (s *scheduler) wake() {
+	w := s.wakeup.Load()
 	if w == nil {
 		return
 	}
@@ -464,14 +477,14 @@ func (d *Dispatcher) wake() {
 // watchChildren wakes the dispatch loop whenever the children of the pool's
 // parameterized job change in Nomad (one placed, started or ended: a slot may
 // have freed), by a blocking query on the job's summary.
-func (d *Dispatcher) watchChildren(ctx context.Context, pool *config.Pool) {
+func (s *scheduler) watchChildren(ctx context.Context, pool *config.Pool) {
 	var index uint64
 	for ctx.Err() == nil {
-		q, cancel := context.WithTimeout(ctx, d.CallTimeout+5*time.Minute)
-		opts := d.queryOpts.WithContext(q)
+		q, cancel := context.WithTimeout(ctx, s.nomad.timeout+5*time.Minute)
+		opts := s.nomad.queryOpts.WithContext(q)
 		opts.WaitIndex, opts.WaitTime = index, 5*time.Minute
 		start := time.Now()
-		_, meta, err := d.Jobs.Summary(mj.PoolJobID(pool.Name), opts)
+		_, meta, err := s.nomad.jobs.Summary(mj.PoolJobID(pool.Name), opts)
 		cancel()
 		switch {
 		case err != nil:
@@ -479,7 +492,7 @@ func (d *Dispatcher) watchChildren(ctx context.Context, pool *config.Pool) {
 			continue
 		case meta.LastIndex != index:
 			index = meta.LastIndex
-			d.wake()
+			s.wake()
 		}
 		if time.Since(start) < 100*time.Millisecond {
 			sleep(ctx, time.Second) // an answer that did not block: do not spin

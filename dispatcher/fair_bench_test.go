@@ -68,7 +68,7 @@ func BenchmarkDispatcherFairPass(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if e.d.dispatchIDs(ctx, e.pool, ids) {
+		if e.d.sched.dispatchIDs(ctx, e.pool, ids) {
 			b.Fatal("FIFO pass failed")
 		}
 		fifoS += time.Since(start).Seconds()
@@ -80,7 +80,7 @@ func BenchmarkDispatcherFairPass(b *testing.B) {
 		b.StartTimer()
 
 		start = time.Now()
-		if e.d.dispatchPool(ctx, e.pool) {
+		if e.d.sched.dispatchPool(ctx, e.pool) {
 			b.Fatal("fair pass failed")
 		}
 		fairS += time.Since(start).Seconds()
@@ -114,7 +114,7 @@ func BenchmarkDispatcherFairPassAtScale(b *testing.B) {
 			for range b.N {
 				reads.reset()
 				start := time.Now()
-				chosen, _, _, failed := e.d.fairPass(ctx, e.pool, 0, 0, true)
+				chosen, _, _, failed := e.d.sched.fairPass(ctx, e.pool, 0, 0, true)
 				newS += time.Since(start).Seconds()
 				newB += reads.bytes.Load()
 				if failed || len(chosen) != pass {
@@ -220,7 +220,7 @@ func fairnessRun(b *testing.B, accounts, backlog, slots, starts int) fairnessRes
 	for len(startOrder) < starts {
 		for {
 			before := len(e.n.dispatched())
-			if e.d.dispatchPool(ctx, e.pool) {
+			if e.d.sched.dispatchPool(ctx, e.pool) {
 				b.Fatal("pass failed")
 			}
 			for _, c := range e.n.dispatched() {

@@ -143,14 +143,14 @@ func TestFairPassOrderAndWindow(t *testing.T) {
 	for _, id := range e.queue("b", 3) {
 		accountOf[id] = "b"
 	}
-	if failed := e.d.dispatchPool(ctx, e.pool); failed {
+	if failed := e.d.sched.dispatchPool(ctx, e.pool); failed {
 		t.Fatal("pass failed")
 	}
 	if got := len(e.n.dispatched()); got != 2 {
 		t.Fatalf("an idle pool with dispatch_lookahead 2 got %d children", got)
 	}
 	// Both wait for a node: the window is full, the next pass hands Nomad nothing.
-	e.d.dispatchPool(ctx, e.pool)
+	e.d.sched.dispatchPool(ctx, e.pool)
 	if got := len(e.n.dispatched()); got != 2 {
 		t.Fatalf("%d children dispatched while 2 wait for a node", got)
 	}
@@ -158,7 +158,7 @@ func TestFairPassOrderAndWindow(t *testing.T) {
 		if e.place() == 0 {
 			t.Fatal("nothing to place")
 		}
-		e.d.dispatchPool(ctx, e.pool)
+		e.d.sched.dispatchPool(ctx, e.pool)
 	}
 	// Each pass hands Nomad its window's jobs concurrently, so the order holds
 	// from one pass to the next: per pass of two, b's 3 jobs in the first three.
@@ -198,7 +198,7 @@ func TestStalePendingChildrenDoNotCloseTheWindow(t *testing.T) {
 		e.n.setChild(fmt.Sprintf("mediajobs-cpu/dispatch-lost-%d", i)) // no allocation: pending
 	}
 	e.queue("a", 5)
-	if failed := e.d.dispatchPool(context.Background(), e.pool); failed {
+	if failed := e.d.sched.dispatchPool(context.Background(), e.pool); failed {
 		t.Fatal("pass failed")
 	}
 	if got := len(e.n.dispatched()); got != 2 {
@@ -234,7 +234,7 @@ func TestLegacyQueueKeysAreDispatched(t *testing.T) {
 		t.Fatalf("the cancel left the old key behind: %v", left)
 	}
 	testenv.Eventually(t, 10*time.Second, "the old keys' jobs to be dispatched", func() bool {
-		e.d.dispatchPool(ctx, e.pool)
+		e.d.sched.dispatchPool(ctx, e.pool)
 		for _, id := range ids[:2] {
 			if j, err := e.s.Job(ctx, id); err != nil || j.NomadJobID == "" {
 				return false
@@ -289,7 +289,7 @@ func TestFairPassWeightsAndLimits(t *testing.T) {
 			accountOf[id] = a
 		}
 	}
-	e.d.dispatchPool(ctx, e.pool)
+	e.d.sched.dispatchPool(ctx, e.pool)
 	counts := map[string]int{}
 	for _, a := range e.owners(accountOf) {
 		counts[a]++
@@ -300,7 +300,7 @@ func TestFairPassWeightsAndLimits(t *testing.T) {
 		t.Fatalf("first pass %v, want heavy 3, light 2, capped 1", counts)
 	}
 	e.place()
-	e.d.dispatchPool(ctx, e.pool) // the window: max(6, 6/8) - 0 pending
+	e.d.sched.dispatchPool(ctx, e.pool) // the window: max(6, 6/8) - 0 pending
 	counts = map[string]int{}
 	for _, a := range e.owners(accountOf) {
 		counts[a]++

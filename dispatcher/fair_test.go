@@ -68,7 +68,7 @@ func TestFairOrder(t *testing.T) {
 			for _, a := range tc.accounts {
 				accounts[a.name] = &fairAccount{Queue: queueOf(a.name, a.jobs, a.queuedAt), InFlight: a.inFlight, Weight: a.weight, Limit: a.limit}
 			}
-			(&Dispatcher{}).poolPasses("cpu", accounts) // a new leader's passes
+			(&scheduler{}).poolPasses("cpu", accounts) // a new leader's passes
 			before := fmt.Sprint(accounts)
 			if got := order(fairOrder(accounts, tc.n, nil)); got != tc.want {
 				t.Fatalf("order %q, want %q", got, tc.want)
@@ -122,25 +122,25 @@ func TestFairOrderShares(t *testing.T) {
 // A newcomer's pass starts at the lowest of the others', not at zero, so it wins
 // no run of choices for having been away; only queued accounts are remembered.
 func TestPoolPassesNewcomerStartsAtTheFloor(t *testing.T) {
-	d := &Dispatcher{}
+	s := &scheduler{}
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	accounts := map[string]*fairAccount{"a": {Queue: queueOf("a", 1, t0)}, "b": {Queue: queueOf("b", 1, t0)}}
-	passes := d.poolPasses("cpu", accounts)
+	passes := s.poolPasses("cpu", accounts)
 	passes["a"], passes["b"] = 40, 30
 	accounts = map[string]*fairAccount{"a": {Queue: queueOf("a", 1, t0)}, "b": {Queue: queueOf("b", 1, t0)}, "c": {Queue: queueOf("c", 1, t0)}}
-	d.poolPasses("cpu", accounts)
+	s.poolPasses("cpu", accounts)
 	if accounts["a"].Pass != 40 || accounts["b"].Pass != 30 || accounts["c"].Pass != 30 {
 		t.Fatalf("passes a=%v b=%v c=%v, want 40 30 30", accounts["a"].Pass, accounts["b"].Pass, accounts["c"].Pass)
 	}
 	// A new leader starts from the slots each account holds.
 	fresh := map[string]*fairAccount{"a": {Queue: queueOf("a", 1, t0), InFlight: 6, Weight: 2}, "b": {Queue: queueOf("b", 1, t0), InFlight: 1}}
-	(&Dispatcher{}).poolPasses("cpu", fresh)
+	(&scheduler{}).poolPasses("cpu", fresh)
 	if fresh["a"].Pass != 3 || fresh["b"].Pass != 1 {
 		t.Fatalf("a new leader's passes a=%v b=%v, want 3 1", fresh["a"].Pass, fresh["b"].Pass)
 	}
-	d.poolPasses("cpu", map[string]*fairAccount{"c": {Queue: queueOf("c", 1, t0)}})
-	if len(d.passes["cpu"]) != 1 {
-		t.Fatalf("remembered %v, want only the queued account", d.passes["cpu"])
+	s.poolPasses("cpu", map[string]*fairAccount{"c": {Queue: queueOf("c", 1, t0)}})
+	if len(s.passes.m["cpu"]) != 1 {
+		t.Fatalf("remembered %v, want only the queued account", s.passes.m["cpu"])
 	}
 }
 

@@ -123,7 +123,7 @@ func seedQueue(tb testing.TB, s *store.Store, accounts, perAccount int) {
 // syncIndex starts d's queue index and waits for its first read of the queue.
 func syncIndex(tb testing.TB, d *Dispatcher) {
 	tb.Helper()
-	qi := d.queueIndex(d.Store.(fairStore))
+	qi := d.sched.queueIndex(d.Store.(fairStore))
 	deadline := time.Now().Add(5 * time.Minute)
 	for {
 		err := qi.Sync(context.Background())
@@ -148,7 +148,7 @@ func TestFairPassReadsAFewKeysPerAccount(t *testing.T) {
 	ctx := context.Background()
 	syncIndex(t, e.d) // its one read of the queue, at its start
 	reads.reset()
-	chosen, nomad, _, failed := e.d.fairPass(ctx, e.pool, 0, 0, true)
+	chosen, nomad, _, failed := e.d.sched.fairPass(ctx, e.pool, 0, 0, true)
 	if failed || nomad != window || len(chosen) != window {
 		t.Fatalf("pass: failed %v, window %d, chose %d; want %d", failed, nomad, len(chosen), window)
 	}
@@ -171,7 +171,7 @@ func TestFairPassReadsAFewKeysPerAccount(t *testing.T) {
 	reads2 := countReads(e2.s)
 	syncIndex(t, e2.d)
 	reads2.reset()
-	chosen, _, _, failed = e2.d.fairPass(ctx, e2.pool, 0, 0, true)
+	chosen, _, _, failed = e2.d.sched.fairPass(ctx, e2.pool, 0, 0, true)
 	if failed || len(chosen) != 64 || chosen[0].ID != "job-0000-0000000" || chosen[63].ID != "job-0000-0000063" {
 		t.Fatalf("pass over one account: failed %v, chose %d (%v…)", failed, len(chosen), chosen[:min(2, len(chosen))])
 	}
@@ -189,7 +189,7 @@ func TestClosedWindowBusyRunnersReadNoQueue(t *testing.T) {
 	ctx := context.Background()
 	reads := countReads(e.s) // before the index's goroutine starts
 	e.queue("acct", 3)
-	if e.d.dispatchPool(ctx, e.pool) {
+	if e.d.sched.dispatchPool(ctx, e.pool) {
 		t.Fatal("first pass failed")
 	}
 	if n := len(e.n.dispatched()); n != 1 {
@@ -199,11 +199,11 @@ func TestClosedWindowBusyRunnersReadNoQueue(t *testing.T) {
 	if _, err := e.s.Client().Put(ctx, ws.WarmRunPrefix()+"cpu/busy-run", `{"run":"r1","pool":"cpu","job_id":"j1","alloc":"busy-run"}`); err != nil {
 		t.Fatal(err)
 	}
-	if busy := e.d.warmRunners(ctx, e.pool).busy; busy != 1 {
+	if busy := e.d.sched.warmRunners(ctx, e.pool).busy; busy != 1 {
 		t.Fatalf("%d busy runners; want 1", busy)
 	}
 	reads.reset()
-	if e.d.dispatchPool(ctx, e.pool) {
+	if e.d.sched.dispatchPool(ctx, e.pool) {
 		t.Fatal("pass failed")
 	}
 	if k := reads.keys.Load(); k != 0 {
@@ -241,7 +241,7 @@ func TestFairPassChoosesAsTheWholeQueue(t *testing.T) {
 		t.Fatal(err)
 	}
 	syncIndex(t, e.d)
-	got, window, _, failed := e.d.fairPass(ctx, e.pool, 0, 0, true)
+	got, window, _, failed := e.d.sched.fairPass(ctx, e.pool, 0, 0, true)
 	want := e.wholeQueuePass(ctx, window) // 23: the running job is pending for Nomad
 	if failed || len(got) != len(want) || window != 23 {
 		t.Fatalf("chose %d (failed %v); the whole queue's pass chose %d", len(got), failed, len(want))

@@ -28,7 +28,7 @@ func (d *Dispatcher) reconcileSequential(ctx context.Context) {
 			continue
 		}
 		child := j.NomadJobID
-		q, cancel := d.query(ctx)
+		q, cancel := d.nomad.query(ctx)
 		_, _, err = d.Jobs.Info(child, q)
 		cancel()
 		if isNotFound(err) {
@@ -41,7 +41,7 @@ func (d *Dispatcher) reconcileSequential(ctx context.Context) {
 			}
 			continue
 		}
-		q, cancel = d.query(ctx)
+		q, cancel = d.nomad.query(ctx)
 		stubs, _, err := d.Jobs.Allocations(child, true, q)
 		cancel()
 		if err != nil {

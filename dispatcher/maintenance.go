@@ -8,11 +8,11 @@ import (
 	"github.com/mediajobs/mediajobs/store"
 )
 
-// etcdMaintenanceLoop keeps etcd small while this dispatcher leads: at start and
-// every etcd.defrag_every it runs MaintainEtcd. When leadership ends it drops the
+// maintainLoop keeps etcd small while this dispatcher leads: at start and
+// every etcd.defrag_every it runs maintainEtcd. When leadership ends it drops the
 // etcd gauges, so only the leader reports them.
-func (d *Dispatcher) etcdMaintenanceLoop(ctx context.Context) {
-	every := d.Config.Etcd.DefragEveryD
+func (j *janitor) maintainLoop(ctx context.Context) {
+	every := j.cfg.Etcd.DefragEveryD
 	if every <= 0 {
 		every = 10 * time.Minute
 	}
@@ -26,7 +26,7 @@ func (d *Dispatcher) etcdMaintenanceLoop(ctx context.Context) {
 		metrics.EtcdQuota.Reset()
 	}()
 	for {
-		for _, m := range d.MaintainEtcd(ctx).Members {
+		for _, m := range j.maintainEtcd(ctx).Members {
 			reported[m.Endpoint] = true
 		}
 		select {
@@ -37,10 +37,10 @@ func (d *Dispatcher) etcdMaintenanceLoop(ctx context.Context) {
 	}
 }
 
-// MaintainEtcd runs one etcd maintenance pass (see store.Maintain) with the
+// maintainEtcd runs one etcd maintenance pass (see store.Maintain) with the
 // etcd.defrag_* and quota settings, and records what it saw in the etcd metrics.
-func (d *Dispatcher) MaintainEtcd(ctx context.Context) *store.MaintainReport {
-	e := d.Config.Etcd
+func (j *janitor) maintainEtcd(ctx context.Context) *store.MaintainReport {
+	e := j.cfg.Etcd
 	policy := store.DefragPolicy{FreeRatio: e.DefragFreeRatio, MinBytes: e.DefragMinBytes}
 	if policy.FreeRatio <= 0 { // a Config that was never finished
 		policy = store.DefaultDefragPolicy
@@ -50,7 +50,7 @@ func (d *Dispatcher) MaintainEtcd(ctx context.Context) *store.MaintainReport {
 		quota = store.DefaultQuotaBackendBytes
 	}
 	metrics.EtcdQuota.WithLabelValues().Set(float64(quota))
-	r := d.Store.Maintain(ctx, store.MaintainOptions{Policy: policy, Quota: quota, Log: d.Log})
+	r := j.etcd.Maintain(ctx, store.MaintainOptions{Policy: policy, Quota: quota, Log: j.log})
 	for _, m := range r.Members {
 		if m.StatusErr != nil {
 			metrics.EtcdDBSize.DeleteLabelValues(m.Endpoint)

@@ -53,7 +53,7 @@ func (d *Dispatcher) countQueues(ctx context.Context) {
 	fs := d.st()
 	ctx, cancel := context.WithTimeout(ctx, queueMetricsEvery)
 	defer cancel()
-	qi := d.queueIndex(fs)
+	qi := d.sched.queueIndex(fs)
 	if qi.Sync(ctx) != nil {
 		return
 	}

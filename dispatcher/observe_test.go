@@ -128,6 +128,7 @@ func TestQueueGauges(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := &Dispatcher{Config: cfg, Store: s, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	d.defaults()
 	ctx := context.Background()
 	old := time.Now().Add(-90 * time.Second)
 	put := func(key string) {

@@ -91,11 +91,12 @@ func TestNomadOutageWritesNothingAndDrains(t *testing.T) {
 		Log:            slog.New(slog.NewTextHandler(&r.log, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		ReconcileEvery: time.Second, LeaderTTL: 2 * time.Second, CallTimeout: 5 * time.Second,
 	}
+	d.defaults() // its services, read below while Run runs
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { defer close(done); d.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	testenv.Eventually(t, 60*time.Second, "the pool to be registered", func() bool { return d.poolRegistered("cpu") })
+	testenv.Eventually(t, 60*time.Second, "the pool to be registered", func() bool { return d.nomad.poolRegistered("cpu") })
 
 	p.down()
 	const n = 20

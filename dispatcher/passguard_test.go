@@ -56,6 +56,7 @@ func TestReconcilePanicEndsThePassOnly(t *testing.T) {
 	d, ctx := fixDispatcher(t, 1, panickyJobs{nomad}, &fakeBlobs{})
 	var logs testenv.LogBuffer
 	d.Log = slog.New(slog.NewTextHandler(&logs, nil))
+	rewire(d)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, NomadJobID: child(id, 1), Attempt: 1})
 	d.reconcile(ctx)
 	if l := logs.String(); !strings.Contains(l, "panic") || !strings.Contains(l, "boom") || !strings.Contains(l, "childAllocs") {

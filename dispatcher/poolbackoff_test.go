@@ -82,15 +82,15 @@ func TestRefusalCountsStartAfreshEachTerm(t *testing.T) {
 	for i := range 3 {
 		fixJob(t, d, &mj.Job{ID: uuidN(3010 + i), Status: mj.StatusQueued, Attempt: 1, QueuedAt: time.Now().Add(time.Duration(i) * time.Millisecond)})
 	}
-	d.dispatchPool(ctx, pool) // refused once; the others are taken after it
+	d.sched.dispatchPool(ctx, pool) // refused once; the others are taken after it
 	now := time.Now().Add(time.Second)
 	d.clock = func() time.Time { return now }
 	for range dispatchRefusals - 2 {
-		d.dispatchPool(ctx, pool)
+		d.sched.dispatchPool(ctx, pool)
 	}
 	now = now.Add(dispatchRefusalSpan)
-	d.newTerm()
-	d.dispatchPool(ctx, pool) // the term's first refusal: the 5th over a minute in all
+	d.sched.newTerm()
+	d.sched.dispatchPool(ctx, pool) // the term's first refusal: the 5th over a minute in all
 	if j, _ := d.Store.Job(ctx, refused); j.Status != mj.StatusQueued {
 		t.Fatalf("failed by its first refusal of a new term: %s %q", j.Status, j.ErrorMessage)
 	}
@@ -99,10 +99,10 @@ func TestRefusalCountsStartAfreshEachTerm(t *testing.T) {
 	now = now.Add(time.Second)
 	fixJob(t, d, &mj.Job{ID: uuidN(3013), Status: mj.StatusQueued, Attempt: 1})
 	for range dispatchRefusals - 1 {
-		d.dispatchPool(ctx, pool)
+		d.sched.dispatchPool(ctx, pool)
 	}
 	now = now.Add(dispatchRefusalSpan)
-	d.dispatchPool(ctx, pool)
+	d.sched.dispatchPool(ctx, pool)
 	if j, _ := d.Store.Job(ctx, refused); j.Status != mj.StatusFailed {
 		t.Fatalf("refused %d times over a minute in one term: %s", dispatchRefusals+1, j.Status)
 	}
@@ -129,7 +129,7 @@ func twoPools(t *testing.T, nomad http.HandlerFunc) (*Dispatcher, context.Contex
 	}
 	d := &Dispatcher{Config: cfg, Store: s, Jobs: client.Jobs(), Blobs: &fakeBlobs{}, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	d.defaults()
-	d.registered = map[string]bool{"a": true, "b": true}
+	d.nomad.registered = map[string]bool{"a": true, "b": true}
 	now := time.Now()
 	d.clock = func() time.Time { return now }
 	return d, context.Background(), &now
@@ -182,7 +182,7 @@ func TestOnePoolsTroubleSlowsNoOther(t *testing.T) {
 				}
 			}
 			for pass := 1; pass <= n; pass++ {
-				next := d.dispatchPools(ctx)
+				next := d.sched.dispatchPools(ctx)
 				if got := aCalls.Load(); got != int32(pass) {
 					t.Fatalf("pass %d: pool a dispatched %d jobs, want one a pass", pass, got)
 				}
@@ -204,12 +204,12 @@ func TestOnePoolsTroubleSlowsNoOther(t *testing.T) {
 			}
 			if name == "outage" {
 				*now = now.Add(troubleBackoff)
-				if next := d.dispatchPools(ctx); bCalls.Load() != 2 || next != 2*troubleBackoff {
+				if next := d.sched.dispatchPools(ctx); bCalls.Load() != 2 || next != 2*troubleBackoff {
 					t.Fatalf("after its backoff: pool b tried %d times (want 2), next due in %s (want %s)", bCalls.Load(), next, 2*troubleBackoff)
 				}
-				d.refusalsMu.Lock()
-				counted := len(d.refusals)
-				d.refusalsMu.Unlock()
+				d.sched.refusals.mu.Lock()
+				counted := len(d.sched.refusals.m)
+				d.sched.refusals.mu.Unlock()
 				if counted != 0 {
 					t.Fatalf("an outage counted as the job's refusal (%d counted)", counted)
 				}
@@ -245,7 +245,7 @@ func TestUnmovableLegacyQueueKeyDoesNotSpin(t *testing.T) {
 	s := d.Store.(*store.Store)
 	mc := &migrateCounter{Store: s}
 	d.Store = mc
-	d.registered = map[string]bool{"cpu": true}
+	d.nomad.registered = map[string]bool{"cpu": true}
 	now := time.Now()
 	d.clock = func() time.Time { return now }
 	bad := uuidN(3201)
@@ -260,7 +260,7 @@ func TestUnmovableLegacyQueueKeyDoesNotSpin(t *testing.T) {
 	for i := range 3 {
 		id := uuidN(3210 + i)
 		fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, Attempt: 1})
-		d.dispatchPools(ctx)
+		d.sched.dispatchPools(ctx)
 		passes++
 		if j, _ := d.Store.Job(ctx, id); j.NomadJobID == "" {
 			t.Fatalf("pass %d: the pool's job %s was not dispatched", passes, id)
@@ -270,7 +270,7 @@ func TestUnmovableLegacyQueueKeyDoesNotSpin(t *testing.T) {
 		t.Fatalf("the move was tried %d times in %d passes within its backoff, want once: each failure would ask for the next pass", got, passes)
 	}
 	now = now.Add(troubleBackoff)
-	d.dispatchPools(ctx)
+	d.sched.dispatchPools(ctx)
 	if got := mc.calls.Load(); got != 2 {
 		t.Fatalf("the move was tried %d times after its backoff, want 2", got)
 	}
@@ -289,7 +289,7 @@ func TestDeposedLeadersLateDispatchIsStopped(t *testing.T) {
 	// A term whose election key is no more.
 	var deposed Store = d.Store.(*store.Store).FencedBy("/test/election/gone", 1)
 	d.term.Store(&deposed)
-	if err := d.dispatch(ctx, id); !errors.Is(err, store.ErrNotLeader) {
+	if err := d.sched.dispatch(ctx, id); !errors.Is(err, store.ErrNotLeader) {
 		t.Fatalf("dispatch by a deposed leader: %v", err)
 	}
 	d.term.Store(nil) // the next leader's
@@ -300,7 +300,7 @@ func TestDeposedLeadersLateDispatchIsStopped(t *testing.T) {
 	if j, _ := d.Store.Job(ctx, id); j.NomadJobID != "" || j.Attempt != 1 || j.Status != mj.StatusQueued {
 		t.Fatalf("the job after the deposed leader's dispatch: %s attempt %d child %q", j.Status, j.Attempt, j.NomadJobID)
 	}
-	if err := d.dispatch(ctx, id); err != nil {
+	if err := d.sched.dispatch(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	j, _ := d.Store.Job(ctx, id)
@@ -314,13 +314,13 @@ func TestDeposedLeadersLateDispatchIsStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.term.Store(&deposed)
-	_ = d.dispatch(ctx, uuidN(3302)) // stopped: the first token's child
+	_ = d.sched.dispatch(ctx, uuidN(3302)) // stopped: the first token's child
 	d.term.Store(nil)
 	for range 2 {
 		if _, err := d.Store.UpdateJob(ctx, uuidN(3302), func(j *mj.Job) error { j.NomadJobID = ""; return nil }); err != nil {
 			t.Fatal(err)
 		}
-		if err := d.dispatch(ctx, uuidN(3302)); err != nil {
+		if err := d.sched.dispatch(ctx, uuidN(3302)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -165,7 +165,7 @@ func TestDispatchNeverStopsARecordedChild(t *testing.T) {
 	nomad.during = func(child string) { // the other leader records it meanwhile
 		d.Store.UpdateJob(ctx, id, func(j *mj.Job) error { j.NomadJobID = child; return nil })
 	}
-	if err := d.dispatch(ctx, id); err != nil {
+	if err := d.sched.dispatch(ctx, id); err != nil {
 		t.Fatal(err)
 	}
 	if j, _ := d.Store.Job(ctx, id); j.NomadJobID == "" || len(nomad.stopped) != 0 {
@@ -177,7 +177,7 @@ func TestDispatchNeverStopsARecordedChild(t *testing.T) {
 	nomad.during = func(string) {
 		d.Store.UpdateJob(ctx, id2, func(j *mj.Job) error { j.Status = mj.StatusCancelled; return nil })
 	}
-	d.dispatch(ctx, id2)
+	d.sched.dispatch(ctx, id2)
 	if len(nomad.stopped) != 1 || !strings.Contains(nomad.stopped[0], id2) {
 		t.Fatalf("a child nobody wants was not stopped: %v", nomad.stopped)
 	}
@@ -255,9 +255,10 @@ func TestNomadCallsHaveDeadlines(t *testing.T) {
 	id := "00000000-0000-4000-8000-0000000000cb"
 	d, ctx := fixDispatcher(t, 1, client.Jobs(), &fakeBlobs{})
 	d.CallTimeout = 300 * time.Millisecond
+	rewire(d)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, NomadJobID: child(id, 1), Attempt: 1})
 	done := make(chan struct{})
-	go func() { d.reconcile(ctx); d.dispatchPool(ctx, d.Config.Pools[0]); close(done) }()
+	go func() { d.reconcile(ctx); d.sched.dispatchPool(ctx, d.Config.Pools[0]); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(time.Minute): // a generous bound: without deadlines it never returns
@@ -324,13 +325,13 @@ func TestReplayedPlacementFailureLeavesTheRoom(t *testing.T) {
 	fixJob(t, d, &mj.Job{ID: started, Machine: "cpu", Status: mj.StatusRunning, NomadJobID: child(started, 1), Attempt: 1, DispatchedAt: &at, StartedAt: &at})
 	fixJob(t, d, &mj.Job{ID: waiting, Machine: "cpu", Status: mj.StatusQueued, NomadJobID: child(waiting, 1), Attempt: 1, DispatchedAt: &at})
 	noRoom := map[string]*api.AllocationMetric{"ffmpeg": {NodesEvaluated: 1, NodesInPool: 1, NodesExhausted: 1, DimensionExhausted: map[string]int{"memory": 1}}}
-	d.room.observe("cpu", 6, 4, time.Now())
+	d.sched.room.observe("cpu", 6, 4, time.Now())
 	d.placementFailed(ctx, child(started, 1), noRoom)
-	if r := d.room.observe("cpu", 6, 4, time.Now()); r.Known {
+	if r := d.sched.room.observe("cpu", 6, 4, time.Now()); r.Known {
 		t.Fatalf("a replayed failure set the room: %+v", r)
 	}
 	d.placementFailed(ctx, child(waiting, 1), noRoom)
-	if r := d.room.observe("cpu", 6, 4, time.Now()); !r.Known || r.Room != 6 {
+	if r := d.sched.room.observe("cpu", 6, 4, time.Now()); !r.Known || r.Room != 6 {
 		t.Fatalf("a waiting child's failure: %+v; want room 6", r)
 	}
 }

@@ -167,7 +167,7 @@ const liveFilter = `ClientStatus != "complete" and ClientStatus != "failed" and 
 
 // liveAllocs lists the live allocations of a pool's children.
 func (p *pass) liveAllocs(ctx context.Context, pool string) ([]*api.AllocationListStub, error) {
-	q, cancel := p.d.query(ctx)
+	q, cancel := p.d.nomad.query(ctx)
 	defer cancel()
 	q.Filter = fmt.Sprintf("JobID matches %q and %s", "^"+regexp.QuoteMeta(mj.PoolJobID(pool)+"/dispatch-"), liveFilter)
 	stubs, _, err := p.d.Allocs.List(q)
@@ -176,7 +176,7 @@ func (p *pass) liveAllocs(ctx context.Context, pool string) ([]*api.AllocationLi
 
 // liveChildren lists the mediajobs children Nomad has not finished.
 func (p *pass) liveChildren(ctx context.Context) ([]*api.JobListStub, error) {
-	q, cancel := p.d.query(ctx)
+	q, cancel := p.d.nomad.query(ctx)
 	defer cancel()
 	q.Prefix, q.Filter = "mediajobs-", `Status != "dead" and ParentID != ""`
 	stubs, _, err := p.d.Jobs.List(q)
@@ -231,7 +231,7 @@ func (p *pass) listedAllocs(j *mj.Job) ([]allocState, bool) {
 func (p *pass) childAllocs(ctx context.Context, j *mj.Job, child string) (allocs []allocState, ok bool) {
 	d := p.d
 	if _, live := p.children[child]; !live {
-		q, cancel := d.query(ctx)
+		q, cancel := d.nomad.query(ctx)
 		_, _, err := d.Jobs.Info(child, q)
 		cancel()
 		if isNotFound(err) {
@@ -247,7 +247,7 @@ func (p *pass) childAllocs(ctx context.Context, j *mj.Job, child string) (allocs
 	if p.down.Load() {
 		return nil, false
 	}
-	q, cancel := d.query(ctx)
+	q, cancel := d.nomad.query(ctx)
 	stubs, _, err := d.Jobs.Allocations(child, true, q)
 	cancel()
 	if err != nil {
@@ -398,13 +398,13 @@ func (p *pass) strays(ctx context.Context, children []*api.JobListStub) {
 		case j == nil:
 		case j.Status.Terminal():
 			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
-			d.stopChild(ctx, c.child, "job "+string(j.Status), c.id)
+			d.nomad.stopChild(ctx, c.child, "job "+string(j.Status), c.id)
 		case c.attempt < max(j.Attempt, 1):
 			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
-			d.stopChild(ctx, c.child, fmt.Sprintf("attempt %d was superseded by attempt %d", c.attempt, j.Attempt), c.id)
+			d.nomad.stopChild(ctx, c.child, fmt.Sprintf("attempt %d was superseded by attempt %d", c.attempt, j.Attempt), c.id)
 		case twin(j, c.child, c.attempt):
 			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
-			d.stopChild(ctx, c.child, twinWhy(j), c.id)
+			d.nomad.stopChild(ctx, c.child, twinWhy(j), c.id)
 		}
 	}
 }

@@ -93,6 +93,13 @@ func fixDispatcher(t *testing.T, maxAttempts int, nomad NomadJobs, blobs Blobs) 
 	return d, context.Background()
 }
 
+// rewire builds d's services again from its fields, which a test changed after
+// defaults built them.
+func rewire(d *Dispatcher) {
+	d.nomad, d.sched, d.jan = nil, nil, nil
+	d.defaults()
+}
+
 func fixJob(t *testing.T, d *Dispatcher, j *mj.Job) {
 	t.Helper()
 	now := time.Now().UTC()
@@ -229,7 +236,7 @@ func TestUnknownPoolJobsFail(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d.failUnknownPools(ctx)
+	d.sched.failUnknownPools(ctx)
 	for id, m := range ids {
 		j, _ := d.Store.Job(ctx, id)
 		if m == "cpu" || m == "new" {

@@ -253,7 +253,7 @@ func BenchmarkDispatcherEvents(b *testing.B) {
 		e.n.publish(batches...)
 		ctx, cancel := context.WithCancel(context.Background())
 		start := time.Now()
-		stream, err := e.d.Events.Stream(ctx, benchTopics, index, e.d.queryOpts)
+		stream, err := e.d.Events.Stream(ctx, benchTopics, index, e.d.nomad.queryOpts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -273,7 +273,7 @@ func BenchmarkDispatcherEvents(b *testing.B) {
 		e.n.publish(batches...)
 		ctx, cancel = context.WithCancel(context.Background())
 		start = time.Now()
-		stream, err = e.d.Events.Stream(ctx, benchTopics, index, e.d.queryOpts)
+		stream, err = e.d.Events.Stream(ctx, benchTopics, index, e.d.nomad.queryOpts)
 		if err != nil {
 			b.Fatal(err)
 		}

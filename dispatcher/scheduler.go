@@ -1,18 +1,15 @@
 package dispatcher
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"maps"
-	"regexp"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
@@ -23,27 +20,88 @@ import (
 // dispatchConcurrency is how many Nomad dispatch calls run at once.
 const dispatchConcurrency = 8
 
+// schedulerStore is what the scheduler needs of the store (the term's: its
+// writes are fenced).
+type schedulerStore interface {
+	fairStore
+	Job(ctx context.Context, id string) (*mj.Job, error)
+	Jobs(ctx context.Context, ids []string) ([]*mj.Job, []error)
+	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
+	QueuedOutsidePools(ctx context.Context, pools []string, limit int) ([]string, error)
+	Notify(ctx context.Context, poke func(), fams ...store.Family)
+	// The pools' warm runners that wait for work (warmhand.go).
+	WarmIdleRunners(ctx context.Context, pool string) ([]store.WarmIdle, error)
+	WarmRuns(ctx context.Context) (map[string]store.WarmRun, error)
+	OfferWarm(ctx context.Context, id string, w store.WarmIdle, run *store.WarmRun, fn func(*mj.Job) error) (*mj.Job, error)
+}
+
+// scheduler moves queued jobs onto Nomad and the pools' waiting warm runners:
+// the dispatch loop, fair share's passes (fair.go), the hand-off to warm runners
+// (warmhand.go), and the refusals and backoffs of pools in trouble. It owns the
+// wake-up (others call wake), and each pool's room in Nomad (the tracker reports
+// a full pool through poolFull).
+type scheduler struct {
+	cfg      *config.Config
+	log      *slog.Logger
+	st       func() schedulerStore // the term's store
+	nomad    *nomadAPI
+	manifest func(ctx context.Context, j *mj.Job, attempt int) ([]byte, error)
+	now      func() time.Time
+	// wakeup asks the dispatch loop for a pass (see wake).
+	wakeup atomic.Pointer[chan struct{}]
+	// What a term learns, forgotten at the next (newTerm): fair share's passes
+	// (poolPasses), the pools' room in Nomad, the backoffs of pools in trouble
+	// and of their legacy queue keys, and the dispatches Nomad refused.
+	passes   fairPasses
+	room     poolRoom
+	backoff  backoffs
+	refusals refusals
+	// queues counts each pool's queued jobs per account (queueIndex): kept
+	// across terms.
+	queues lazyQueueIndex
+}
+
+// newTerm forgets what the scheduler learnt while this dispatcher led before:
+// another leader may have led meanwhile. Fair share's passes start afresh from
+// etcd (fair.go), and so do the pools' room in Nomad, their backoffs and the
+// counts of refused dispatches (a job refused in an earlier term is not failed by
+// one refusal in this one).
+func (s *scheduler) newTerm() {
+	s.passes.mu.Lock()
+	s.passes.m = nil
+	s.passes.mu.Unlock()
+	s.room.reset()
+	s.backoff.reset()
+	s.refusals.mu.Lock()
+	s.refusals.m, s.refusals.poolOK = nil, nil
+	s.refusals.mu.Unlock()
+}
+
+// poolFull records that Nomad had no room for one more child of pool (the
+// window, fair.go).
+func (s *scheduler) poolFull(pool string) { s.room.full(pool, s.now()) }
+
 // dispatchLoop fills each pool's free slots from its queue, by fair share across
 // accounts (fair.go, docs/scheduling.md), whenever the queue or the active set
 // changes, Nomad reports a change of a pool's children, and every few seconds.
 // A pool in trouble (Nomad or etcd failing) waits out its own backoff; the
 // others' passes go on meanwhile, at their usual pace.
-func (d *Dispatcher) dispatchLoop(ctx context.Context) {
+func (s *scheduler) dispatchLoop(ctx context.Context) {
 	wake := make(chan struct{}, 1)
-	d.wakeup.Store(&wake)
-	poke := d.wake
-	for _, pool := range d.Config.Pools {
-		go d.watchChildren(ctx, pool)
+	s.wakeup.Store(&wake)
+	poke := s.wake
+	for _, pool := range s.cfg.Pools {
+		go s.watchChildren(ctx, pool)
 	}
-	d.st().Notify(ctx, poke, store.Queue, store.Active)
+	s.st().Notify(ctx, poke, store.Queue, store.Active)
 	for {
-		d.failUnknownPools(ctx)
-		next := d.dispatchPools(ctx)
+		s.failUnknownPools(ctx)
+		next := s.dispatchPools(ctx)
 		select {
 		case <-ctx.Done():
 			return
 		case <-wake:
-		case <-d.after(next):
+		case <-time.After(next):
 		}
 	}
 }
@@ -54,33 +112,25 @@ const idlePass = 5 * time.Second
 // dispatchPools makes one pass over the registered pools (the others wait for
 // retryPools), each unless it waits out a backoff, and returns how long until the
 // next pass is due without a wake-up: idlePass, or sooner when a backoff ends.
-func (d *Dispatcher) dispatchPools(ctx context.Context) time.Duration {
+func (s *scheduler) dispatchPools(ctx context.Context) time.Duration {
 	next := idlePass
-	for _, pool := range d.Config.Pools {
-		if !d.poolRegistered(pool.Name) {
+	for _, pool := range s.cfg.Pools {
+		if !s.nomad.poolRegistered(pool.Name) {
 			continue
 		}
-		if left := d.backoff.left(pool.Name, d.now()); left > 0 {
+		if left := s.backoff.left(pool.Name, s.now()); left > 0 {
 			next = min(next, left)
-			d.handWarmOnly(ctx, pool) // warm runners need no Nomad
+			s.handWarmOnly(ctx, pool) // warm runners need no Nomad
 			continue
 		}
-		if d.dispatchPool(ctx, pool) {
+		if s.dispatchPool(ctx, pool) {
 			// Nomad or etcd is failing for this pool: do not spin on it.
-			next = min(next, d.backoff.failed(pool.Name, d.now()))
+			next = min(next, s.backoff.failed(pool.Name, s.now()))
 		} else {
-			d.backoff.ok(pool.Name)
+			s.backoff.ok(pool.Name)
 		}
 	}
 	return next
-}
-
-// after is the dispatch loop's timer: time.After, or the test's.
-func (d *Dispatcher) after(wait time.Duration) <-chan time.Time {
-	if d.timer != nil {
-		return d.timer(wait)
-	}
-	return time.After(wait)
 }
 
 // Backoff of a pool in trouble: the first retry after troubleBackoff, each next
@@ -141,8 +191,8 @@ func (b *backoffs) reset() {
 // allows, in fair-share order (fairPass), and reports trouble: a read, or a
 // dispatch, failed for a reason other than Nomad refusing that one job (see
 // dispatchIDs).
-func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
-	warm := d.warmRunners(ctx, pool)
+func (s *scheduler) dispatchPool(ctx context.Context, pool *config.Pool) bool {
+	warm := s.warmRunners(ctx, pool)
 	idle, busy := len(warm.idle), warm.busy
 	extra := idle
 	if busy > 0 || idle > 0 {
@@ -150,32 +200,32 @@ func (d *Dispatcher) dispatchPool(ctx context.Context, pool *config.Pool) bool {
 		// some of them for jobs Nomad can take.
 		extra += min(64, 4*(busy+idle))
 	}
-	chosen, nomad, refund, failed := d.fairPass(ctx, pool, extra, idle, true)
+	chosen, nomad, refund, failed := s.fairPass(ctx, pool, extra, idle, true)
 	if failed {
 		return true
 	}
 	// The same fair-share choice serves both paths: the jobs that fit go to the
 	// waiting warm runners first, the rest to Nomad within its window.
 	if idle > 0 {
-		chosen = d.handWarm(ctx, pool, chosen, warm, refund)
+		chosen = s.handWarm(ctx, pool, chosen, warm, refund)
 	}
-	return d.dispatchIDs(ctx, pool, d.forNomad(ctx, pool, chosen, nomad, busy+idle > 0, refund))
+	return s.dispatchIDs(ctx, pool, s.forNomad(ctx, pool, chosen, nomad, busy+idle > 0, refund))
 }
 
 // handWarmOnly hands the pool's queued jobs that fit to its waiting warm
 // runners, and nothing to Nomad: the pass of a pool whose Nomad side waits out
 // a backoff. Its trouble changes no backoff: the next full pass judges.
-func (d *Dispatcher) handWarmOnly(ctx context.Context, pool *config.Pool) {
-	warm := d.warmRunners(ctx, pool)
+func (s *scheduler) handWarmOnly(ctx context.Context, pool *config.Pool) {
+	warm := s.warmRunners(ctx, pool)
 	idle := len(warm.idle)
 	if idle == 0 {
 		return
 	}
-	chosen, _, refund, failed := d.fairPass(ctx, pool, idle+min(64, 4*idle), idle, false)
+	chosen, _, refund, failed := s.fairPass(ctx, pool, idle+min(64, 4*idle), idle, false)
 	if failed {
 		return
 	}
-	for _, e := range d.handWarm(ctx, pool, chosen, warm, refund) {
+	for _, e := range s.handWarm(ctx, pool, chosen, warm, refund) {
 		refund(e) // not dispatched in this pass
 	}
 }
@@ -187,7 +237,7 @@ func (d *Dispatcher) handWarmOnly(ctx context.Context, pool *config.Pool) {
 // one fair share ranks first (often a newcomer's), and Nomad places a full pool's
 // children in the order their evaluations were created, which concurrent
 // dispatches would leave to chance.
-func (d *Dispatcher) dispatchIDs(ctx context.Context, pool *config.Pool, ids []string) bool {
+func (s *scheduler) dispatchIDs(ctx context.Context, pool *config.Pool, ids []string) bool {
 	var failed, down atomic.Bool
 	sem := make(chan struct{}, dispatchConcurrency)
 	var wg sync.WaitGroup
@@ -200,12 +250,12 @@ func (d *Dispatcher) dispatchIDs(ctx context.Context, pool *config.Pool, ids []s
 		wg.Add(1)
 		one := func() {
 			defer func() { <-sem; wg.Done() }()
-			err := d.dispatch(ctx, id)
+			err := s.dispatch(ctx, id)
 			if err == nil {
-				d.nomadDown.Store(false)
-				d.refusalsMu.Lock()
-				delete(d.refusals, id)
-				d.refusalsMu.Unlock()
+				s.nomad.markUp()
+				s.refusals.mu.Lock()
+				delete(s.refusals.m, id)
+				s.refusals.mu.Unlock()
 				return
 			}
 			if ctx.Err() != nil || errors.Is(err, store.ErrNotLeader) {
@@ -221,19 +271,19 @@ func (d *Dispatcher) dispatchIDs(ctx context.Context, pool *config.Pool, ids []s
 				// outage, whatever its text. One job says so, once per outage: the
 				// passes that follow while it lasts write nothing.
 				down.Store(true)
-				if d.nomadDown.Swap(true) {
+				if !s.nomad.markDown() {
 					return
 				}
-				d.Log.Warn("nomad unreachable or failing; dispatching stops until it answers", "pool", pool.Name, "err", err)
+				s.log.Warn("nomad unreachable or failing; dispatching stops until it answers", "pool", pool.Name, "err", err)
 				detail = "waiting for Nomad, which is unreachable or cannot take jobs now; the job is dispatched when it answers again"
 			} else {
-				d.Log.Warn("dispatch failed; will retry", "job", id, "err", err)
-				if d.refused(ctx, id, err) {
+				s.log.Warn("dispatch failed; will retry", "job", id, "err", err)
+				if s.refused(ctx, id, err) {
 					return // failed: Nomad kept refusing it
 				}
 			}
 			// Only a new detail is written: an outage costs no etcd write per pass.
-			d.st().UpdateJob(ctx, id, func(j *mj.Job) error {
+			s.st().UpdateJob(ctx, id, func(j *mj.Job) error {
 				if j.Status.Terminal() || j.NomadJobID != "" || j.StatusDetail == detail {
 					return errSkip
 				}
@@ -262,14 +312,14 @@ const unknownPoolGrace = 5 * time.Minute
 // would ever dispatch them.
 // It reads only the gaps of the queue between the configured pools' parts, so a
 // healthy queue costs a few empty range reads.
-func (d *Dispatcher) failUnknownPools(ctx context.Context) {
-	pools := make([]string, 0, len(d.Config.Pools))
-	for _, p := range d.Config.Pools {
+func (s *scheduler) failUnknownPools(ctx context.Context) {
+	pools := make([]string, 0, len(s.cfg.Pools))
+	for _, p := range s.cfg.Pools {
 		pools = append(pools, p.Name)
 	}
-	keys, err := d.st().QueuedOutsidePools(ctx, pools, 1000)
+	keys, err := s.st().QueuedOutsidePools(ctx, pools, 1000)
 	if err != nil {
-		d.Log.Warn("list queued jobs of unknown pools", "err", err)
+		s.log.Warn("list queued jobs of unknown pools", "err", err)
 		return
 	}
 	for _, key := range keys {
@@ -277,8 +327,8 @@ func (d *Dispatcher) failUnknownPools(ctx context.Context) {
 			continue // no read while the grace lasts
 		}
 		id := store.IDFromKey(key)
-		j, err := d.st().UpdateJob(ctx, id, func(j *mj.Job) error {
-			if j.Status.Terminal() || j.NomadJobID != "" || d.Config.Pool(j.Machine) != nil {
+		j, err := s.st().UpdateJob(ctx, id, func(j *mj.Job) error {
+			if j.Status.Terminal() || j.NomadJobID != "" || s.cfg.Pool(j.Machine) != nil {
 				return errSkip
 			}
 			// A gateway may know a new pool before this dispatcher's config does
@@ -294,10 +344,10 @@ func (d *Dispatcher) failUnknownPools(ctx context.Context) {
 		switch {
 		case err == nil:
 			metrics.Finished(j)
-			d.Log.Warn("failed a job of an unknown pool", "job", id, "pool", j.Machine)
+			s.log.Warn("failed a job of an unknown pool", "job", id, "pool", j.Machine)
 		case errors.Is(err, errSkip), mj.ErrorCode(err) == mj.ENotFound:
 		default:
-			d.Log.Warn("fail a job of an unknown pool", "job", id, "err", err)
+			s.log.Warn("fail a job of an unknown pool", "job", id, "err", err)
 		}
 	}
 }
@@ -310,8 +360,8 @@ func (d *Dispatcher) failUnknownPools(ctx context.Context) {
 // recording it would cost the job an attempt, so the attempt's next token
 // (id/attempt/2, /3, ...) starts another. Every leader tries the tokens in the
 // same order, so a retry still finds the child it started.
-func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
-	j, err := d.st().Job(ctx, id)
+func (s *scheduler) dispatch(ctx context.Context, id string) error {
+	j, err := s.st().Job(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -319,7 +369,7 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 		return nil
 	}
 	attempt := max(j.Attempt, 1)
-	payload, err := d.manifest(ctx, j, attempt)
+	payload, err := s.manifest(ctx, j, attempt)
 	if err != nil {
 		return err
 	}
@@ -329,24 +379,24 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 		Payload:          payload,
 		IdPrefixTemplate: mj.ChildPrefix(j.ID, attempt),
 	}
-	wo, cancel := d.write(ctx)
+	wo, cancel := s.nomad.write(ctx)
 	defer cancel()
 	wo.IdempotencyToken = fmt.Sprintf("%s/%d", j.ID, attempt)
-	resp, _, err := d.Jobs.DispatchOpts(opts, wo)
+	resp, _, err := s.nomad.jobs.DispatchOpts(opts, wo)
 	if parentGone(err) {
 		// Nomad lost the parameterized job (a dev agent restarted), or an operator
 		// stopped it: register it again now, not at the next leadership.
-		if pool := d.Config.Pool(j.Machine); pool != nil && d.registerPool(ctx, pool) == nil {
-			resp, _, err = d.Jobs.DispatchOpts(opts, wo)
+		if pool := s.cfg.Pool(j.Machine); pool != nil && s.nomad.registerPool(ctx, pool) == nil {
+			resp, _, err = s.nomad.jobs.DispatchOpts(opts, wo)
 		}
 	}
-	for k := 2; err == nil && d.stoppedChild(ctx, resp); k++ {
+	for k := 2; err == nil && s.nomad.stoppedChild(ctx, resp); k++ {
 		if k > maxTokens {
 			err = fmt.Errorf("Nomad has only stopped children for attempt %d's %d idempotency tokens (its garbage collection forgets them)", attempt, maxTokens)
 			break
 		}
 		wo.IdempotencyToken = fmt.Sprintf("%s/%d/%d", j.ID, attempt, k)
-		resp, _, err = d.Jobs.DispatchOpts(opts, wo)
+		resp, _, err = s.nomad.jobs.DispatchOpts(opts, wo)
 	}
 	if err != nil {
 		metrics.Dispatches.WithLabelValues(j.Machine, "error").Inc()
@@ -357,10 +407,10 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 		return err
 	}
 	metrics.Dispatches.WithLabelValues(j.Machine, "ok").Inc()
-	d.dispatchedOK(j.Machine)
+	s.dispatchedOK(j.Machine)
 	now := time.Now().UTC()
 	child, recorded := resp.DispatchedJobID, false
-	_, err = d.st().UpdateJob(ctx, id, func(j *mj.Job) error {
+	_, err = s.st().UpdateJob(ctx, id, func(j *mj.Job) error {
 		// The idempotency token gives a retried dispatch the same child: another
 		// leader (or an earlier pass) may have recorded it already.
 		recorded = j.NomadJobID == child
@@ -377,13 +427,13 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 	})
 	switch {
 	case err == nil:
-		d.Log.Info("dispatched", "job", id, "attempt", attempt, "nomad_job", child)
+		s.log.Info("dispatched", "job", id, "attempt", attempt, "nomad_job", child)
 	case err == errSkip && !recorded:
 		// Cancelled, finished or moved on between our read and the dispatch: stop
 		// what we just started. A child the job records is never stopped here, and
 		// neither is anything when etcd failed the write: this leader's next pass
 		// (or the next leader) decides from what is stored.
-		d.stopChild(ctx, child, "dispatched for a job that no longer wants it", id)
+		s.nomad.stopChild(ctx, child, "dispatched for a job that no longer wants it", id)
 		return nil
 	case err == errSkip:
 		return nil
@@ -394,10 +444,10 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 		// unless the job, read again now, records it (a new leader's dispatch of
 		// the same token found it). A later dispatch of the attempt starts
 		// another child (see above).
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), d.CallTimeout)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.nomad.timeout)
 		defer cancel()
-		if cur, rerr := d.st().Job(sctx, id); mj.ErrorCode(rerr) == mj.ENotFound || rerr == nil && cur.NomadJobID != child {
-			d.stopChild(sctx, child, "dispatched by a leader deposed before it recorded it", id)
+		if cur, rerr := s.st().Job(sctx, id); mj.ErrorCode(rerr) == mj.ENotFound || rerr == nil && cur.NomadJobID != child {
+			s.nomad.stopChild(sctx, child, "dispatched by a leader deposed before it recorded it", id)
 		}
 	}
 	return err
@@ -405,47 +455,6 @@ func (d *Dispatcher) dispatch(ctx context.Context, id string) error {
 
 // maxTokens bounds the idempotency tokens one dispatch tries (see dispatch).
 const maxTokens = 4
-
-// stoppedChild tells a dispatch Nomad answered with a child it already had for
-// the token (it created no evaluation) that was stopped since. A child Nomad
-// cannot describe now counts as not stopped: it is recorded, as it was before.
-func (d *Dispatcher) stoppedChild(ctx context.Context, resp *api.JobDispatchResponse) bool {
-	if resp == nil || resp.EvalID != "" {
-		return false
-	}
-	q, cancel := d.query(ctx)
-	defer cancel()
-	job, _, err := d.Jobs.Info(resp.DispatchedJobID, q)
-	return err == nil && job != nil && job.Stop != nil && *job.Stop
-}
-
-// refusedError is a dispatch Nomad answered with a refusal (refusedByNomad), which may
-// be the job's own trouble.
-type refusedError struct {
-	pool string
-	err  error
-}
-
-func (e *refusedError) Error() string { return e.err.Error() }
-func (e *refusedError) Unwrap() error { return e.err }
-
-// refusedByNomad tells an answer of Nomad's that refuses a dispatch without saying the
-// server, the pool's parent job or the token is at fault: a 4xx or 500 other
-// than an outage (nomadTrouble), a missing or stopped parent job (parentGone),
-// an authorization error (401, 403, an expired token) or throttling (408, 429).
-func refusedByNomad(err error) bool {
-	code := statusCode(err)
-	if code < 400 || code > 500 || nomadTrouble(err) || parentGone(err) {
-		return false
-	}
-	switch code {
-	case 401, 403, 408, 429:
-		return false
-	}
-	return !tokenTrouble.MatchString(err.Error())
-}
-
-var tokenTrouble = regexp.MustCompile(`(?i)permission denied|acl token|token (expired|not found)|unauthori[sz]ed`)
 
 // A job whose dispatch Nomad refuses is tried again at each pass. Once refused
 // dispatchRefusals times over at least dispatchRefusalSpan, while other jobs of
@@ -462,49 +471,57 @@ type refusal struct {
 	n     int
 }
 
+// refusals counts the dispatches Nomad refused, per job, and holds when each
+// pool's last dispatch succeeded.
+type refusals struct {
+	mu     sync.Mutex
+	m      map[string]refusal
+	poolOK map[string]time.Time
+}
+
 // dispatchedOK records that Nomad took a dispatch of pool's now.
-func (d *Dispatcher) dispatchedOK(pool string) {
-	d.refusalsMu.Lock()
-	defer d.refusalsMu.Unlock()
-	if d.poolOK == nil {
-		d.poolOK = map[string]time.Time{}
+func (s *scheduler) dispatchedOK(pool string) {
+	s.refusals.mu.Lock()
+	defer s.refusals.mu.Unlock()
+	if s.refusals.poolOK == nil {
+		s.refusals.poolOK = map[string]time.Time{}
 	}
-	d.poolOK[pool] = d.now()
+	s.refusals.poolOK[pool] = s.now()
 }
 
 // refused counts a failed dispatch of job id, and fails the job when Nomad has
 // refused it often and long enough while taking the pool's others. It reports
 // whether it failed the job.
-func (d *Dispatcher) refused(ctx context.Context, id string, err error) bool {
+func (s *scheduler) refused(ctx context.Context, id string, err error) bool {
 	var rf *refusedError
 	if !errors.As(err, &rf) {
 		return false
 	}
-	now := d.now()
-	d.refusalsMu.Lock()
-	if d.refusals == nil {
-		d.refusals = map[string]refusal{}
+	now := s.now()
+	s.refusals.mu.Lock()
+	if s.refusals.m == nil {
+		s.refusals.m = map[string]refusal{}
 	}
-	if len(d.refusals) > 1000 {
+	if len(s.refusals.m) > 1000 {
 		// Jobs cancelled while refused leave theirs: drop those long past the span.
-		for k, r := range d.refusals {
+		for k, r := range s.refusals.m {
 			if now.Sub(r.first) > 10*dispatchRefusalSpan {
-				delete(d.refusals, k)
+				delete(s.refusals.m, k)
 			}
 		}
 	}
-	r, ok := d.refusals[id]
+	r, ok := s.refusals.m[id]
 	if !ok {
 		r.first = now
 	}
 	r.n++
-	d.refusals[id] = r
-	others := d.poolOK[rf.pool].After(r.first)
-	d.refusalsMu.Unlock()
+	s.refusals.m[id] = r
+	others := s.refusals.poolOK[rf.pool].After(r.first)
+	s.refusals.mu.Unlock()
 	if r.n < dispatchRefusals || now.Sub(r.first) < dispatchRefusalSpan || !others {
 		return false
 	}
-	j, uerr := d.st().UpdateJob(ctx, id, func(j *mj.Job) error {
+	j, uerr := s.st().UpdateJob(ctx, id, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != "" {
 			return errSkip
 		}
@@ -513,114 +530,13 @@ func (d *Dispatcher) refused(ctx context.Context, id string, err error) bool {
 			r.n, now.Sub(r.first).Round(time.Second), j.Machine, strings.Join(strings.Fields(rf.err.Error()), " ")), mj.MaxDetailBytes))
 		return nil
 	})
-	d.refusalsMu.Lock()
-	delete(d.refusals, id)
-	d.refusalsMu.Unlock()
+	s.refusals.mu.Lock()
+	delete(s.refusals.m, id)
+	s.refusals.mu.Unlock()
 	if uerr != nil {
 		return errors.Is(uerr, errSkip)
 	}
 	metrics.Finished(j)
-	d.Log.Warn("failed a job Nomad kept refusing", "job", id, "tries", r.n, "err", rf.err)
+	s.log.Warn("failed a job Nomad kept refusing", "job", id, "tries", r.n, "err", rf.err)
 	return true
-}
-
-// parentGone tells a dispatch refused because the pool's parameterized job is
-// missing or stopped: Nomad answers 404, or a 500 naming it (Job.Dispatch's own
-// errors), which no retry clears until it is registered again.
-func parentGone(err error) bool {
-	if err == nil {
-		return false
-	}
-	msg := err.Error()
-	return isNotFound(err) || strings.Contains(msg, "parameterized job not found") ||
-		strings.Contains(msg, "is stopped") || strings.Contains(msg, "is not a parameterized job") ||
-		strings.Contains(msg, "job not found")
-}
-
-// manifest is the runner's dispatch payload: the job, and a signed URL under which
-// it uploads this attempt's outputs and result.
-func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]byte, error) {
-	scope := mj.RunScope(j.ID, attempt)
-	// Valid for the whole life of the attempt: queueing, the timeout, uploading.
-	exp := time.Now().Add(time.Duration(j.TimeoutSeconds)*time.Second + 48*time.Hour)
-	pool := d.Config.Pool(j.Machine)
-	m := mj.Manifest{
-		JobID: j.ID, Attempt: attempt, InputFiles: d.inputURLs(ctx, j, exp), OutputNames: j.OutputNames,
-		FFmpegCommands: j.FFmpegCommands, TimeoutSeconds: j.TimeoutSeconds,
-		// Half the backstop's grace: the result is up before it looks (resultFirst).
-		ReportSeconds:     max(int(d.TimeoutGrace/time.Second)/2, 1),
-		UploadURL:         d.Signer.URL("PUT", scope, scope+"{path}", exp),
-		ProgressURL:       d.Signer.URLFor("/progress/", "PROGRESS", scope+"progress", scope+"progress", exp),
-		UploadsURL:        d.Signer.URLFor("/upload-urls/", "UPLOADS", scope+"uploads", scope+"uploads", exp),
-		MaxOutputFiles:    d.Config.Server.MaxOutputFiles,
-		AllowLoopback:     d.Config.Server.AllowLoopback,
-		AllowCIDRs:        d.Config.Server.AllowCIDRs,
-		AllowHosts:        d.Config.Server.AllowHosts,
-		DestAllowLoopback: d.Config.Server.DestinationAllowLoopback,
-		DestAllowCIDRs:    d.Config.Server.DestinationAllowCIDRs,
-		DestAllowHosts:    d.Config.Server.DestinationAllowHosts,
-		ControlPlane:      d.Config.ControlPlane(),
-		AllowGPU:          pool != nil && pool.GPUs() > 0,
-		MaxInputBytes:     j.MaxInputBytes,
-	}
-	if pool != nil {
-		m.DiskBytes = int64(pool.Disk) << 20 // Nomad's MB are MiB
-	}
-	b := mustJSON(m)
-	if len(b) <= maxPayload {
-		return b, nil
-	}
-	// A random name: the manifest holds the job's input URLs and upload links, and
-	// its key must not be derivable from the job id an output link shows.
-	key := scope + "manifest-" + uuid.NewString() + ".json"
-	if _, err := d.storage().Put(ctx, key, bytes.NewReader(b), 0); err != nil {
-		return nil, fmt.Errorf("store large manifest: %w", err)
-	}
-	return mustJSON(mj.Manifest{ManifestURL: d.links().URL(ctx, "GET", key, key, exp)}), nil
-}
-
-// cancelLoop stops the Nomad child of every job that leaves the active set as
-// cancelled (the gateway marks it; Nomad follows).
-func (d *Dispatcher) cancelLoop(ctx context.Context) {
-	d.st().Follow(ctx, store.Active, time.Hour, d.Log, func(ctx context.Context, id string, del *store.Deleted) {
-		if del == nil || del.Prev == nil {
-			return
-		}
-		j, err := d.st().Job(ctx, id)
-		if err != nil || j.Status != mj.StatusCancelled {
-			return
-		}
-		d.stopChild(ctx, string(del.Prev), "job cancelled", id)
-	})
-}
-
-// stopChild deregisters a Nomad child (not purged: the operator can still read it).
-// A warm run has no child of its own: its runner learns from its lease that the
-// job went on without it, and stops it (gateway/warm.go).
-func (d *Dispatcher) stopChild(ctx context.Context, child, why, id string) {
-	if _, warm := mj.WarmRunOfChild(child); warm {
-		return
-	}
-	wo, cancel := d.write(ctx)
-	defer cancel()
-	if _, _, err := d.Jobs.Deregister(child, false, wo); err != nil && !isNotFound(err) {
-		d.Log.Warn("could not stop nomad job", "job", id, "nomad_job", child, "why", why, "err", err)
-		return
-	}
-	d.Log.Info("stopped nomad job", "job", id, "nomad_job", child, "why", why)
-}
-
-// inputURLs are the URLs the runner fetches j's inputs from: as the client gave
-// them, but an input naming another job's output (job:<id>/<output>) is a
-// signed link to that output in storage (InputKeys, set when it was released;
-// docs/references.md), fetched like a temporary file.
-func (d *Dispatcher) inputURLs(ctx context.Context, j *mj.Job, exp time.Time) map[string]string {
-	if len(j.InputKeys) == 0 {
-		return j.InputFiles
-	}
-	in := maps.Clone(j.InputFiles)
-	for name, key := range j.InputKeys {
-		in[name] = d.links().URL(ctx, "GET", key, key, exp)
-	}
-	return in
 }

@@ -1,9 +1,9 @@
 package dispatcher
 
 import (
-	"cmp"
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
@@ -19,7 +19,7 @@ import (
 
 // storageCounter is what the store keeps of storage held (*store.Store has it).
 type storageCounter interface {
-	CountOutputs(ctx context.Context, j *mj.Job, h store.Held) (bool, error)
+	outputCounter
 	Tallies(ctx context.Context, after string, limit int) ([]string, error)
 	DropTally(ctx context.Context, jobID string) error
 	ClaimTmpFile(ctx context.Context, account, id, key string, size int64, expires time.Time, maxUpload int64, defaults store.Limits) error
@@ -38,18 +38,28 @@ func limitDefaults(l *config.Limits) store.Limits {
 }
 
 // countOutputs counts a succeeded job's outputs against its account's storage
-// until output_retention has passed (once: applying a result again counts
-// nothing). The job's terminal write left a tally/ entry, which the count
+// until retention (output_retention) has passed (once: applying a result again
+// counts nothing). The job's terminal write left a tally/ entry, which the count
 // settles; the janitor counts what a dispatcher that stopped in between left.
-func (d *Dispatcher) countOutputs(ctx context.Context, j *mj.Job) {
+func countOutputs(ctx context.Context, sc outputCounter, retention time.Duration, log *slog.Logger, j *mj.Job) {
 	held := j.TotalOutputBytes - mj.SentOnlyBytes(j.Outputs) // not those only sent to a destination
 	if j.Status != mj.StatusSucceeded || held <= 0 || j.FinishedAt == nil {
 		return
 	}
-	h := store.Held{Bytes: held, Expires: j.FinishedAt.Add(d.Config.Storage.Retention)}
-	if _, err := d.st().CountOutputs(ctx, j, h); err != nil {
-		d.Log.Warn("count outputs against the account's storage; the janitor counts them", "job", j.ID, "err", err)
+	h := store.Held{Bytes: held, Expires: j.FinishedAt.Add(retention)}
+	if _, err := sc.CountOutputs(ctx, j, h); err != nil {
+		log.Warn("count outputs against the account's storage; the janitor counts them", "job", j.ID, "err", err)
 	}
+}
+
+// countOutputs is countOutputs of a job whose result this dispatcher applied.
+func (d *Dispatcher) countOutputs(ctx context.Context, j *mj.Job) {
+	countOutputs(ctx, d.st(), d.Config.Storage.Retention, d.Log, j)
+}
+
+// outputCounter counts a job's outputs (storageCounter's first method).
+type outputCounter interface {
+	CountOutputs(ctx context.Context, j *mj.Job, h store.Held) (bool, error)
 }
 
 // tallyPage is how many uncounted jobs one sweep counts at most.
@@ -59,42 +69,42 @@ const tallyPage = 500
 // happen when their result was applied (the dispatcher stopped, etcd failed),
 // a page a sweep, each sweep after the last one's (tallyAfter): a job that
 // cannot be read keeps its entry without holding up those behind it.
-func (d *Dispatcher) countLeftOutputs(ctx context.Context, sc storageCounter) {
-	ids, err := sc.Tallies(ctx, d.tallyAfter, tallyPage)
+func (j *janitor) countLeftOutputs(ctx context.Context, sc storageCounter) {
+	ids, err := sc.Tallies(ctx, j.tallyAfter, tallyPage)
 	if err != nil {
-		d.Log.Warn("janitor: list outputs to count", "err", err)
+		j.log.Warn("janitor: list outputs to count", "err", err)
 		return
 	}
-	d.tallyAfter = ""
+	j.tallyAfter = ""
 	if len(ids) == tallyPage {
-		d.tallyAfter = ids[len(ids)-1]
+		j.tallyAfter = ids[len(ids)-1]
 	}
 	if len(ids) == 0 {
 		return
 	}
-	jobs, errs := d.st().Jobs(ctx, ids)
+	jobs, errs := j.st().Jobs(ctx, ids)
 	for i, id := range ids {
 		switch {
 		case errs[i] != nil && mj.ErrorCode(errs[i]) == mj.ENotFound:
 			sc.DropTally(ctx, id)
 		case errs[i] != nil:
-			d.Log.Warn("janitor: read a job whose outputs are to count", "job", id, "err", errs[i])
+			j.log.Warn("janitor: read a job whose outputs are to count", "job", id, "err", errs[i])
 		case jobs[i].Status != mj.StatusSucceeded || jobs[i].TotalOutputBytes-mj.SentOnlyBytes(jobs[i].Outputs) <= 0 || jobs[i].FinishedAt == nil:
 			sc.DropTally(ctx, id) // nothing to count
 		default:
-			d.countOutputs(ctx, jobs[i])
+			countOutputs(ctx, j.st(), j.cfg.Storage.Retention, j.log, jobs[i])
 		}
 	}
-	d.Log.Info("janitor: counted outputs left uncounted", "jobs", len(ids))
+	j.log.Info("janitor: counted outputs left uncounted", "jobs", len(ids))
 }
 
 // sweepStorage gives back the storage of expired records (deleting their
 // temporary files), then checks the temporary files not counted yet: one over
 // max_upload_bytes or its account's max_storage_bytes is deleted, any other is
 // counted until it expires.
-func (d *Dispatcher) sweepStorage(ctx context.Context, now time.Time) {
-	sc, sb := d.st(), d.Blobs
-	ctx, cancel := context.WithTimeout(ctx, sweepCalls*cmp.Or(d.BlobTimeout, BlobTimeout))
+func (j *janitor) sweepStorage(ctx context.Context, now time.Time) {
+	sc, sb := j.st(), j.blobs
+	ctx, cancel := context.WithTimeout(ctx, sweepCalls*j.blobTimeout)
 	defer cancel()
 	del := func(key string) error {
 		if err := sb.Delete(ctx, key); err != nil && !errors.Is(err, blob.ErrNotFound) {
@@ -102,27 +112,27 @@ func (d *Dispatcher) sweepStorage(ctx context.Context, now time.Time) {
 		}
 		return nil
 	}
-	d.countLeftOutputs(ctx, sc)
+	j.countLeftOutputs(ctx, sc)
 	if n, err := sc.ReleaseExpired(ctx, now, del); err != nil {
-		d.Log.Warn("janitor: release expired storage", "err", err, "released", n)
+		j.log.Warn("janitor: release expired storage", "err", err, "released", n)
 	} else if n > 0 {
-		d.Log.Info("janitor: released expired storage", "objects", n)
+		j.log.Info("janitor: released expired storage", "objects", n)
 	}
-	ttl, defaults := d.Config.Server.TmpFileTTLD, limitDefaults(d.Config.Limits)
+	ttl, defaults := j.cfg.Server.TmpFileTTLD, limitDefaults(j.cfg.Limits)
 	deleted := 0
 	err := sb.Each(ctx, mj.TmpDir, func(key string, size int64, mod time.Time) error {
 		acct, id, ok := mj.ParseTmpKey(key)
 		if !ok || !mod.Add(ttl).After(now) {
 			return nil // not a temporary file's key, or expired: the sweep deletes it
 		}
-		err := sc.ClaimTmpFile(ctx, acct, id, key, size, mod.Add(ttl), d.Config.Server.MaxUploadBytes, defaults)
+		err := sc.ClaimTmpFile(ctx, acct, id, key, size, mod.Add(ttl), j.cfg.Server.MaxUploadBytes, defaults)
 		if store.Deletable(err) && del(key) == nil {
 			deleted++
-			d.Log.Info("janitor: deleted a temporary file over its limits", "key", key, "why", err)
+			j.log.Info("janitor: deleted a temporary file over its limits", "key", key, "why", err)
 		}
 		return ctx.Err()
 	})
 	if err != nil {
-		d.Log.Warn("janitor: check temporary files", "err", err)
+		j.log.Warn("janitor: check temporary files", "err", err)
 	}
 }

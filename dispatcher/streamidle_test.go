@@ -83,6 +83,7 @@ func TestQuietStreamIsKeptWhileNomadAnswers(t *testing.T) {
 	w := &warnings{}
 	jobs := &listCountingJobs{NomadJobs: d.Jobs}
 	d.Jobs, d.Log, d.StreamIdle = jobs, slog.New(w), 50*time.Millisecond
+	rewire(d)
 	ctx, cancel := context.WithCancel(ctx)
 	done := followQuiet(t, ctx, d)
 	testenv.Eventually(t, 30*time.Second, "five idle checks", func() bool {
@@ -127,6 +128,7 @@ func TestSilentStreamOfADeadNomadReconnects(t *testing.T) {
 			}
 			w := &warnings{}
 			d.Jobs, d.Log, d.StreamIdle, d.CallTimeout = c.Jobs(), slog.New(w), 50*time.Millisecond, 200*time.Millisecond
+			rewire(d)
 			ctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			select {

@@ -54,17 +54,17 @@ func failedUsage(u *mj.Usage) *mj.Usage {
 }
 
 // sweepUsage deletes the usage counters of days past usage.retention_days.
-func (d *Dispatcher) sweepUsage(ctx context.Context, now time.Time) {
-	c := d.Config.Usage
+func (j *janitor) sweepUsage(ctx context.Context, now time.Time) {
+	c := j.cfg.Usage
 	if c == nil || c.RetentionDays <= 0 {
 		return
 	}
 	days := c.RetentionDays
-	sw := d.st()
+	sw := j.st()
 	cutoff := now.UTC().AddDate(0, 0, -days).Format(store.DayLayout)
 	if n, err := sw.SweepUsage(ctx, cutoff); err != nil {
-		d.Log.Warn("janitor: delete old usage", "err", err)
+		j.log.Warn("janitor: delete old usage", "err", err)
 	} else if n > 0 {
-		d.Log.Info("janitor: deleted usage counters past usage.retention_days", "counters", n, "before", cutoff)
+		j.log.Info("janitor: deleted usage counters past usage.retention_days", "counters", n, "before", cutoff)
 	}
 }

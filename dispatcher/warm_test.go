@@ -125,7 +125,7 @@ func (e *warmEnv) start(run *store.WarmRun) {
 func (e *warmEnv) offered(entry store.QueueEntry) store.WarmRun {
 	e.t.Helper()
 	w := e.waiting(uuid.NewString())
-	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, warmState{idle: []store.WarmIdle{w}}, func(store.QueueEntry) {}); len(rest) != 0 {
+	if rest := e.d.sched.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, warmState{idle: []store.WarmIdle{w}}, func(store.QueueEntry) {}); len(rest) != 0 {
 		e.t.Fatalf("job %s was not handed to the waiting runner", entry.ID)
 	}
 	run, err := e.s.WarmRunOf(e.ctx, "cpu", w.Alloc)
@@ -216,7 +216,7 @@ func TestWarmForNomadHoldsFittingJobs(t *testing.T) {
 		{"a closed window", warm, 0, true, nil},
 	} {
 		var refunded []string
-		ids := e.d.forNomad(e.ctx, tc.pool, chosen, tc.nomad, tc.live, func(q store.QueueEntry) { refunded = append(refunded, q.ID) })
+		ids := e.d.sched.forNomad(e.ctx, tc.pool, chosen, tc.nomad, tc.live, func(q store.QueueEntry) { refunded = append(refunded, q.ID) })
 		if got := names(ids); !slices.Equal(got, tc.dispatch) {
 			t.Errorf("%s: to Nomad %v, want %v", tc.what, got, tc.dispatch)
 		}
@@ -247,7 +247,7 @@ func TestWarmHandWarm(t *testing.T) {
 	// Every runner kept for jobs that fit (reserve): the long job takes none.
 	reserve := 3
 	e.pool.Warm.Reserve = &reserve
-	rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1, long, fit2, fit3}, warmState{idle: []store.WarmIdle{gone, r1, r2}}, func(store.QueueEntry) {})
+	rest := e.d.sched.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1, long, fit2, fit3}, warmState{idle: []store.WarmIdle{gone, r1, r2}}, func(store.QueueEntry) {})
 	if !slices.Equal(idsOf(rest), []string{long.ID, fit3.ID}) {
 		t.Fatalf("returned for Nomad %v, want the long job and the one no runner was left for %v", idsOf(rest), []string{long.ID, fit3.ID})
 	}
@@ -290,7 +290,7 @@ func TestWarmHandWarm(t *testing.T) {
 	}
 	// A job handed over already is not handed again.
 	r3 := e.waiting("alloc-3")
-	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1}, warmState{idle: []store.WarmIdle{r3}}, func(store.QueueEntry) {}); len(rest) != 0 {
+	if rest := e.d.sched.handWarm(e.ctx, e.pool, []store.QueueEntry{fit1}, warmState{idle: []store.WarmIdle{r3}}, func(store.QueueEntry) {}); len(rest) != 0 {
 		t.Fatalf("a job already running was returned: %v", idsOf(rest))
 	}
 	if run, _ := e.s.WarmRunOf(e.ctx, "cpu", r3.Alloc); run != nil {
@@ -626,10 +626,10 @@ func TestWarmUnstartedLapsesSpillToNomad(t *testing.T) {
 		t.Fatalf("the detail does not say where it goes: %q", j.StatusDetail)
 	}
 	w := e.waiting(uuid.NewString())
-	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, warmState{idle: []store.WarmIdle{w}}, func(store.QueueEntry) {}); len(rest) != 1 {
+	if rest := e.d.sched.handWarm(e.ctx, e.pool, []store.QueueEntry{entry}, warmState{idle: []store.WarmIdle{w}}, func(store.QueueEntry) {}); len(rest) != 1 {
 		t.Fatal("a job runners kept going away with was handed to one again")
 	}
-	if ids := e.d.forNomad(e.ctx, e.pool, []store.QueueEntry{entry}, 10, true, func(store.QueueEntry) {}); len(ids) != 1 {
+	if ids := e.d.sched.forNomad(e.ctx, e.pool, []store.QueueEntry{entry}, 10, true, func(store.QueueEntry) {}); len(ids) != 1 {
 		t.Fatal("a job runners kept going away with is held for a runner, not dispatched to Nomad")
 	}
 }
@@ -765,21 +765,22 @@ func TestWarmDoneAppliedConcurrently(t *testing.T) {
 func TestBackedOffPoolStillFeedsItsWarmRunners(t *testing.T) {
 	e := newWarmEnv(t)
 	e.d.Jobs = &fakeJobs{} // no DispatchOpts: a dispatch to Nomad would panic
-	e.d.registered = map[string]bool{"cpu": true}
+	rewire(e.d)
+	e.d.nomad.registered = map[string]bool{"cpu": true}
 	short := e.job(30, time.Now().UTC())
 	e.waiting("alloc-1")
 	for range 4 { // 2, 4, 8, then 16 s: longer than this test takes
-		e.d.backoff.failed("cpu", e.d.now())
+		e.d.sched.backoff.failed("cpu", e.d.now())
 	}
-	if left := e.d.backoff.left("cpu", e.d.now()); left <= 0 {
+	if left := e.d.sched.backoff.left("cpu", e.d.now()); left <= 0 {
 		t.Fatal("the pool is not backed off")
 	}
 	testenv.Eventually(t, 30*time.Second, "the job handed to the waiting runner", func() bool {
-		e.d.dispatchPools(e.ctx) // the queue index loads in the background
+		e.d.sched.dispatchPools(e.ctx) // the queue index loads in the background
 		_, warm := mj.WarmRunOfChild(e.get(short.ID).NomadJobID)
 		return warm
 	})
-	if e.d.backoff.left("cpu", e.d.now()) <= 0 {
+	if e.d.sched.backoff.left("cpu", e.d.now()) <= 0 {
 		t.Fatal("a warm hand-off ended the pool's Nomad backoff")
 	}
 }
@@ -794,11 +795,11 @@ func TestWarmTakesLongJobsWithinTheReserve(t *testing.T) {
 	now := time.Now().UTC()
 	untimed1, untimed2, short := e.job(3600, now), e.job(3600, now), e.job(30, now)
 	r1, r2 := e.waiting("alloc-1"), e.waiting("alloc-2")
-	st := e.d.warmRunners(e.ctx, e.pool)
+	st := e.d.sched.warmRunners(e.ctx, e.pool)
 	if len(st.idle) != 2 || st.busy != 0 || st.longRoom(e.pool.Warm) != 1 {
 		t.Fatalf("two idle runners, reserve 1: %+v, room %d", st, st.longRoom(e.pool.Warm))
 	}
-	rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{untimed1, untimed2, short}, st, func(store.QueueEntry) {})
+	rest := e.d.sched.handWarm(e.ctx, e.pool, []store.QueueEntry{untimed1, untimed2, short}, st, func(store.QueueEntry) {})
 	if !slices.Equal(idsOf(rest), []string{untimed2.ID}) {
 		t.Fatalf("returned for Nomad %v, want only the second long job %s", idsOf(rest), untimed2.ID)
 	}
@@ -815,21 +816,21 @@ func TestWarmTakesLongJobsWithinTheReserve(t *testing.T) {
 	// The busy runners count: one long, one not. A third runner waits, and is
 	// the reserve: the other long job goes to Nomad, a short one to the runner.
 	e.waiting("alloc-3")
-	st = e.d.warmRunners(e.ctx, e.pool)
+	st = e.d.sched.warmRunners(e.ctx, e.pool)
 	if st.busy != 2 || st.long != 1 || st.longRoom(e.pool.Warm) != 1 {
 		t.Fatalf("after the hand-out: %+v, room %d; want 2 busy, 1 long, room 1 (3 runners - reserve 1 - 1 long)", st, st.longRoom(e.pool.Warm))
 	}
 	reserve := 2
 	e.pool.Warm.Reserve = &reserve
-	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{untimed2}, st, func(store.QueueEntry) {}); len(rest) != 1 {
+	if rest := e.d.sched.handWarm(e.ctx, e.pool, []store.QueueEntry{untimed2}, st, func(store.QueueEntry) {}); len(rest) != 1 {
 		t.Fatal("a long job took the reserved runner")
 	}
 	short2 := e.job(20, now)
-	if rest := e.d.handWarm(e.ctx, e.pool, []store.QueueEntry{short2}, st, func(store.QueueEntry) {}); len(rest) != 0 {
+	if rest := e.d.sched.handWarm(e.ctx, e.pool, []store.QueueEntry{short2}, st, func(store.QueueEntry) {}); len(rest) != 0 {
 		t.Fatal("a job that fits did not take the reserved runner")
 	}
 	// A long job is dispatched at once rather than held for a runner.
-	if ids := e.d.forNomad(e.ctx, e.pool, []store.QueueEntry{untimed2}, 10, true, func(store.QueueEntry) {}); len(ids) != 1 {
+	if ids := e.d.sched.forNomad(e.ctx, e.pool, []store.QueueEntry{untimed2}, 10, true, func(store.QueueEntry) {}); len(ids) != 1 {
 		t.Fatal("a long job was held for a warm runner")
 	}
 	// Runners with less memory than the pool's children take no long job.

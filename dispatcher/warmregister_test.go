@@ -33,6 +33,7 @@ func TestRegisterWarmPool(t *testing.T) {
 			t.Fatal(err)
 		}
 		d.Config = cfg
+		rewire(d) // a restarted dispatcher
 	}
 	register := func() {
 		t.Helper()
