@@ -57,9 +57,15 @@ check: ## gofmt, vet, and the one door into etcd: gateway/ and dispatcher/ impor
 	@bad=$$($(GO) list -f '{{.ImportPath}}: {{join .Imports " "}}' ./gateway/... ./dispatcher/... | tr ' ' '\n' | grep '^go\.etcd\.io/' | sort -u); \
 	test -z "$$bad" || { echo "gateway/ and dispatcher/ must reach etcd through store/, not import:"; echo "$$bad"; exit 1; }
 
+# TESTP: test binaries run side by side. Most of their time is waiting (etcd,
+# Nomad, ffmpeg in real time, timeouts), and the end-to-end suite is three of
+# them (e2e/devstack, e2e/cluster, e2e/warm), so more run at once than there
+# are cores; go test's default (one per core) would queue them behind each other.
+TESTP ?= 4
+
 .PHONY: test
 test: test-deps docker check ## the whole suite against real etcd, Nomad, Docker and ffmpeg, plus check (gofmt, vet, import rules) and short fuzz runs
-	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) CI=$${CI:-true} $(GO) test -count=1 -timeout=20m ./...
+	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) CI=$${CI:-true} $(GO) test -count=1 -p $(TESTP) -timeout=20m ./...
 	$(GO) test -run='^$$' -fuzz=FuzzPrepare -fuzztime=$(FUZZTIME) ./command/
 	$(GO) test -run='^$$' -fuzz=FuzzCreateRequest -fuzztime=$(FUZZTIME) ./gateway/
 

@@ -13,6 +13,7 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/logging"
+	"github.com/mediajobs/mediajobs/server"
 	"github.com/spf13/cobra"
 )
 
@@ -166,7 +167,7 @@ func runConfigCheck(args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "  warning: %s\n", w)
 	}
 	if *connect {
-		b, err := openBlobs(cfg)
+		b, err := server.OpenBlobs(cfg)
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			err = b.Check(ctx)

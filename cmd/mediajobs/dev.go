@@ -6,36 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"time"
 
-	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
-	"github.com/mediajobs/mediajobs/metrics"
+	"github.com/mediajobs/mediajobs/server"
 )
-
-// devOptions are what `mediajobs dev` adds to a config: where its data lives, the
-// key to print, and (in tests) the runner binary and a listener on port 0.
-type devOptions struct {
-	DataDir       string
-	APIKey        string // use this key instead of a stored or generated one
-	RunnerCommand string // default: this binary
-	Listener      net.Listener
-	// NomadPending: Nomad is still being built (its log's path, from run-dev.sh):
-	// the API starts at once and the dispatcher once the agent answers.
-	NomadPending string
-}
-
-// devStack is a running `mediajobs dev`.
-type devStack struct {
-	URL    string
-	APIKey string
-	b      *backends
-}
 
 func runDev(ctx context.Context, args []string, stdout io.Writer, log *slog.Logger) error {
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
@@ -49,8 +26,8 @@ func runDev(ctx context.Context, args []string, stdout io.Writer, log *slog.Logg
 		return err
 	}
 	log = configLog(log, cfg)
-	opts := devOptions{DataDir: *data, APIKey: os.Getenv("MEDIAJOBS_DEV_API_KEY"), NomadPending: os.Getenv("MEDIAJOBS_NOMAD_PENDING")}
-	return startDev(ctx, cfg, opts, log, func(s *devStack) {
+	opts := server.DevOptions{DataDir: *data, APIKey: os.Getenv("MEDIAJOBS_DEV_API_KEY"), NomadPending: os.Getenv("MEDIAJOBS_NOMAD_PENDING")}
+	return server.StartDev(ctx, cfg, opts, log, func(s *server.DevStack) {
 		fmt.Fprintf(stdout, `
 mediajobs dev is up.
 
@@ -68,7 +45,7 @@ most 2 minutes lets one take it; waits for the result):
 or from this binary, with live progress:
   bin/mediajobs run --timeout 60s -o out.mp4 -- -f lavfi -i testsrc=duration=3 -c:v libx264 outputs/out.mp4
 
-`, s.URL, s.APIKey, cfg.Etcd.DataDir, nomadAddr(cfg), devListeners(cfg), nomadPendingLine(opts.NomadPending))
+`, s.URL, s.APIKey, cfg.Etcd.DataDir, server.NomadAddr(cfg), devListeners(cfg), nomadPendingLine(opts.NomadPending))
 	})
 }
 
@@ -93,16 +70,6 @@ func nomadPendingLine(buildLog string) string {
 		return ""
 	}
 	return "\n             still being built (log: " + buildLog + "); jobs wait in the queue until it is up"
-}
-
-func nomadAddr(cfg *config.Config) string {
-	if cfg.Nomad.Address != "" {
-		return cfg.Nomad.Address
-	}
-	if a := os.Getenv("NOMAD_ADDR"); a != "" {
-		return a
-	}
-	return "http://127.0.0.1:4646"
 }
 
 // devConfig is the config file, or the defaults with loopback inputs allowed and
@@ -151,109 +118,4 @@ func devConfig(path, dataDir string) (*config.Config, error) {
 		}
 	}
 	return cfg, nil
-}
-
-// startDev runs embedded etcd, the gateway and the dispatcher until ctx ends,
-// calling ready once the API answers.
-func startDev(ctx context.Context, cfg *config.Config, o devOptions, log *slog.Logger, ready func(*devStack)) error {
-	if !cfg.Etcd.Embedded {
-		return fmt.Errorf("dev runs an embedded etcd; set etcd { embedded = true }")
-	}
-	b, err := openBackendsLog(cfg, filepath.Join(o.DataDir, "signing_secret"), log)
-	if err != nil {
-		return err
-	}
-	defer b.close()
-
-	key, err := devKey(ctx, b, o)
-	if err != nil {
-		return err
-	}
-	ln := o.Listener
-	if ln == nil {
-		if ln, err = net.Listen("tcp", cfg.Server.Listen); err != nil {
-			return fmt.Errorf("listen on %s: %w (set MEDIAJOBS_HTTP_ADDR to use another address)", cfg.Server.Listen, err)
-		}
-	}
-	d, err := b.dispatcher(log)
-	if err != nil {
-		return err
-	}
-	if o.RunnerCommand != "" {
-		d.RunnerCommand = o.RunnerCommand
-	}
-	// The dispatcher's listener (its handler serves /metrics too), and the
-	// gateway's metrics listener unless it is the same address.
-	stopListener, err := serveSide(cfg.Dispatcher.Listen, "dispatcher", d.Handler(), log)
-	if err != nil {
-		return fmt.Errorf("%w (set MEDIAJOBS_DISPATCHER_ADDR to use another address)", err)
-	}
-	defer stopListener()
-	if m := cfg.Server.MetricsListen; m != cfg.Dispatcher.Listen {
-		stopMetrics, err := serveSide(m, "metrics", metrics.Handler(), log)
-		if err != nil {
-			return err
-		}
-		defer stopMetrics()
-	}
-	runDispatcher := d.Run
-	if err := d.RegisterPools(); err != nil {
-		if o.NomadPending == "" {
-			return fmt.Errorf("%w (is a Nomad agent running at %s?)", err, nomadAddr(cfg))
-		}
-		// The API takes jobs now; they wait in etcd until the agent is up.
-		log.Info("Nomad is not up yet: jobs wait in the queue until it is", "nomad", nomadAddr(cfg), "build_log", o.NomadPending)
-		runDispatcher = func(ctx context.Context) error {
-			for d.RegisterPools() != nil {
-				select {
-				case <-ctx.Done():
-					return nil
-				case <-time.After(time.Second):
-				}
-			}
-			log.Info("Nomad is up: dispatching", "nomad", nomadAddr(cfg))
-			return d.Run(ctx)
-		}
-	}
-
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var wg sync.WaitGroup
-	errc := make(chan error, 2)
-	wg.Add(2)
-	go func() { defer wg.Done(); errc <- serve(ctx, b.gateway(ctx, log), ln, cfg.Server.ShutdownD, log) }()
-	go func() { defer wg.Done(); errc <- runDispatcher(ctx) }()
-	ready(&devStack{URL: cfg.Server.PublicURL, APIKey: key, b: b})
-	err = <-errc
-	cancel()
-	wg.Wait()
-	return err
-}
-
-// devKey makes sure the "dev" account has an API key and returns it: the given
-// one, else the one stored in the data directory, else a new one stored there.
-func devKey(ctx context.Context, b *backends, o devOptions) (string, error) {
-	if _, err := b.store.EnsureAccount(ctx, "dev", "dev"); err != nil {
-		return "", fmt.Errorf("create dev account: %w", err)
-	}
-	key := o.APIKey
-	path := filepath.Join(o.DataDir, "dev_api_key")
-	if key == "" {
-		if raw, err := os.ReadFile(path); err == nil {
-			key = strings.TrimSpace(string(raw))
-		}
-	}
-	if key == "" {
-		key = mj.NewAPIKeySecret()
-		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
-			return "", err
-		}
-		if err := os.WriteFile(path, []byte(key+"\n"), 0o600); err != nil {
-			return "", err
-		}
-	}
-	if _, err := b.store.AddAPIKey(ctx, "dev", "dev", key); err != nil {
-		return "", err
-	}
-	return key, nil
 }

@@ -8,11 +8,12 @@ import (
 	"net"
 
 	"github.com/mediajobs/mediajobs/metrics"
+	"github.com/mediajobs/mediajobs/server"
 )
 
 // open parses a server command's flags (-config) and opens what the config names;
-// b.log is log as the config's log block sets it.
-func open(name string, args []string, log *slog.Logger) (*backends, error) {
+// b.Log is log as the config's log block sets it.
+func open(name string, args []string, log *slog.Logger) (*server.Backends, error) {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	cfgPath := configFlag(fs)
 	if err := fs.Parse(args); err != nil {
@@ -22,7 +23,7 @@ func open(name string, args []string, log *slog.Logger) (*backends, error) {
 	if err != nil {
 		return nil, err
 	}
-	return openBackendsLog(cfg, "", configLog(log, cfg))
+	return server.Open(cfg, "", configLog(log, cfg))
 }
 
 func runGateway(ctx context.Context, args []string, log *slog.Logger) error {
@@ -30,22 +31,22 @@ func runGateway(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer b.close()
-	log = b.log
-	cfg := b.cfg
+	defer b.Close()
+	log = b.Log
+	cfg := b.Config
 	ln, err := net.Listen("tcp", cfg.Server.Listen)
 	if err != nil {
 		return err
 	}
 	log.Info("gateway listening", "addr", ln.Addr().String(), "public_url", cfg.Server.PublicURL)
 	// server.metrics_listen: /metrics there, and not on the public port (gateway routes).
-	stopMetrics, err := serveSide(cfg.Server.MetricsListen, "metrics", metrics.Handler(), log)
+	stopMetrics, err := server.ServeSide(cfg.Server.MetricsListen, "metrics", metrics.Handler(), log)
 	if err != nil {
 		ln.Close()
 		return err
 	}
 	defer stopMetrics()
-	return serve(ctx, b.gateway(ctx, log), ln, cfg.Server.ShutdownD, log)
+	return server.Serve(ctx, b.Gateway(ctx, log), ln, cfg.Server.ShutdownD, log)
 }
 
 func runDispatcher(ctx context.Context, args []string, log *slog.Logger) error {
@@ -53,13 +54,13 @@ func runDispatcher(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	defer b.close()
-	log = b.log
-	d, err := b.dispatcher(log)
+	defer b.Close()
+	log = b.Log
+	d, err := b.Dispatcher(log)
 	if err != nil {
 		return err
 	}
-	stopListener, err := serveSide(b.cfg.Dispatcher.Listen, "dispatcher", d.Handler(), log)
+	stopListener, err := server.ServeSide(b.Config.Dispatcher.Listen, "dispatcher", d.Handler(), log)
 	if err != nil {
 		return err
 	}
