@@ -847,6 +847,9 @@ func (s *Store) WaitJob(ctx context.Context, id string, done func(*mj.Job) bool)
 		for _, ev := range resp.Events {
 			var next mj.Job
 			if ev.Kv != nil && json.Unmarshal(ev.Kv.Value, &next) == nil {
+				// Its revision too: a cache keeps the newer of two copies by it
+				// (the gateway's, after a create with ?wait=true).
+				next.Revision = ev.Kv.ModRevision
 				j = &next
 				if done(j) {
 					return j, nil
