@@ -75,7 +75,7 @@ func TestAdminCommandsAgainstRunningDev(t *testing.T) {
 	if code, out := admin(t, cfg, "keys", "revoke", "-account", name, "-key", ids[0][:8]); code != 0 || !strings.Contains(out, "revoked") {
 		t.Fatalf("keys revoke: exit %d\n%s", code, out)
 	}
-	testenv.Eventually(t, 10*time.Second, "the revoked key to be refused", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the revoked key to be refused", func() bool {
 		return e2e.Call(t, "GET", "/api/jobs", secrets[0], nil).Status == 401
 	})
 	if r := e2e.Call(t, "GET", "/api/jobs", secrets[1], nil); r.Status != 200 {
@@ -87,7 +87,7 @@ func TestAdminCommandsAgainstRunningDev(t *testing.T) {
 	if code, out := admin(t, cfg, "keys", "revoke", "-account", name, "-key", ids[1], "-force"); code != 0 {
 		t.Fatalf("revoke -force: exit %d\n%s", code, out)
 	}
-	testenv.Eventually(t, 10*time.Second, "the last key, revoked by force, to be refused", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the last key, revoked by force, to be refused", func() bool {
 		return e2e.Call(t, "GET", "/api/jobs", secrets[1], nil).Status == 401
 	})
 

@@ -202,7 +202,7 @@ func assertWebhook(t *testing.T, job map[string]any) {
 		}
 	}
 	// Delivery is recorded on the job.
-	testenv.Eventually(t, 10*time.Second, "webhook state on the job", func() bool {
+	testenv.Eventually(t, 30*time.Second, "webhook state on the job", func() bool {
 		w, _ := e2e.Call(t, "GET", "/api/jobs/"+id, e2e.Stack.APIKey, nil).Data(t)["webhook"].(map[string]any)
 		return w != nil && w["status"] == "delivered" && w["attempts"].(float64) == 1
 	})

@@ -151,7 +151,7 @@ func TestMCPOverHTTP(t *testing.T) {
 		}
 	})
 	endpoint := "http://" + addr + "/mcp"
-	testenv.Eventually(t, 10*time.Second, "the MCP listener", func() bool {
+	testenv.Eventually(t, 30*time.Second, "the MCP listener", func() bool {
 		resp, err := http.Post(endpoint, "application/json", strings.NewReader("{}"))
 		if err == nil {
 			resp.Body.Close()

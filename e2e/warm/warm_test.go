@@ -132,13 +132,17 @@ func TestWarmJobEndToEnd(t *testing.T) {
 
 // slowWarmJob creates a warm job that runs about 9 s (the clip, three times, at
 // its own rate), with a webhook; marker names its output, to find its ffmpeg.
-func slowWarmJob(t *testing.T, marker string) string {
+func slowWarmJob(t *testing.T, marker string) string { return loopingWarmJob(t, marker, 2) }
+
+// loopingWarmJob is slowWarmJob reading the clip loops+1 times (-1: until its
+// timeout of 50 s ends it).
+func loopingWarmJob(t *testing.T, marker string, loops int) string {
 	t.Helper()
 	r := e2e.Call(t, "POST", "/api/ffmpeg", e2e.Stack.APIKey, map[string]any{
 		"machine": e2e.WarmPool, "timeout_seconds": 50, "webhook_url": e2e.HookURL,
 		"input_files":     map[string]string{"clip": e2e.ClipURL},
 		"output_files":    []string{marker + ".mp4"},
-		"ffmpeg_commands": []string{"-stream_loop 2 -re -i inputs/clip -vf scale=160:-2 -c:v libx264 -preset ultrafast -an outputs/" + marker + ".mp4"},
+		"ffmpeg_commands": []string{fmt.Sprintf("-stream_loop %d -re -i inputs/clip -vf scale=160:-2 -c:v libx264 -preset ultrafast -an outputs/%s.mp4", loops, marker)},
 	})
 	if r.Status != 200 {
 		t.Fatalf("create: HTTP %d %s", r.Status, r.Body)
@@ -286,13 +290,15 @@ func TestWarmCancelStopsFFmpeg(t *testing.T) {
 	warmLogs(t)
 	waitWarm(t)
 	marker := fmt.Sprintf("cancel%d", time.Now().UnixNano())
-	id := slowWarmJob(t, marker)
+	id := loopingWarmJob(t, marker, -1) // ends only when stopped, or at its timeout
 	runningOn(t, id)
 	testenv.Eventually(t, 30*time.Second, "the job's ffmpeg", func() bool { return len(testenv.ProcessesWith("", "ffmpeg", marker)) > 0 })
 	if r := e2e.Call(t, "POST", "/api/jobs/"+id+"/cancel", e2e.Stack.APIKey, nil); r.Status != 200 {
 		t.Fatalf("cancel: HTTP %d %s", r.Status, r.Body)
 	}
-	testenv.Eventually(t, 5*time.Second, "the cancelled job's ffmpeg to stop", func() bool {
+	// Well within the job's timeout (50 s), which would stop it too; a loaded
+	// machine takes seconds to carry the cancel to the runner.
+	testenv.Eventually(t, 30*time.Second, "the cancelled job's ffmpeg to stop", func() bool {
 		return len(testenv.ProcessesWith("", "ffmpeg", marker)) == 0
 	})
 	waitWarm(t)
