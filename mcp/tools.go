@@ -18,7 +18,7 @@ import (
 )
 
 type jobInput struct {
-	InputFiles     map[string]string `json:"input_files,omitempty" jsonschema:"input name -> http(s) URL (or, over stdio, a local file path); refer to it in commands as {{name}}"`
+	InputFiles     map[string]string `json:"input_files,omitempty" jsonschema:"input name -> http(s) URL, job:<job id>/<output name> (another job's output: the job waits for it), or, over stdio, a local file path; refer to it in commands as {{name}}"`
 	OutputFiles    []string          `json:"output_files" jsonschema:"every file the commands write as a result, e.g. [\"out.mp4\"]; [] for an analysis that writes none"`
 	FFmpegCommands []string          `json:"ffmpeg_commands" jsonschema:"ffmpeg arguments without the leading ffmpeg, one string per command, run in order"`
 	Machine        string            `json:"machine,omitempty" jsonschema:"the worker pool: cpu (default) or a GPU pool such as nvidia"`
@@ -43,8 +43,8 @@ func (t *tools) request(ctx context.Context, in jobInput, upload bool) (client.C
 		req.OutputFiles = []string{}
 	}
 	for name, src := range in.InputFiles {
-		if u, err := url.Parse(src); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
-			req.InputFiles[name] = src
+		if u, err := url.Parse(src); err == nil && (u.Scheme == "http" || u.Scheme == "https") || mj.IsJobRef(src) {
+			req.InputFiles[name] = src // a URL, or another job's output (job:<id>/<output>)
 			continue
 		}
 		if !t.local {

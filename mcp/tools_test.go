@@ -1,6 +1,9 @@
 package mcp
 
-import "testing"
+import (
+	"context"
+	"testing"
+)
 
 // parseInputInfo reads the "Input #0" section of a level-tagged ffmpeg log and
 // stops at the next section.
@@ -22,5 +25,18 @@ func TestParseInputInfo(t *testing.T) {
 	// A live stream has no duration.
 	if m := parseInputInfo("[info] Input #0, mpegts, from 'x':\n[info]   Duration: N/A, start: 1.4, bitrate: N/A\n"); m == nil || m.Duration != "N/A" {
 		t.Fatalf("parsed %+v", m)
+	}
+}
+
+// An input naming another job's output (job:<id>/<output>) goes to the service as
+// it is, over HTTP (no local files) and over stdio (not a path to upload).
+func TestRequestPassesJobReferences(t *testing.T) {
+	ref := "job:3f2a7c1e-8d4b-4e6f-9a0b-1c2d3e4f5a6b/out.mp4"
+	for _, local := range []bool{false, true} {
+		tl := &tools{local: local}
+		req, err := tl.request(context.Background(), jobInput{InputFiles: map[string]string{"v": ref}, FFmpegCommands: []string{"-i {{v}} {{o.png}}"}}, true)
+		if err != nil || req.InputFiles["v"] != ref {
+			t.Fatalf("local %v: %v %v", local, req.InputFiles, err)
+		}
 	}
 }

@@ -121,8 +121,8 @@ exits 0 when the job would be accepted, 1 with the service's error when not.`,
 				if !ok || name == "" || src == "" {
 					return usageError(fmt.Sprintf("-i %q: want NAME=FILE or NAME=URL", in))
 				}
-				if u, err := url.Parse(src); err == nil && (u.Scheme == "http" || u.Scheme == "https") {
-					req.InputFiles[name] = src
+				if u, err := url.Parse(src); err == nil && (u.Scheme == "http" || u.Scheme == "https") || mj.IsJobRef(src) {
+					req.InputFiles[name] = src // a URL, or another job's output (job:<id>/<output>)
 				} else {
 					local[name] = src
 				}
@@ -134,7 +134,7 @@ exits 0 when the job would be accepted, 1 with the service's error when not.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringArrayVarP(&inputs, "input", "i", nil, "an input: NAME=FILE (uploaded) or NAME=URL; repeat for more")
+	f.StringArrayVarP(&inputs, "input", "i", nil, "an input: NAME=FILE (uploaded), NAME=URL or NAME=job:<id>/<output> (another job's output); repeat for more")
 	f.StringArrayVarP(&outputs, "output", "o", nil, "an output file name the command writes; repeat for more")
 	f.StringVar(&machine, "machine", "", `the pool: "cpu" (default) or a GPU pool such as "nvidia"`)
 	f.DurationVar(&timeout, "timeout", 0, "the job's timeout (default: the pool's)")
