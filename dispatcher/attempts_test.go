@@ -25,7 +25,7 @@ import (
 // sawAt makes d remember having seen alloc in a timed state ("unknown",
 // "pending", "reported") since at: a dispatcher that has watched it that long.
 func sawAt(d *Dispatcher, kind, alloc string, at time.Time) {
-	d.seen.first(kind+"/"+alloc, at)
+	d.settle.seen.first(kind+"/"+alloc, at)
 }
 
 // An old "unknown" event (a replay from an early index) of an allocation that is
@@ -41,7 +41,7 @@ func TestReplayedUnknownEventKeepsAHealthyAttempt(t *testing.T) {
 	hoursAgo := time.Now().Add(-5 * time.Hour)
 	old := allocEvent(3, &api.Allocation{ID: "a1", JobID: child(id, 1), ClientStatus: "unknown", ModifyTime: hoursAgo.UnixNano()})
 	sawAt(d, "unknown", "a1", hoursAgo) // even a dispatcher that saw it then
-	d.handleEvent(ctx, old)
+	d.track.handleEvent(ctx, old)
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusRunning || j.NomadJobID != child(id, 1) || len(nomad.stopped) != 0 {
 		t.Fatalf("a replayed unknown event ended a running attempt: %s %q %q stopped %v", j.Status, j.ErrorMessage, j.StatusDetail, nomad.stopped)
 	}
@@ -50,7 +50,7 @@ func TestReplayedUnknownEventKeepsAHealthyAttempt(t *testing.T) {
 	nomad.children[child(id, 1)][0].ClientStatus, nomad.children[child(id, 1)][0].ModifyTime = "unknown", hoursAgo.UnixNano()
 	nomad.mu.Unlock()
 	sawAt(d, "unknown", "a1", hoursAgo) // seen running since: timed afresh
-	d.handleEvent(ctx, old)
+	d.track.handleEvent(ctx, old)
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "disconnected") {
 		t.Fatalf("a node gone for hours: %s %q", j.Status, j.ErrorMessage)
 	}
@@ -124,9 +124,10 @@ func TestUnreadableEventIndexIsNotAReplay(t *testing.T) {
 			d.Store = tc.store(d.Store)
 			ev := &streamAt{}
 			d.Events = ev
+			rewire(d)
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan struct{})
-			go func() { defer close(done); d.eventLoop(ctx) }()
+			go func() { defer close(done); d.track.eventLoop(ctx) }()
 			testenv.Eventually(t, 30*time.Second, "the stream to start", func() bool { _, ok := ev.first(); return ok })
 			cancel()
 			<-done
@@ -157,7 +158,7 @@ func TestSkewedClockEndsNoAttempt(t *testing.T) {
 			StartedAt: &clock, AttemptStartedAt: &clock, DispatchedAt: &clock})
 	}
 	fixJob(t, d, &mj.Job{ID: pend, Status: mj.StatusQueued, NomadJobID: child(pend, 1), Attempt: 1, DispatchedAt: &clock})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	for _, id := range []string{gone, pend, late} {
 		if j, _ := d.Store.Job(ctx, id); j.Attempt != 1 || j.NomadJobID != child(id, 1) || j.Status.Terminal() {
 			t.Errorf("a skewed clock ended attempt 1: %s attempt %d %q", j.Status, j.Attempt, j.StatusDetail)
@@ -168,7 +169,7 @@ func TestSkewedClockEndsNoAttempt(t *testing.T) {
 	}
 	// Past the grace on the dispatcher's own clock, the attempts end.
 	clock = clock.Add(max(d.DisconnectGrace, d.Config.Pools[0].StartTimeoutD, resultGrace) + time.Second)
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	for _, id := range []string{gone, pend, late} {
 		if j, _ := d.Store.Job(ctx, id); j.Attempt != 2 {
 			t.Errorf("past the grace: %s attempt %d %q", j.Status, j.Attempt, j.StatusDetail)
@@ -185,7 +186,7 @@ func TestTimeoutBackstopReadsTheResultFirst(t *testing.T) {
 	d, ctx := fixDispatcher(t, 1, nomad, blobs)
 	long := time.Now().UTC().Add(-time.Hour)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: child(id, 1), Attempt: 1, TimeoutSeconds: 60, StartedAt: &long, AttemptStartedAt: &long})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusSucceeded || j.TotalInputBytes != 4 {
 		t.Fatalf("a job whose result is up was failed by the backstop: %s %q", j.Status, j.ErrorMessage)
 	}
@@ -201,7 +202,7 @@ func TestNodeClockBehindKeepsTheTimeout(t *testing.T) {
 	d, ctx := fixDispatcher(t, 1, nomad, &fakeBlobs{})
 	now := time.Now().UTC()
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, NomadJobID: child(id, 1), Attempt: 1, TimeoutSeconds: 600, DispatchedAt: &now})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	j, _ := d.Store.Job(ctx, id)
 	if j.Status != mj.StatusRunning || j.AttemptStartedAt == nil || j.AttemptStartedAt.Before(now) {
 		t.Fatalf("a node clock behind shortened the timeout: %s %q attempt started %v", j.Status, j.ErrorMessage, j.AttemptStartedAt)
@@ -316,7 +317,7 @@ func TestRemovedPoolDispatchedJobsEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, waiting); j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, `machine "gone" is not a pool`) {
 		t.Errorf("dispatched job of a removed pool: %s %q", j.Status, j.ErrorMessage)
 	}
@@ -349,9 +350,9 @@ func TestSecondChildOfAnAttemptIsStopped(t *testing.T) {
 	started := time.Now().UTC()
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: kept, Attempt: 1, TimeoutSeconds: 600, StartedAt: &started, AttemptStartedAt: &started})
 	for name, run := range map[string]func(){
-		"reconcile": func() { d.reconcile(ctx) },
-		"fallback":  func() { d.stopStrayChildren(ctx) },
-		"event":     func() { d.apply(ctx, allocState{ID: "a2", NomadJobID: twinChild, ClientStatus: "running"}) },
+		"reconcile": func() { d.recon.reconcile(ctx) },
+		"fallback":  func() { d.recon.stopStrayChildren(ctx) },
+		"event":     func() { d.settle.apply(ctx, allocState{ID: "a2", NomadJobID: twinChild, ClientStatus: "running"}) },
 	} {
 		nomad.mu.Lock()
 		nomad.stopped = nil
@@ -424,7 +425,7 @@ func TestNomadRefusingOneDispatchStopsNoPool(t *testing.T) {
 // or ends, and reported ones soon after resultGrace: the map follows what is
 // current, not everything seen for a day.
 func TestSightingsAreForgotten(t *testing.T) {
-	d := &Dispatcher{}
+	d := &settler{}
 	now := time.Now()
 	for i := range 100 {
 		a := allocState{ID: fmt.Sprint("a", i), ClientStatus: api.AllocClientStatusPending}

@@ -1,16 +1,13 @@
 package dispatcher
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 	"time"
 
-	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/metrics"
 	"gocloud.dev/gcerrors"
@@ -26,11 +23,9 @@ const BlobTimeout = 30 * time.Second
 // in one call, may take; what it did not reach waits for the next sweep.
 const sweepCalls = 20
 
-// storage is Blobs with a deadline on every call: every blob store call the
-// dispatcher makes goes through it.
-func (d *Dispatcher) storage() Blobs {
-	return timedBlobs{b: d.Blobs, timeout: cmp.Or(d.BlobTimeout, BlobTimeout), answered: &d.blobAnswered}
-}
+// storage is Blobs with a deadline on every call (the settler's results'):
+// every blob store call the dispatcher makes goes through it.
+func (d *Dispatcher) storage() Blobs { return d.settle.res.blobs }
 
 // timedBlobs gives every call of b a deadline. A call that does not return by
 // then (a store that ignores its context, a hung local disk) is left behind: the
@@ -102,93 +97,6 @@ func bounded[T any](ctx context.Context, timeout time.Duration, answered *atomic
 		answered.Store(time.Now().UnixNano())
 	}
 	return a.v, a.err
-}
-
-// resultErrorLimit and resultErrorTries bound how long a result.json the blob
-// store keeps refusing (an S3 403, a damaged object) leaves its job unsettled:
-// once reads have failed for that long, that many times in a row, the job fails.
-const (
-	resultErrorLimit = 10 * time.Minute
-	resultErrorTries = 3
-	// resultErrorGap: failures further apart are not one persistent error.
-	resultErrorGap = 5 * time.Minute
-)
-
-// readFailures remembers, per job attempt, since when its result has been
-// unreadable. It is the leader's memory only: a new leader starts counting afresh.
-type readFailures struct {
-	mu sync.Mutex
-	m  map[string]*readFailure
-	// limit overrides resultErrorLimit (tests).
-	limit time.Duration
-}
-
-type readFailure struct {
-	first, last time.Time
-	tries       int
-}
-
-// note records a failed read now and reports whether reads have failed
-// persistently: for limit, at least resultErrorTries times, no gap over
-// resultErrorGap, while the store answered other calls (answered, its last answer,
-// is after the first failure: an outage of the whole store fails no job). A
-// persistent failure is forgotten once reported.
-func (r *readFailures) note(id string, attempt int, now, answered time.Time) (persistent bool, since time.Time, tries int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.m == nil {
-		r.m = map[string]*readFailure{}
-	}
-	for k, f := range r.m { // a job settled otherwise leaves its entry behind
-		if now.Sub(f.last) > resultErrorGap {
-			delete(r.m, k)
-		}
-	}
-	key := fmt.Sprintf("%s/%d", id, attempt)
-	f := r.m[key]
-	if f == nil {
-		f = &readFailure{first: now}
-		r.m[key] = f
-	}
-	f.last, f.tries = now, f.tries+1
-	limit := resultErrorLimit
-	if r.limit > 0 {
-		limit = r.limit
-	}
-	if now.Sub(f.first) < limit || f.tries < resultErrorTries || !answered.After(f.first) {
-		return false, f.first, f.tries
-	}
-	delete(r.m, key)
-	return true, f.first, f.tries
-}
-
-// resultUnreadable handles a result of child (attempt of job id) the blob store
-// could not read: the job is left for the next read, unless reads have failed
-// persistently (see readFailures): then it fails with the store's error.
-func (d *Dispatcher) resultUnreadable(ctx context.Context, id string, attempt int, child string, err error) {
-	if transientBlobError(err) {
-		// A slow or overloaded store says nothing about the object: never a reason
-		// to fail a job whose result may well be there.
-		d.Log.Warn("read runner result failed; will retry", "job", id, "nomad_job", child, "err", err)
-		return
-	}
-	persistent, since, tries := d.resultErrs.note(id, attempt, time.Now(), time.Unix(0, d.blobAnswered.Load()))
-	if !persistent {
-		d.Log.Warn("read runner result failed; will retry (a job fails once its result stays unreadable while the store answers other calls)",
-			"job", id, "nomad_job", child, "tries", tries, "err", err)
-		return
-	}
-	msg := mj.Clip(fmt.Sprintf("the worker's result could not be read from the blob store (%d tries over %s): %v",
-		tries, time.Since(since).Round(time.Second), err), mj.MaxDetailBytes)
-	j, uerr := d.update(ctx, id, func(j *mj.Job) error {
-		if j.Status.Terminal() || j.Attempt != attempt || j.NomadJobID != child {
-			return errSkip
-		}
-		now := time.Now().UTC()
-		j.Fail(now, msg)
-		return nil
-	})
-	d.applied(ctx, id, child, j, uerr)
 }
 
 // transientBlobError tells a store error that is about the store, not the object:

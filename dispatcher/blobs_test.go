@@ -51,7 +51,7 @@ func TestStalledBlobReadDoesNotHoldTheWorker(t *testing.T) {
 	defer work.close()
 	defer close(blobs.release) // before the workers are waited for
 	mark := newWatermark(1)
-	d.submit(ctx, &api.Events{Index: 5, Events: []api.Event{
+	d.track.submit(ctx, &api.Events{Index: 5, Events: []api.Event{
 		allocEvent(5, &api.Allocation{ID: "a1", JobID: child(stuck, 1), ClientStatus: api.AllocClientStatusComplete}),
 		allocEvent(5, &api.Allocation{ID: "a2", JobID: child(next, 1), ClientStatus: api.AllocClientStatusRunning}),
 	}}, work, mark)
@@ -82,12 +82,12 @@ func TestPersistentResultErrorFailsTheJob(t *testing.T) {
 	ch := child(id, 1)
 	blobs := &refusedKeys{fakeBlobs: fakeBlobs{data: map[string][]byte{}}, refused: id, err: errors.New("AccessDenied: Access Denied (status code: 403)")}
 	d, ctx := fixDispatcher(t, 3, &fakeJobs{children: map[string][]*api.AllocationListStub{ch: {{ID: "a1", JobID: ch, ClientStatus: "complete"}}}}, blobs)
-	d.resultErrs.limit = time.Nanosecond // the time bound passed; the tries remain
+	d.settle.res.errs.limit = time.Nanosecond // the time bound passed; the tries remain
 	started := time.Now().UTC().Add(-time.Minute)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: ch, Attempt: 1, StartedAt: &started, TimeoutSeconds: 600})
 
 	for try := 1; try < resultErrorTries; try++ {
-		d.apply(ctx, allocState{ID: "a1", NomadJobID: ch, ClientStatus: api.AllocClientStatusComplete})
+		d.settle.apply(ctx, allocState{ID: "a1", NomadJobID: ch, ClientStatus: api.AllocClientStatusComplete})
 		if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusRunning {
 			t.Fatalf("after %d failed reads: %s %q", try, j.Status, j.ErrorMessage)
 		}
@@ -96,7 +96,7 @@ func TestPersistentResultErrorFailsTheJob(t *testing.T) {
 	if _, err := d.storage().List(ctx, "jobs/another/"); err != nil {
 		t.Fatal(err)
 	}
-	d.reconcile(ctx) // reconcile's reads count the same
+	d.recon.reconcile(ctx) // reconcile's reads count the same
 	j, _ := d.Store.Job(ctx, id)
 	if j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "could not be read from the blob store") || !strings.Contains(j.ErrorMessage, "403") {
 		t.Fatalf("after %d failed reads: %s %q", resultErrorTries, j.Status, j.ErrorMessage)
@@ -162,11 +162,11 @@ func TestBlobOutageFailsNoJob(t *testing.T) {
 	ch := child(id, 1)
 	blobs := &fakeBlobs{err: errors.New("AccessDenied: Access Denied (status code: 403)"), data: map[string][]byte{}}
 	d, ctx := fixDispatcher(t, 3, &fakeJobs{children: map[string][]*api.AllocationListStub{ch: {{ID: "a1", JobID: ch, ClientStatus: "complete"}}}}, blobs)
-	d.resultErrs.limit = time.Nanosecond
+	d.settle.res.errs.limit = time.Nanosecond
 	started := time.Now().UTC().Add(-time.Minute)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: ch, Attempt: 1, StartedAt: &started, TimeoutSeconds: 600})
 	for try := 1; try <= 3*resultErrorTries; try++ {
-		d.apply(ctx, allocState{ID: "a1", NomadJobID: ch, ClientStatus: api.AllocClientStatusComplete})
+		d.settle.apply(ctx, allocState{ID: "a1", NomadJobID: ch, ClientStatus: api.AllocClientStatusComplete})
 		if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusRunning {
 			t.Fatalf("after %d failed reads in an outage: %s %q", try, j.Status, j.ErrorMessage)
 		}
@@ -181,14 +181,14 @@ func TestSlowResultReadsFailNoJob(t *testing.T) {
 	blobs := &refusedKeys{fakeBlobs: fakeBlobs{data: map[string][]byte{}}, refused: id,
 		err: fmt.Errorf("blob store read: no answer within 30s: %w", context.DeadlineExceeded)}
 	d, ctx := fixDispatcher(t, 3, &fakeJobs{children: map[string][]*api.AllocationListStub{ch: {{ID: "a1", JobID: ch, ClientStatus: "complete"}}}}, blobs)
-	d.resultErrs.limit = time.Nanosecond
+	d.settle.res.errs.limit = time.Nanosecond
 	started := time.Now().UTC().Add(-time.Minute)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: ch, Attempt: 1, StartedAt: &started, TimeoutSeconds: 600})
 	for try := 1; try <= 3*resultErrorTries; try++ {
 		if _, err := d.storage().List(ctx, "jobs/another/"); err != nil {
 			t.Fatal(err)
 		}
-		d.apply(ctx, allocState{ID: "a1", NomadJobID: ch, ClientStatus: api.AllocClientStatusComplete})
+		d.settle.apply(ctx, allocState{ID: "a1", NomadJobID: ch, ClientStatus: api.AllocClientStatusComplete})
 		if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusRunning {
 			t.Fatalf("after %d slow reads: %s %q", try, j.Status, j.ErrorMessage)
 		}

@@ -66,9 +66,9 @@ func (s *sightings) forget(key string) {
 
 // ownClock is a with its timed states' starts moved no earlier than this
 // dispatcher's first sight of them (see above).
-func (d *Dispatcher) ownClock(a allocState, now time.Time) allocState {
+func (s *settler) ownClock(a allocState, now time.Time) allocState {
 	later := func(t time.Time, kind string) time.Time {
-		if seen := d.seen.first(kind+"/"+a.ID, now); seen.After(t) {
+		if seen := s.seen.first(kind+"/"+a.ID, now); seen.After(t) {
 			return seen
 		}
 		return t
@@ -77,8 +77,8 @@ func (d *Dispatcher) ownClock(a allocState, now time.Time) allocState {
 	case api.AllocClientStatusRunning, api.AllocClientStatusComplete, api.AllocClientStatusFailed, api.AllocClientStatusLost:
 		// Running again (a later disconnect is timed afresh), or over: neither
 		// state comes back.
-		d.seen.forget("unknown/" + a.ID)
-		d.seen.forget("pending/" + a.ID)
+		s.seen.forget("unknown/" + a.ID)
+		s.seen.forget("pending/" + a.ID)
 	case api.AllocClientStatusUnknown:
 		a.Modified = later(a.Modified, "unknown")
 	case api.AllocClientStatusPending:

@@ -31,44 +31,22 @@ import (
 )
 
 // Store is what the dispatcher needs of the job store: the union of what each
-// service declares it uses (schedulerStore, janitorStore, outboxStore, and
-// jobStore, followStore and warmStore for the loops not yet split off), checked
-// against *store.Store when this package compiles (contracts.go): nothing is
-// upgraded at run time.
+// service declares it uses (settlerStore, trackerStore, reconcilerStore,
+// warmStore, schedulerStore, janitorStore, outboxStore, awaitsStore, and
+// observeStore for the gauges and readiness), checked against *store.Store
+// when this package compiles (contracts.go): nothing is upgraded at run time.
 type Store interface {
-	jobStore
-	followStore
+	settlerStore
+	trackerStore
+	reconcilerStore
 	schedulerStore
 	janitorStore
 	outboxStore
 	awaitsStore
 	warmStore
+	observeStore
 	NewLeaderSession(ctx context.Context, ttl time.Duration) (*store.LeaderSession, error)
 	Maintain(ctx context.Context, o store.MaintainOptions) *store.MaintainReport
-}
-
-// jobStore reads and writes jobs.
-type jobStore interface {
-	Job(ctx context.Context, id string) (*mj.Job, error)
-	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
-	UpdateJobs(ctx context.Context, us []store.JobUpdate) ([]*mj.Job, []error)
-	Jobs(ctx context.Context, ids []string) ([]*mj.Job, []error)
-	JobsUnder(ctx context.Context, prefix string) ([]*mj.Job, error)
-	JobIDs(ctx context.Context, prefix string, limit int) ([]string, int64, error)
-	Count(ctx context.Context, prefix string) (int, error)
-	EventIndex(ctx context.Context) (uint64, error)
-	SaveEventIndex(ctx context.Context, idx uint64) error
-	ActivePrefix() string
-	OutboxPrefix() string
-	PoolActivePrefix(pool string) string
-}
-
-// followStore tells the loops what changed in etcd.
-type followStore interface {
-	Follow(ctx context.Context, f store.Family, resync time.Duration, log *slog.Logger, fn func(ctx context.Context, id string, del *store.Deleted))
-	Healthy(ctx context.Context) error
-	Revision(ctx context.Context) (int64, error)
-	ActiveChildren(ctx context.Context) (map[string]string, error)
 }
 
 // Blobs is what the dispatcher needs of the blob store.
@@ -82,8 +60,9 @@ type Blobs interface {
 }
 
 // Dispatcher is the configuration and the leadership term; its services (the
-// Nomad adapter, the scheduler, the janitor, the outbox: docs/architecture.md)
-// run the loops above. Fill the exported fields and call Run; the services are
+// Nomad adapter, the scheduler, the settler, the tracker, the reconciler, the
+// warm broker, the janitor, the outbox: docs/architecture.md) run the loops
+// above. Fill the exported fields and call Run; the services are
 // built from them at the first Run, RegisterPools, Sweep or MaintainEtcd
 // (defaults), so a field changed after that is not seen.
 type Dispatcher struct {
@@ -133,16 +112,14 @@ type Dispatcher struct {
 	sched *scheduler
 	// jan sweeps what outlived its use, and keeps etcd small (janitor.go).
 	jan *janitor
-	// Nomad's events and reconcile write jobs in groups too (see update).
-	writes *group[store.JobUpdate, *mj.Job]
-	// ungrouped: update writes each job alone (the old path, for the benchmark).
-	ungrouped bool
-	// resultErrs tracks results the blob store could not read (see resultUnreadable).
-	resultErrs readFailures
-	// blobAnswered: when the blob store last answered a call (see timedBlobs).
-	blobAnswered atomic.Int64
-	// seen: when this dispatcher first saw allocations' timed states (clock.go).
-	seen sightings
+	// settle applies what became of runs to their jobs (settler.go).
+	settle *settler
+	// warm ends warm runs: reported, started, lapsed (warm.go).
+	warm *warmBroker
+	// track follows Nomad's events (events.go); recon re-reads Nomad beside
+	// it (reconcile.go, backstops.go).
+	track *tracker
+	recon *reconciler
 	// clock, when set, is the dispatcher's clock instead of time.Now (tests).
 	clock func() time.Time
 	// session is the etcd session this dispatcher campaigns or leads with (Ready).
@@ -155,17 +132,11 @@ type Dispatcher struct {
 	// leading: this dispatcher leads now (Leading).
 	mu      sync.Mutex
 	leading bool
-	// late holds, per job id, what lateUsage added to a cancelled job's usage,
-	// counted in the usage metrics once its write lands (applied).
-	late sync.Map
 }
 
 func (d *Dispatcher) defaults() {
 	if d.Log == nil {
 		d.Log = slog.Default()
-	}
-	if d.writes == nil {
-		d.writes = &group[store.JobUpdate, *mj.Job]{run: d.updateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64, log: d.Log}
 	}
 	if d.ReconcileEvery == 0 {
 		d.ReconcileEvery = 15 * time.Second
@@ -192,9 +163,27 @@ func (d *Dispatcher) defaults() {
 	if d.nomad == nil {
 		d.nomad = newNomadAPI(d.Jobs, d.Config, d.RunnerCommand, d.CallTimeout, d.Log)
 	}
+	if d.settle == nil {
+		s := &settler{cfg: d.Config, log: d.Log, nomad: d.nomad, now: d.now, disconnectGrace: d.DisconnectGrace,
+			res: newResults(d.Blobs, cmp.Or(d.BlobTimeout, BlobTimeout), d.Log), st: func() settlerStore { return d.st() }}
+		s.writes = &group[store.JobUpdate, *mj.Job]{run: s.updateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64, log: d.Log}
+		d.settle = s
+	}
 	if d.sched == nil {
 		d.sched = &scheduler{cfg: d.Config, log: d.Log, nomad: d.nomad, manifest: d.manifest, now: d.now,
 			st: func() schedulerStore { return d.st() }}
+	}
+	if d.warm == nil {
+		d.warm = &warmBroker{log: d.Log, settle: d.settle, now: d.now, wake: d.sched.wake, timeoutGrace: d.TimeoutGrace,
+			st: func() warmStore { return d.st() }}
+	}
+	if d.recon == nil {
+		d.recon = &reconciler{cfg: d.Config, log: d.Log, nomad: d.nomad, allocs: d.Allocs, settle: d.settle, now: d.now,
+			every: d.ReconcileEvery, timeoutGrace: d.TimeoutGrace, poolFull: d.sched.poolFull, st: func() reconcilerStore { return d.st() }}
+	}
+	if d.track == nil {
+		d.track = &tracker{log: d.Log, nomad: d.nomad, events: d.Events, settle: d.settle, recon: d.recon, streamIdle: d.StreamIdle,
+			st: func() trackerStore { return d.st() }}
 	}
 	if d.jan == nil {
 		d.jan = &janitor{cfg: d.Config, log: d.Log, etcd: d.Store, nomad: d.nomad, blobs: d.Blobs, timed: d.storage(),
@@ -308,7 +297,7 @@ func (d *Dispatcher) lead(ctx context.Context) {
 	if err := d.nomad.stopRemovedWarm(ctx); err != nil {
 		d.Log.Warn("stopping the warm runners of removed pools failed; the next leadership tries again", "err", err)
 	}
-	loops := []func(context.Context){d.sched.dispatchLoop, d.eventLoop, d.cancelLoop, d.webhookLoop, d.jan.janitorLoop, d.jan.maintainLoop, d.queueMetricsLoop, d.warmLoop, d.awaitsLoop}
+	loops := []func(context.Context){d.sched.dispatchLoop, d.track.eventLoop, d.recon.cancelLoop, d.webhookLoop, d.jan.janitorLoop, d.jan.maintainLoop, d.queueMetricsLoop, d.warm.warmLoop, d.awaitsLoop}
 	if len(failed) > 0 {
 		loops = append(loops, func(ctx context.Context) { d.nomad.retryPools(ctx, failed) })
 	}

@@ -234,7 +234,7 @@ func fairnessRun(b *testing.B, accounts, backlog, slots, starts int) fairnessRes
 					// No room: Nomad's evaluation of the child fails for lack of
 					// resources, and the event stream says so.
 					blocked[c] = true
-					e.d.placementFailed(ctx, c, noRoom)
+					e.d.recon.placementFailed(ctx, c, noRoom)
 				}
 			}
 			if len(e.n.dispatched()) == before {

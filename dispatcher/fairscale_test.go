@@ -195,7 +195,7 @@ func TestClosedWindowBusyRunnersReadNoQueue(t *testing.T) {
 	if n := len(e.n.dispatched()); n != 1 {
 		t.Fatalf("%d dispatched; want 1 (max_in_flight)", n)
 	}
-	ws := e.d.Store.(warmStore)
+	ws := e.d.Store.(observeStore)
 	if _, err := e.s.Client().Put(ctx, ws.WarmRunPrefix()+"cpu/busy-run", `{"run":"r1","pool":"cpu","job_id":"j1","alloc":"busy-run"}`); err != nil {
 		t.Fatal(err)
 	}

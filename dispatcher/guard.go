@@ -44,17 +44,17 @@ func recovered(fn func(*mj.Job) error) func(*mj.Job) error {
 // updateJobs is the write groups' Store.UpdateJobs, with each change recovered:
 // a change that panicked fails its job (failInternal) and answers its caller with
 // the panic as an error.
-func (d *Dispatcher) updateJobs(ctx context.Context, us []store.JobUpdate) ([]*mj.Job, []error) {
+func (s *settler) updateJobs(ctx context.Context, us []store.JobUpdate) ([]*mj.Job, []error) {
 	safe := make([]store.JobUpdate, len(us))
 	for i, u := range us {
 		u.Fn = recovered(u.Fn)
 		safe[i] = u
 	}
-	jobs, errs := d.st().UpdateJobs(ctx, safe)
+	jobs, errs := s.st().UpdateJobs(ctx, safe)
 	for i, err := range errs {
 		var p *panicError
 		if errors.As(err, &p) {
-			d.failInternal(ctx, us[i].ID, p.v, p.stack)
+			s.failInternal(ctx, us[i].ID, p.v, p.stack)
 		}
 	}
 	return jobs, errs
@@ -64,12 +64,12 @@ func (d *Dispatcher) updateJobs(ctx context.Context, us []store.JobUpdate) ([]*m
 // the job unless it has ended already. It writes with Store.UpdateJob, not a group:
 // it may run inside one. A child still running is stopped by reconcile's stray
 // sweep, like any child of a finished job.
-func (d *Dispatcher) failInternal(ctx context.Context, id string, v any, stack []byte) {
+func (s *settler) failInternal(ctx context.Context, id string, v any, stack []byte) {
 	metrics.DispatcherPanics.WithLabelValues().Inc()
-	d.Log.Error("internal error: panic while handling a job; failing the job", "job", id, "panic", fmt.Sprint(v), "stack", string(stack))
+	s.log.Error("internal error: panic while handling a job; failing the job", "job", id, "panic", fmt.Sprint(v), "stack", string(stack))
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), groupTimeout)
 	defer cancel()
-	j, err := d.st().UpdateJob(ctx, id, func(j *mj.Job) error {
+	j, err := s.st().UpdateJob(ctx, id, func(j *mj.Job) error {
 		if j.Status.Terminal() {
 			return errSkip
 		}
@@ -82,12 +82,12 @@ func (d *Dispatcher) failInternal(ctx context.Context, id string, v any, stack [
 		metrics.Finished(j)
 	case errors.Is(err, errSkip), mj.ErrorCode(err) == mj.ENotFound:
 	default:
-		d.Log.Warn("could not fail the job after an internal error", "job", id, "err", err)
+		s.log.Warn("could not fail the job after an internal error", "job", id, "err", err)
 	}
 }
 
 // workerPanicked is the event workers' panic handler (see partitions): the task's
 // key is the job id its event was about.
-func (d *Dispatcher) workerPanicked(ctx context.Context) func(key string, v any, stack []byte) {
-	return func(key string, v any, stack []byte) { d.failInternal(ctx, key, v, stack) }
+func (tr *tracker) workerPanicked(ctx context.Context) func(key string, v any, stack []byte) {
+	return func(key string, v any, stack []byte) { tr.settle.failInternal(ctx, key, v, stack) }
 }

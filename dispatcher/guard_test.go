@@ -36,7 +36,7 @@ func TestPanickingTransitionFailsOnlyItsJob(t *testing.T) {
 	release, held := make(chan struct{}), make(chan struct{})
 	holdErr := make(chan error, 1)
 	go func() {
-		_, err := d.update(ctx, holder, func(j *mj.Job) error {
+		_, err := d.settle.update(ctx, holder, func(j *mj.Job) error {
 			close(held)
 			<-release
 			j.StatusDetail = "held"
@@ -51,7 +51,7 @@ func TestPanickingTransitionFailsOnlyItsJob(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, errs[i+1] = d.update(ctx, id, func(j *mj.Job) error {
+			_, errs[i+1] = d.settle.update(ctx, id, func(j *mj.Job) error {
 				if j.ID == bad {
 					var m map[string]int
 					m["boom"]++ // a nil map: panics
@@ -62,9 +62,9 @@ func TestPanickingTransitionFailsOnlyItsJob(t *testing.T) {
 		}()
 	}
 	testenv.Eventually(t, 10*time.Second, "the calls queued together", func() bool {
-		d.writes.mu.Lock()
-		defer d.writes.mu.Unlock()
-		return len(d.writes.queue) == len(ids)-1
+		d.settle.writes.mu.Lock()
+		defer d.settle.writes.mu.Unlock()
+		return len(d.settle.writes.queue) == len(ids)-1
 	})
 	close(release)
 	wg.Wait()
@@ -92,7 +92,7 @@ func TestPanickingTransitionFailsOnlyItsJob(t *testing.T) {
 		t.Fatalf("mediajobs_dispatcher_panics_total rose by %v, want 1", got-panics)
 	}
 	// The group still works.
-	if _, err := d.update(ctx, others[0], func(j *mj.Job) error { j.StatusDetail = "again"; return nil }); err != nil {
+	if _, err := d.settle.update(ctx, others[0], func(j *mj.Job) error { j.StatusDetail = "again"; return nil }); err != nil {
 		t.Fatalf("an update after the panic: %v", err)
 	}
 }
@@ -154,7 +154,7 @@ func TestEventWorkerPanicFailsItsJob(t *testing.T) {
 	// As eventLoop sets its workers up; one worker, so the good job's event waits
 	// behind the bad one's.
 	work := newPartitions(1, 8)
-	work.onPanic = d.workerPanicked(ctx)
+	work.onPanic = d.track.workerPanicked(ctx)
 	defer work.close()
 	mark := newWatermark(1)
 	// Both allocations failed without a result: each job is retried, and its old
@@ -163,7 +163,7 @@ func TestEventWorkerPanicFailsItsJob(t *testing.T) {
 	for _, id := range []string{bad, good} {
 		evs.Events = append(evs.Events, allocEvent(7, &api.Allocation{ID: "alloc-" + id[30:], JobID: child(id, 1), ClientStatus: api.AllocClientStatusFailed}))
 	}
-	d.submit(ctx, evs, work, mark)
+	d.track.submit(ctx, evs, work, mark)
 	testenv.Eventually(t, 10*time.Second, "the batch handled", func() bool { return mark.get() == 7 })
 
 	if j, _ := d.Store.Job(ctx, bad); j.Status != mj.StatusFailed || j.ErrorMessage != internalErrorMessage {
@@ -204,7 +204,7 @@ func TestReconcileGoesOnPastAnUndecodableJob(t *testing.T) {
 	if !damaged {
 		t.Fatal("the job's record was not found")
 	}
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, good); j.Status != mj.StatusSucceeded {
 		t.Fatalf("the readable job beside an undecodable one: %s %q", j.Status, j.ErrorMessage)
 	}

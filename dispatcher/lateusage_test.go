@@ -63,9 +63,9 @@ func TestCancelledJobIsBilledItsLateReport(t *testing.T) {
 		Outputs: []mj.Output{{Name: "out.mp4", Size: 300}}, Usage: &mj.Usage{WallSeconds: 20, CPUSeconds: 240}})
 	cpuBefore, jobsBefore := testutil.ToFloat64(metrics.UsageCPUSeconds.WithLabelValues(j.Machine)), testutil.ToFloat64(metrics.UsageJobs.WithLabelValues(j.Machine))
 	for range 3 { // the event, then replays of it
-		d.apply(ctx, allocState{ID: a1, NomadJobID: child(id, 1), ClientStatus: api.AllocClientStatusComplete})
+		d.settle.apply(ctx, allocState{ID: a1, NomadJobID: child(id, 1), ClientStatus: api.AllocClientStatusComplete})
 	}
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	// The usage metrics count what the report added, once, and no second job.
 	if cpu, jobs := testutil.ToFloat64(metrics.UsageCPUSeconds.WithLabelValues(j.Machine))-cpuBefore, testutil.ToFloat64(metrics.UsageJobs.WithLabelValues(j.Machine))-jobsBefore; cpu != 240 || jobs != 0 {
 		t.Fatalf("usage metrics after the late report: %v CPU seconds and %v jobs; want 240 and 0", cpu, jobs)
@@ -91,7 +91,7 @@ func TestCancelledWarmJobIsBilledItsLateReport(t *testing.T) {
 		Outputs: []mj.Output{{Name: "out.mp4", Size: 5}}, Usage: &mj.Usage{WallSeconds: 3, CPUSeconds: 40}})
 	wd := e.finish(run, "reported")
 	for range 2 { // applied, then a replay (the watch and a sweep both saw it)
-		e.d.applyWarmDone(e.ctx, e.s, wd)
+		e.d.warm.applyWarmDone(e.ctx, e.s, wd)
 	}
 	j = e.get(entry.ID)
 	want := mj.Usage{WallSeconds: 10, CPUSeconds: 40, InputBytes: 7, OutputBytes: 5}
@@ -117,21 +117,21 @@ func TestReadResultForgetsItsSighting(t *testing.T) {
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: child(id, 1), Attempt: 1, StartedAt: &started, AttemptStartedAt: &started,
 		TimeoutSeconds: 600, OutputNames: []string{"out.mp4"}})
 	reported := allocState{ID: a1, NomadJobID: child(id, 1), ClientStatus: api.AllocClientStatusComplete, Reported: true, ReportedAt: time.Now().UTC()}
-	d.apply(ctx, reported) // no result yet: late, its sighting kept
-	d.seen.mu.Lock()
-	_, kept := d.seen.at["reported/"+a1]
-	d.seen.mu.Unlock()
+	d.settle.apply(ctx, reported) // no result yet: late, its sighting kept
+	d.settle.seen.mu.Lock()
+	_, kept := d.settle.seen.at["reported/"+a1]
+	d.settle.seen.mu.Unlock()
 	if !kept {
 		t.Fatal("a reported allocation without its result has no sighting: the test proves nothing")
 	}
 	blobs.data[mj.RunScope(id, 1)+a1+"/result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, AllocID: a1, Succeeded: true, Outputs: []mj.Output{{Name: "out.mp4", Size: 3}}})
-	d.apply(ctx, reported)
+	d.settle.apply(ctx, reported)
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusSucceeded {
 		t.Fatalf("job %s after its result: %s", id, j.Status)
 	}
-	d.seen.mu.Lock()
-	defer d.seen.mu.Unlock()
-	if _, kept := d.seen.at["reported/"+a1]; kept {
+	d.settle.seen.mu.Lock()
+	defer d.settle.seen.mu.Unlock()
+	if _, kept := d.settle.seen.at["reported/"+a1]; kept {
 		t.Fatal("the sighting of an allocation whose result was read is kept")
 	}
 }

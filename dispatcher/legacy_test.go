@@ -11,10 +11,12 @@ import (
 // goroutines, kept for the benchmark's baseline and for tests that compare the two:
 // a reconcile pass that reads each active job, then its child and the child's
 // allocations from Nomad, one job after another; and events applied one after
-// another as the stream delivers them. Run with d.ungrouped for the old writes.
+// another as the stream delivers them. Run with d.settle.ungrouped for the old writes.
 
 func (d *Dispatcher) reconcileSequential(ctx context.Context) {
-	ids, _, err := d.Store.JobIDs(ctx, d.Store.ActivePrefix(), 0)
+	ids, _, err := d.Store.(interface { // the store's; the dispatcher no longer lists ids
+		JobIDs(ctx context.Context, prefix string, limit int) ([]string, int64, error)
+	}).JobIDs(ctx, d.Store.ActivePrefix(), 0)
 	if err != nil {
 		d.Log.Warn("reconcile: list active jobs", "err", err)
 		return
@@ -32,7 +34,7 @@ func (d *Dispatcher) reconcileSequential(ctx context.Context) {
 		_, _, err = d.Jobs.Info(child, q)
 		cancel()
 		if isNotFound(err) {
-			d.vanished(ctx, j, child)
+			d.recon.vanished(ctx, j, child)
 			continue
 		} else if err != nil {
 			d.Log.Warn("reconcile: read nomad job", "job", id, "nomad_job", child, "err", err)
@@ -57,14 +59,14 @@ func (d *Dispatcher) reconcileSequential(ctx context.Context) {
 		}
 		sort.SliceStable(allocs, func(a, b int) bool { return applyOrder(allocs[a]) < applyOrder(allocs[b]) })
 		for _, a := range allocs {
-			d.apply(ctx, a)
+			d.settle.apply(ctx, a)
 		}
 		if len(allocs) == 0 {
-			d.refreshPlacement(ctx, child)
+			d.recon.refreshPlacement(ctx, child)
 		}
-		d.overdue(ctx, id, child, allocs)
+		d.recon.overdue(ctx, id, child, allocs)
 	}
-	d.stopStrayChildren(ctx)
+	d.recon.stopStrayChildren(ctx)
 }
 
 // eventsSequential applies a stream's events one after another until ctx ends or
@@ -89,8 +91,8 @@ func (d *Dispatcher) eventsSequential(ctx context.Context, events <-chan *api.Ev
 // handleEventDecoded is handleEvent as it was: the whole allocation decoded.
 func (d *Dispatcher) handleEventDecoded(ctx context.Context, ev api.Event) {
 	if ev.Topic != api.TopicAllocation {
-		d.handleEvent(ctx, ev)
+		d.track.handleEvent(ctx, ev)
 	} else if a, err := ev.Allocation(); err == nil && a != nil {
-		d.apply(ctx, fromAlloc(a))
+		d.settle.apply(ctx, fromAlloc(a))
 	}
 }

@@ -16,6 +16,17 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// observeStore is what the queue gauges and readiness read of the store,
+// besides the scheduler's queue index.
+type observeStore interface {
+	Count(ctx context.Context, prefix string) (int, error)
+	PoolActivePrefix(pool string) string
+	OutboxPrefix() string
+	WarmIdlePrefix(pool string) string
+	WarmRunPrefix() string
+	Healthy(ctx context.Context) error
+}
+
 // queueMetricsEvery is how often the leader counts the queue, the active set and
 // the outbox for the gauges.
 const queueMetricsEvery = 10 * time.Second

@@ -57,7 +57,7 @@ func (d *Dispatcher) newOutbox() *outbox {
 		store: st, sender: d.Webhook, secrets: d.Accounts, links: d.links(),
 		cfg: d.Config.Webhooks, linkTTL: d.Config.Storage.TTL, log: d.Log,
 		reads:  &group[string, *mj.Job]{run: st.Jobs, key: func(id string) string { return id }, max: 100, log: d.Log},
-		writes: &group[store.JobUpdate, *mj.Job]{run: d.updateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64, log: d.Log},
+		writes: &group[store.JobUpdate, *mj.Job]{run: d.settle.updateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64, log: d.Log},
 	}
 }
 

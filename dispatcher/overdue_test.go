@@ -95,7 +95,7 @@ func TestReconcileBackstops(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 
 	get := func(n int) *mj.Job { j, _ := s.Job(ctx, id(n)); return j }
 	if j := get(1); j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "1m0s queue limit") || !strings.Contains(j.ErrorMessage, "missing devices") {
@@ -128,7 +128,7 @@ func TestReconcileBackstops(t *testing.T) {
 		j.NomadJobID = "mediajobs-cpu/dispatch-" + mj.ChildPrefix(id(3), 2) + "-1-x"
 		return nil
 	})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j := get(3); j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "attempt 2 of 2 failed") {
 		t.Errorf("last attempt: %s %q", j.Status, j.ErrorMessage)
 	}

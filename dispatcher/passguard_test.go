@@ -33,7 +33,7 @@ func TestStraysOfAnUnreadJobWithTwoChildren(t *testing.T) {
 		n.setChild(child(id, 1), &api.AllocationListStub{ID: "a1-" + id, ClientStatus: "running"})
 		n.setChild(child(id, 2), &api.AllocationListStub{ID: "a2-" + id, ClientStatus: "running"})
 	}
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if !n.stopped(child(done, 1)) || !n.stopped(child(done, 2)) {
 		t.Errorf("the finished job's children: attempt 1 stopped %v, attempt 2 stopped %v", n.stopped(child(done, 1)), n.stopped(child(done, 2)))
 	}
@@ -58,7 +58,7 @@ func TestReconcilePanicEndsThePassOnly(t *testing.T) {
 	d.Log = slog.New(slog.NewTextHandler(&logs, nil))
 	rewire(d)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, NomadJobID: child(id, 1), Attempt: 1})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if l := logs.String(); !strings.Contains(l, "panic") || !strings.Contains(l, "boom") || !strings.Contains(l, "childAllocs") {
 		t.Fatalf("no panic with its stack logged:\n%s", l)
 	}
@@ -96,11 +96,11 @@ func TestListedUnknownIsReadAgainBeforeEndingTheAttempt(t *testing.T) {
 			TaskStates: map[string]*api.TaskState{"runner": {State: "running", StartedAt: started}}})
 		sawAt(d, "unknown", "a-"+id, gone) // this dispatcher saw it go (see clock.go)
 	}
-	d.Allocs = &afterAllocList{NomadAllocs: d.Allocs, after: func() { // the node of back reconnects
+	d.recon.allocs = &afterAllocList{NomadAllocs: d.recon.allocs, after: func() { // the node of back reconnects
 		n.setChild(child(back, 1), &api.AllocationListStub{ID: "a-" + back, ClientStatus: "running", ModifyTime: now.UnixNano(),
 			TaskStates: map[string]*api.TaskState{"runner": {State: "running", StartedAt: started}}})
 	}}
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, back); j.Status != mj.StatusRunning || j.Attempt != 1 || j.NomadJobID != child(back, 1) || n.stopped(child(back, 1)) {
 		t.Errorf("reconnected node: %s attempt %d child %q stopped %v (%s)", j.Status, j.Attempt, j.NomadJobID, n.stopped(child(back, 1)), j.StatusDetail)
 	}
@@ -124,7 +124,7 @@ func TestUnreadEvaluationsFailNoJob(t *testing.T) {
 	d, ctx := fixDispatcher(t, 1, evalsDown{nomad}, &fakeBlobs{})
 	long := time.Now().UTC().Add(-time.Hour) // far past the 10 minute queue limit
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, NomadJobID: child(id, 1), Attempt: 1, DispatchedAt: &long})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusQueued || j.ErrorMessage != "" {
 		t.Fatalf("failed from silence: %s %q", j.Status, j.ErrorMessage)
 	}
@@ -164,6 +164,7 @@ func TestListServerErrorStopsThePass(t *testing.T) {
 				t.Fatal(err)
 			}
 			d.Jobs, d.Allocs = c.Jobs(), c.Allocations()
+			rewire(d)
 			now := time.Now().UTC()
 			var ids []string
 			for k := range 3 { // the stream missed "running"
@@ -174,7 +175,7 @@ func TestListServerErrorStopsThePass(t *testing.T) {
 					TaskStates: map[string]*api.TaskState{"runner": {State: "running", StartedAt: now}}})
 			}
 			n.callCount()
-			d.reconcile(ctx)
+			d.recon.reconcile(ctx)
 			calls := n.callCount()
 			perChild := calls["GET job/<id>"] + calls["GET job/<id>/allocations"] + calls["GET job/<id>/evaluations"]
 			for _, id := range ids {
@@ -207,7 +208,7 @@ func TestBlockedSubmitIsNotASilentStream(t *testing.T) {
 	events := make(chan *api.Events)
 	done := make(chan struct{})
 	backoff := time.Second
-	go func() { defer close(done); d.follow(ctx, events, work, newWatermark(1), &backoff) }()
+	go func() { defer close(done); d.track.follow(ctx, events, work, newWatermark(1), &backoff) }()
 	c := child(uuidN(920), 1)
 	events <- &api.Events{Index: 2, Events: []api.Event{allocEvent(2, &api.Allocation{ID: "a", JobID: c, ClientStatus: "running"})}}
 	time.Sleep(3 * streamIdle) // the reader waits on the queue

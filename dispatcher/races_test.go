@@ -27,10 +27,10 @@ func TestCapacityIsNotInfeasibility(t *testing.T) {
 	long := time.Now().UTC().Add(-time.Hour) // far past the 10 minute queue limit
 	fixJob(t, d, &mj.Job{ID: busy, Status: mj.StatusQueued, NomadJobID: child(busy, 1), Attempt: 1, DispatchedAt: &long})
 	fixJob(t, d, &mj.Job{ID: never, Status: mj.StatusQueued, NomadJobID: child(never, 1), Attempt: 1, DispatchedAt: &long})
-	d.placementFailed(ctx, child(busy, 1), map[string]*api.AllocationMetric{"ffmpeg": {
+	d.recon.placementFailed(ctx, child(busy, 1), map[string]*api.AllocationMetric{"ffmpeg": {
 		NodesEvaluated: 3, NodesInPool: 3, NodesExhausted: 3, DimensionExhausted: map[string]int{"cpu": 3},
 	}})
-	d.placementFailed(ctx, child(never, 1), map[string]*api.AllocationMetric{"ffmpeg": {
+	d.recon.placementFailed(ctx, child(never, 1), map[string]*api.AllocationMetric{"ffmpeg": {
 		NodesEvaluated: 3, NodesInPool: 3, NodesFiltered: 3, ConstraintFiltered: map[string]int{"missing devices": 3},
 	}})
 	// A third job's evaluation never arrived on the stream: reconcile reads it.
@@ -39,7 +39,7 @@ func TestCapacityIsNotInfeasibility(t *testing.T) {
 	nomad.evals = map[string][]*api.Evaluation{child(missed, 1): {{ID: "e1", ModifyIndex: 7, FailedTGAllocs: map[string]*api.AllocationMetric{"ffmpeg": {
 		NodesEvaluated: 1, NodesInPool: 1, NodesExhausted: 1, DimensionExhausted: map[string]int{"memory": 1}}}}}}
 	fixJob(t, d, &mj.Job{ID: missed, Status: mj.StatusQueued, NomadJobID: child(missed, 1), Attempt: 1, DispatchedAt: &long})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, missed); j.Status != mj.StatusQueued || !j.WaitingForCapacity {
 		t.Fatalf("busy cluster, event missed: %s %q %q", j.Status, j.StatusDetail, j.ErrorMessage)
 	}
@@ -67,7 +67,7 @@ func TestVanishedChildResultCounts(t *testing.T) {
 	started := time.Now().UTC().Add(-time.Minute)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: child(id, 1), Attempt: 1, StartedAt: &started,
 		TimeoutSeconds: 600, OutputNames: []string{"out.mp4"}})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	j, _ := d.Store.Job(ctx, id)
 	if j.Status != mj.StatusSucceeded || j.Attempt != 1 || len(j.Outputs) != 1 || j.Outputs[0].Key != mj.RunScope(id, 1)+alloc+"/outputs/out.mp4" {
 		t.Fatalf("vanished child with a result: %s attempt %d outputs %+v %q", j.Status, j.Attempt, j.Outputs, j.StatusDetail)
@@ -90,7 +90,7 @@ func TestPendingPastStartTimeoutIsRetried(t *testing.T) {
 	sawAt(d, "pending", "p1", long) // this dispatcher saw it placed (see clock.go)
 	fixJob(t, d, &mj.Job{ID: stuck, Status: mj.StatusQueued, NomadJobID: child(stuck, 1), Attempt: 1, DispatchedAt: &long})
 	fixJob(t, d, &mj.Job{ID: fresh, Status: mj.StatusQueued, NomadJobID: child(fresh, 1), Attempt: 1, DispatchedAt: &long, WaitingForCapacity: true})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, stuck); j.Status != mj.StatusQueued || j.Attempt != 2 || j.NomadJobID != "" || !strings.Contains(j.StatusDetail, "did not start within") {
 		t.Fatalf("stuck allocation: %s attempt %d %q", j.Status, j.Attempt, j.StatusDetail)
 	}
@@ -112,7 +112,7 @@ func TestBackstopOnlyForALiveWorker(t *testing.T) {
 	d, ctx := fixDispatcher(t, 3, nomad, &fakeBlobs{})
 	started := time.Now().UTC().Add(-time.Hour)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: child(id, 1), Attempt: 1, StartedAt: &started, TimeoutSeconds: 60})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	j, _ := d.Store.Job(ctx, id)
 	if j.Status != mj.StatusRunning || j.Attempt != 1 || j.NomadJobID != child(id, 1) {
 		t.Fatalf("a completed worker with a late result was failed or re-run: %s attempt %d %q %q", j.Status, j.Attempt, j.ErrorMessage, j.StatusDetail)
@@ -205,7 +205,7 @@ func TestStrayChildrenAreStopped(t *testing.T) {
 	for _, c := range []string{child(old, 1), child(old, 2), child(cur, 1)} {
 		nomad.list = append(nomad.list, &api.JobListStub{ID: c, ParentID: "mediajobs-cpu", Status: "running"})
 	}
-	d.stopStrayChildren(ctx)
+	d.recon.stopStrayChildren(ctx)
 	if s := strings.Join(nomad.stopped, " "); s != child(old, 1) {
 		t.Fatalf("stopped %q, want only %s", s, child(old, 1))
 	}
@@ -258,7 +258,7 @@ func TestNomadCallsHaveDeadlines(t *testing.T) {
 	rewire(d)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, NomadJobID: child(id, 1), Attempt: 1})
 	done := make(chan struct{})
-	go func() { d.reconcile(ctx); d.sched.dispatchPool(ctx, d.Config.Pools[0]); close(done) }()
+	go func() { d.recon.reconcile(ctx); d.sched.dispatchPool(ctx, d.Config.Pools[0]); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(time.Minute): // a generous bound: without deadlines it never returns
@@ -308,7 +308,7 @@ func TestReplacementResultIsApplied(t *testing.T) {
 	started := time.Now().UTC().Add(-time.Minute)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: child(id, 1), Attempt: 1, StartedAt: &started,
 		TimeoutSeconds: 600, OutputNames: []string{"out.mp4"}})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	j, _ := d.Store.Job(ctx, id)
 	if j.Status != mj.StatusSucceeded || j.Attempt != 1 || j.Outputs[0].Key != mj.RunScope(id, 1)+done+"/outputs/out.mp4" {
 		t.Fatalf("replacement's result: %s attempt %d %+v", j.Status, j.Attempt, j.Outputs)
@@ -326,11 +326,11 @@ func TestReplayedPlacementFailureLeavesTheRoom(t *testing.T) {
 	fixJob(t, d, &mj.Job{ID: waiting, Machine: "cpu", Status: mj.StatusQueued, NomadJobID: child(waiting, 1), Attempt: 1, DispatchedAt: &at})
 	noRoom := map[string]*api.AllocationMetric{"ffmpeg": {NodesEvaluated: 1, NodesInPool: 1, NodesExhausted: 1, DimensionExhausted: map[string]int{"memory": 1}}}
 	d.sched.room.observe("cpu", 6, 4, time.Now())
-	d.placementFailed(ctx, child(started, 1), noRoom)
+	d.recon.placementFailed(ctx, child(started, 1), noRoom)
 	if r := d.sched.room.observe("cpu", 6, 4, time.Now()); r.Known {
 		t.Fatalf("a replayed failure set the room: %+v", r)
 	}
-	d.placementFailed(ctx, child(waiting, 1), noRoom)
+	d.recon.placementFailed(ctx, child(waiting, 1), noRoom)
 	if r := d.sched.room.observe("cpu", 6, 4, time.Now()); !r.Known || r.Room != 6 {
 		t.Fatalf("a waiting child's failure: %+v; want room 6", r)
 	}

@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"runtime/debug"
 	"sort"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/hashicorp/nomad/api"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/metrics"
 	"github.com/mediajobs/mediajobs/store"
 )
@@ -21,23 +23,39 @@ import (
 // need nothing, the others an etcd write or a Nomad call each.
 const reconcileConcurrency = 16
 
-// update changes a job as Store.UpdateJob does, in one etcd transaction with the
-// other updates in flight (see group): the event workers' and reconcile's writes
-// cost a few transactions per burst rather than two round trips each. Each update
-// is still its own compare-and-swap: one that lost a race with another writer of
-// its job is retried alone on the job as it now is.
-func (d *Dispatcher) update(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error) {
-	if d.writes == nil || d.ungrouped {
-		return d.st().UpdateJob(ctx, id, fn)
-	}
-	return d.writes.Do(ctx, store.JobUpdate{ID: id, Fn: fn})
+// reconcilerStore is what the reconciler needs of the store (the term's: its
+// writes, through the settler, are fenced).
+type reconcilerStore interface {
+	JobsUnder(ctx context.Context, prefix string) ([]*mj.Job, error)
+	ActivePrefix() string
+	Job(ctx context.Context, id string) (*mj.Job, error)
+	Jobs(ctx context.Context, ids []string) ([]*mj.Job, []error)
+	Follow(ctx context.Context, f store.Family, resync time.Duration, log *slog.Logger, fn func(ctx context.Context, id string, del *store.Deleted))
+}
+
+// reconciler settles the active jobs against what Nomad says now (reconcile:
+// allocations the stream missed, children that vanished, jobs no node can
+// place, attempts overdue: backstops.go), and stops the children no job wants
+// (strays, cancelled jobs). It changes jobs through the settler.
+type reconciler struct {
+	cfg    *config.Config
+	log    *slog.Logger
+	st     func() reconcilerStore // the term's store
+	nomad  *nomadAPI
+	allocs NomadAllocs // nil: each child's allocations are read alone
+	settle *settler
+	now    func() time.Time
+	every  time.Duration // ReconcileEvery
+	// timeoutGrace: how long past its timeout a child may live (TimeoutGrace).
+	timeoutGrace time.Duration
+	poolFull     func(pool string) // the scheduler's: Nomad has no room now
 }
 
 // reconcileLoop reconciles when kicked (the event stream (re)connected, or could
 // not) and every ReconcileEvery, on its own goroutine: a long pass holds up no
 // event. Kicks during a pass make one more pass after it.
-func (d *Dispatcher) reconcileLoop(ctx context.Context, kick <-chan struct{}) {
-	tick := time.NewTicker(d.ReconcileEvery)
+func (rc *reconciler) reconcileLoop(ctx context.Context, kick <-chan struct{}) {
+	tick := time.NewTicker(rc.every)
 	defer tick.Stop()
 	for {
 		select {
@@ -46,14 +64,14 @@ func (d *Dispatcher) reconcileLoop(ctx context.Context, kick <-chan struct{}) {
 		case <-kick:
 		case <-tick.C:
 		}
-		d.reconcile(ctx)
+		rc.reconcile(ctx)
 	}
 }
 
 // pass is one reconcile pass's view: the active jobs as it read them and Nomad's
 // lists, read once for all of them.
 type pass struct {
-	d *Dispatcher
+	rc *reconciler
 	// seen holds the jobs the pass read, by id (only strays adds to it, after the
 	// jobs are settled).
 	seen map[string]*mj.Job
@@ -82,14 +100,14 @@ type pass struct {
 // cluster leader, overloaded): Nomad is down or in trouble, nothing is decided from
 // its silence, and it is not sent a call per child. Only a list Nomad refuses with
 // a 4xx (a filter it does not take) falls back to reading the children one by one.
-func (d *Dispatcher) reconcile(ctx context.Context) {
-	defer d.recoverPass(nil)
-	jobs, err := d.st().JobsUnder(ctx, d.st().ActivePrefix())
+func (rc *reconciler) reconcile(ctx context.Context) {
+	defer rc.recoverPass(nil)
+	jobs, err := rc.st().JobsUnder(ctx, rc.st().ActivePrefix())
 	if err != nil {
-		d.Log.Warn("reconcile: read active jobs", "err", err)
+		rc.log.Warn("reconcile: read active jobs", "err", err)
 		return
 	}
-	p := &pass{d: d, seen: make(map[string]*mj.Job, len(jobs))}
+	p := &pass{rc: rc, seen: make(map[string]*mj.Job, len(jobs))}
 	var todo []*mj.Job
 	pools := map[string]bool{}
 	for _, j := range jobs {
@@ -104,12 +122,12 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 	}
 	// Allocations before children: a child's summary, read after its allocations,
 	// shows whether they changed in between (see listedAllocs).
-	if d.Allocs != nil {
+	if rc.allocs != nil {
 		p.allocs, p.listed = map[string][]allocState{}, map[string]bool{}
 		for pool := range pools {
 			stubs, err := p.liveAllocs(ctx, pool)
 			if err != nil {
-				d.Log.Warn("reconcile: list allocations", "pool", pool, "err", err)
+				rc.log.Warn("reconcile: list allocations", "pool", pool, "err", err)
 				if nomadTrouble(err) {
 					return // reading each child instead would only pile onto it
 				}
@@ -123,7 +141,7 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 	}
 	children, err := p.liveChildren(ctx)
 	if err != nil {
-		d.Log.Warn("reconcile: list nomad jobs", "err", err)
+		rc.log.Warn("reconcile: list nomad jobs", "err", err)
 		if nomadTrouble(err) {
 			return
 		}
@@ -139,7 +157,7 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer d.recoverPass(p)
+			defer rc.recoverPass(p)
 			for ctx.Err() == nil && !p.down.Load() {
 				i := int(next.Add(1)) - 1
 				if i >= len(todo) {
@@ -154,7 +172,7 @@ func (d *Dispatcher) reconcile(ctx context.Context) {
 		return
 	}
 	if p.children == nil {
-		d.stopStrayChildren(ctx)
+		rc.stopStrayChildren(ctx)
 		return
 	}
 	p.strays(ctx, children)
@@ -167,19 +185,19 @@ const liveFilter = `ClientStatus != "complete" and ClientStatus != "failed" and 
 
 // liveAllocs lists the live allocations of a pool's children.
 func (p *pass) liveAllocs(ctx context.Context, pool string) ([]*api.AllocationListStub, error) {
-	q, cancel := p.d.nomad.query(ctx)
+	q, cancel := p.rc.nomad.query(ctx)
 	defer cancel()
 	q.Filter = fmt.Sprintf("JobID matches %q and %s", "^"+regexp.QuoteMeta(mj.PoolJobID(pool)+"/dispatch-"), liveFilter)
-	stubs, _, err := p.d.Allocs.List(q)
+	stubs, _, err := p.rc.allocs.List(q)
 	return stubs, err
 }
 
 // liveChildren lists the mediajobs children Nomad has not finished.
 func (p *pass) liveChildren(ctx context.Context) ([]*api.JobListStub, error) {
-	q, cancel := p.d.nomad.query(ctx)
+	q, cancel := p.rc.nomad.query(ctx)
 	defer cancel()
 	q.Prefix, q.Filter = "mediajobs-", `Status != "dead" and ParentID != ""`
-	stubs, _, err := p.d.Jobs.List(q)
+	stubs, _, err := p.rc.nomad.jobs.List(q)
 	return stubs, err
 }
 
@@ -194,12 +212,12 @@ func (p *pass) fail(err error) {
 // into a log line with its stack, and ends the pass rather than the process: a
 // panic that recurs on every pass would otherwise crash-loop the dispatcher and
 // then its standby. The next pass starts afresh.
-func (d *Dispatcher) recoverPass(p *pass) {
+func (rc *reconciler) recoverPass(p *pass) {
 	r := recover()
 	if r == nil {
 		return
 	}
-	d.Log.Error("reconcile: pass panicked; ending it", "panic", r, "stack", string(debug.Stack()))
+	rc.log.Error("reconcile: pass panicked; ending it", "panic", r, "stack", string(debug.Stack()))
 	if p != nil {
 		p.down.Store(true)
 	}
@@ -229,17 +247,17 @@ func (p *pass) listedAllocs(j *mj.Job) ([]allocState, bool) {
 // still knows a child the live list lacks (one it no longer knows has vanished:
 // settled here, ok false).
 func (p *pass) childAllocs(ctx context.Context, j *mj.Job, child string) (allocs []allocState, ok bool) {
-	d := p.d
+	rc := p.rc
 	if _, live := p.children[child]; !live {
-		q, cancel := d.nomad.query(ctx)
-		_, _, err := d.Jobs.Info(child, q)
+		q, cancel := rc.nomad.query(ctx)
+		_, _, err := rc.nomad.jobs.Info(child, q)
 		cancel()
 		if isNotFound(err) {
 			metrics.ReconcileCorrections.WithLabelValues("vanished").Inc()
-			d.vanished(ctx, j, child)
+			rc.vanished(ctx, j, child)
 			return nil, false
 		} else if err != nil {
-			d.Log.Warn("reconcile: read nomad job", "job", j.ID, "nomad_job", child, "err", err)
+			rc.log.Warn("reconcile: read nomad job", "job", j.ID, "nomad_job", child, "err", err)
 			p.fail(err)
 			return nil, false
 		}
@@ -247,11 +265,11 @@ func (p *pass) childAllocs(ctx context.Context, j *mj.Job, child string) (allocs
 	if p.down.Load() {
 		return nil, false
 	}
-	q, cancel := d.nomad.query(ctx)
-	stubs, _, err := d.Jobs.Allocations(child, true, q)
+	q, cancel := rc.nomad.query(ctx)
+	stubs, _, err := rc.nomad.jobs.Allocations(child, true, q)
 	cancel()
 	if err != nil {
-		d.Log.Warn("reconcile: list allocations", "job", j.ID, "nomad_job", child, "err", err)
+		rc.log.Warn("reconcile: list allocations", "job", j.ID, "nomad_job", child, "err", err)
 		p.fail(err)
 		return nil, false
 	}
@@ -264,14 +282,14 @@ func (p *pass) childAllocs(ctx context.Context, j *mj.Job, child string) (allocs
 
 // settle reconciles one job, as the pass read it, with its child.
 func (p *pass) settle(ctx context.Context, j *mj.Job) {
-	d, child := p.d, j.NomadJobID
+	rc, child := p.rc, j.NomadJobID
 	allocs, listed := p.listedAllocs(j)
 	if listed {
 		// Lists read a moment ago do not end an attempt (see below): where they
 		// show an allocation whose apply could end it ("unknown": its node went
 		// away, and may be back by now), the child's own allocations, read now,
 		// are applied instead. Running and pending ones never end it.
-		now := d.now()
+		now := rc.now()
 		for _, a := range allocs {
 			if a.ClientStatus != api.AllocClientStatusRunning && applyNeeded(j, a, now) {
 				listed = false
@@ -289,10 +307,10 @@ func (p *pass) settle(ctx context.Context, j *mj.Job) {
 	// allocation that finished, and may have reported, is applied first: a lost
 	// sibling applied before it would start a new attempt and drop its result.
 	sort.SliceStable(allocs, func(a, b int) bool { return applyOrder(allocs[a]) < applyOrder(allocs[b]) })
-	now := d.now()
+	now := rc.now()
 	changed := false
 	for _, a := range allocs {
-		if applyNeeded(j, a, now) && d.apply(ctx, a) {
+		if applyNeeded(j, a, now) && rc.settle.apply(ctx, a) {
 			metrics.ReconcileCorrections.WithLabelValues("allocation").Inc()
 			changed = true
 		}
@@ -301,9 +319,9 @@ func (p *pass) settle(ctx context.Context, j *mj.Job) {
 		// Not placed: the stream may have dropped the evaluation that says why
 		// (capacity or infeasibility), and the queue limit depends on it: unread,
 		// the job is not judged (Nomad's silence would fail it at the limit).
-		refreshed, err := d.refreshPlacement(ctx, child)
+		refreshed, err := rc.refreshPlacement(ctx, child)
 		if err != nil {
-			d.Log.Warn("reconcile: read evaluations", "job", j.ID, "nomad_job", child, "err", err)
+			rc.log.Warn("reconcile: read evaluations", "job", j.ID, "nomad_job", child, "err", err)
 			p.fail(err)
 			return
 		}
@@ -315,7 +333,7 @@ func (p *pass) settle(ctx context.Context, j *mj.Job) {
 	if !changed { // j is still the job as stored: judge it without a read
 		var why string
 		cp := *j
-		if d.overdueFn(now, child, allocs, &why)(&cp) != nil {
+		if rc.overdueFn(now, child, allocs, &why)(&cp) != nil {
 			return
 		}
 	}
@@ -327,7 +345,7 @@ func (p *pass) settle(ctx context.Context, j *mj.Job) {
 			return
 		}
 	}
-	d.overdue(ctx, j.ID, child, allocs)
+	rc.overdue(ctx, j.ID, child, allocs)
 }
 
 // applyNeeded tells, from the job as the pass read it, whether apply could change
@@ -353,7 +371,7 @@ func applyNeeded(j *mj.Job, a allocState, now time.Time) bool {
 // of the others are read in multi-gets. Finished and superseded only ever become
 // true, so a job read at the start of the pass is good enough to stop on.
 func (p *pass) strays(ctx context.Context, children []*api.JobListStub) {
-	d := p.d
+	rc := p.rc
 	type cand struct {
 		child, id string
 		attempt   int
@@ -381,7 +399,7 @@ func (p *pass) strays(ctx context.Context, children []*api.JobListStub) {
 		}
 		cands = append(cands, cand{s.ID, id, attempt})
 	}
-	jobs, errs := d.st().Jobs(ctx, unread)
+	jobs, errs := rc.st().Jobs(ctx, unread)
 	for i, id := range unread {
 		if errs[i] == nil {
 			p.seen[id] = jobs[i]
@@ -398,13 +416,13 @@ func (p *pass) strays(ctx context.Context, children []*api.JobListStub) {
 		case j == nil:
 		case j.Status.Terminal():
 			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
-			d.nomad.stopChild(ctx, c.child, "job "+string(j.Status), c.id)
+			rc.nomad.stopChild(ctx, c.child, "job "+string(j.Status), c.id)
 		case c.attempt < max(j.Attempt, 1):
 			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
-			d.nomad.stopChild(ctx, c.child, fmt.Sprintf("attempt %d was superseded by attempt %d", c.attempt, j.Attempt), c.id)
+			rc.nomad.stopChild(ctx, c.child, fmt.Sprintf("attempt %d was superseded by attempt %d", c.attempt, j.Attempt), c.id)
 		case twin(j, c.child, c.attempt):
 			metrics.ReconcileCorrections.WithLabelValues("stray").Inc()
-			d.nomad.stopChild(ctx, c.child, twinWhy(j), c.id)
+			rc.nomad.stopChild(ctx, c.child, twinWhy(j), c.id)
 		}
 	}
 }

@@ -96,7 +96,7 @@ func fixDispatcher(t *testing.T, maxAttempts int, nomad NomadJobs, blobs Blobs) 
 // rewire builds d's services again from its fields, which a test changed after
 // defaults built them.
 func rewire(d *Dispatcher) {
-	d.nomad, d.sched, d.jan = nil, nil, nil
+	d.nomad, d.settle, d.sched, d.warm, d.recon, d.track, d.jan = nil, nil, nil, nil, nil, nil, nil
 	d.defaults()
 }
 
@@ -125,12 +125,12 @@ func TestResultReadErrorLeavesTheJob(t *testing.T) {
 	started := time.Now().UTC().Add(-time.Minute)
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: child, Attempt: 1, StartedAt: &started, TimeoutSeconds: 600})
 
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	j, _ := d.Store.Job(ctx, id)
 	if j.Status != mj.StatusRunning || j.NomadJobID != child || j.Attempt != 1 || j.ErrorMessage != "" {
 		t.Fatalf("a storage error moved the job: %s attempt %d child %q %q", j.Status, j.Attempt, j.NomadJobID, j.ErrorMessage)
 	}
-	d.apply(ctx, allocState{ID: "a1", NomadJobID: child, ClientStatus: "complete"}) // the event path too
+	d.settle.apply(ctx, allocState{ID: "a1", NomadJobID: child, ClientStatus: "complete"}) // the event path too
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusRunning {
 		t.Fatalf("event path moved the job: %s", j.Status)
 	}
@@ -139,7 +139,7 @@ func TestResultReadErrorLeavesTheJob(t *testing.T) {
 	blobs.err = nil
 	blobs.data[mj.RunScope(id, 1)+"result.json"] = mustJSON(mj.Result{JobID: id, Attempt: 1, Succeeded: true, InputBytes: 3})
 	blobs.mu.Unlock()
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusSucceeded || j.TotalInputBytes != 3 {
 		t.Fatalf("after the store came back: %s %q", j.Status, j.ErrorMessage)
 	}
@@ -154,7 +154,7 @@ func TestResultNotFoundRetries(t *testing.T) {
 	}}
 	d, ctx := fixDispatcher(t, 2, nomad, &fakeBlobs{})
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusQueued, NomadJobID: child, Attempt: 1})
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusQueued || j.Attempt != 2 || j.NomadJobID != "" || !strings.Contains(j.StatusDetail, "without reporting a result") {
 		t.Fatalf("missing result: %+v", j)
 	}
@@ -171,7 +171,7 @@ func TestRetriedAttemptTimeoutFromItsOwnStart(t *testing.T) {
 	first := now.Add(-2 * time.Hour) // longer ago than the 50 minute timeout
 	fixJob(t, d, &mj.Job{ID: id, Status: mj.StatusRunning, NomadJobID: child1, Attempt: 1, StartedAt: &first, TimeoutSeconds: 3000})
 
-	d.reconcile(ctx) // child 1 is gone: attempt 2, still running
+	d.recon.reconcile(ctx) // child 1 is gone: attempt 2, still running
 	j, _ := d.Store.Job(ctx, id)
 	if j.Status != mj.StatusRunning || j.Attempt != 2 || j.NomadJobID != "" || j.AttemptStartedAt != nil {
 		t.Fatalf("after the lost worker: %+v", j)
@@ -182,7 +182,7 @@ func TestRetriedAttemptTimeoutFromItsOwnStart(t *testing.T) {
 	nomad.mu.Lock()
 	nomad.children[child2] = nil
 	nomad.mu.Unlock()
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusRunning {
 		t.Fatalf("attempt 2 waiting for a node was failed: %q", j.ErrorMessage)
 	}
@@ -192,7 +192,7 @@ func TestRetriedAttemptTimeoutFromItsOwnStart(t *testing.T) {
 	nomad.children[child2] = []*api.AllocationListStub{{ID: "a2", JobID: child2, ClientStatus: "running",
 		TaskStates: map[string]*api.TaskState{"runner": {StartedAt: start2}}}}
 	nomad.mu.Unlock()
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	j, _ = d.Store.Job(ctx, id)
 	// The attempt's clock is the dispatcher's, from when it saw it run (a node's
 	// clock behind would shorten the timeout): not before this reconcile.
@@ -205,7 +205,7 @@ func TestRetriedAttemptTimeoutFromItsOwnStart(t *testing.T) {
 	// The backstop still works, on attempt 2's clock.
 	late := now.Add(-time.Hour)
 	d.Store.UpdateJob(ctx, id, func(j *mj.Job) error { j.AttemptStartedAt = &late; return nil })
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if j, _ := d.Store.Job(ctx, id); j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "timed out after 3000s") {
 		t.Fatalf("overdue attempt 2: %s %q", j.Status, j.ErrorMessage)
 	}
@@ -249,7 +249,7 @@ func TestUnknownPoolJobsFail(t *testing.T) {
 			t.Errorf("%s: %s %q", m, j.Status, j.ErrorMessage)
 		}
 	}
-	if ids, _, _ := d.Store.JobIDs(ctx, d.Store.(*store.Store).QueuePrefix(), 0); len(ids) != 2 {
+	if ids, _, _ := d.Store.(*store.Store).JobIDs(ctx, d.Store.(*store.Store).QueuePrefix(), 0); len(ids) != 2 {
 		t.Errorf("queue %v", ids)
 	}
 }

@@ -162,22 +162,22 @@ func BenchmarkDispatcherReconcile(b *testing.B) {
 	e := newBenchEnv(b)
 	e.running(benchJobs)
 	ctx := context.Background()
-	e.d.reconcile(ctx) // warm etcd's and the double's caches alike for both
+	e.d.recon.reconcile(ctx) // warm etcd's and the double's caches alike for both
 	var oldS, newS, oldCalls, newCalls float64
 	b.ResetTimer()
 	for range b.N {
 		e.churn()
 		e.n.callCount()
-		e.d.ungrouped = true
+		e.d.settle.ungrouped = true
 		start := time.Now()
 		e.d.reconcileSequential(ctx)
 		oldS += time.Since(start).Seconds()
 		oldCalls += totalCalls(e.n.callCount())
 
 		e.churn()
-		e.d.ungrouped = false
+		e.d.settle.ungrouped = false
 		start = time.Now()
-		e.d.reconcile(ctx)
+		e.d.recon.reconcile(ctx)
 		newS += time.Since(start).Seconds()
 		newCalls += totalCalls(e.n.callCount())
 	}
@@ -257,7 +257,7 @@ func BenchmarkDispatcherEvents(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e.d.ungrouped = true
+		e.d.settle.ungrouped = true
 		e.d.eventsSequential(ctx, stream, func(i uint64) {
 			if i == last {
 				cancel()
@@ -277,12 +277,12 @@ func BenchmarkDispatcherEvents(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		e.d.ungrouped = false
+		e.d.settle.ungrouped = false
 		work := newPartitions(eventWorkers, eventQueue)
 		mark := newWatermark(index - 1)
 		backoff := time.Second
 		done := make(chan struct{})
-		go func() { defer close(done); e.d.follow(ctx, stream, work, mark, &backoff) }()
+		go func() { defer close(done); e.d.track.follow(ctx, stream, work, mark, &backoff) }()
 		for mark.get() < last {
 			time.Sleep(time.Millisecond) // polling the clock is the measurement here
 		}

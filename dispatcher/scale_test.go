@@ -115,9 +115,9 @@ func TestSlowEventHoldsTheWatermark(t *testing.T) {
 	done := &api.Allocation{ID: "alloc-b", JobID: child(b, 1), ClientStatus: "complete",
 		TaskStates: map[string]*api.TaskState{"runner": {State: "dead", FinishedAt: time.Now().UTC(), Events: []*api.TaskEvent{{Type: api.TaskTerminated, ExitCode: 0}}}}}
 	other := &api.Allocation{ID: "x", JobID: "some-other-job", ClientStatus: "running"}
-	d.submit(ctx, &api.Events{Index: 10, Events: []api.Event{allocEvent(10, running(a))}}, work, mark)
-	d.submit(ctx, &api.Events{Index: 20, Events: []api.Event{allocEvent(20, done)}}, work, mark)
-	d.submit(ctx, &api.Events{Index: 30, Events: []api.Event{allocEvent(30, running(c)), allocEvent(30, other)}}, work, mark)
+	d.track.submit(ctx, &api.Events{Index: 10, Events: []api.Event{allocEvent(10, running(a))}}, work, mark)
+	d.track.submit(ctx, &api.Events{Index: 20, Events: []api.Event{allocEvent(20, done)}}, work, mark)
+	d.track.submit(ctx, &api.Events{Index: 30, Events: []api.Event{allocEvent(30, running(c)), allocEvent(30, other)}}, work, mark)
 
 	status := func(id string) mj.Status { j, _ := d.Store.Job(ctx, id); return j.Status }
 	testenv.Eventually(t, 30*time.Second, "the events of a and c to be applied", func() bool {
@@ -264,9 +264,9 @@ func TestBatchedReconcileSettlesAsTheSequentialDid(t *testing.T) {
 		ids := scenario(t, d, n, blobs)
 		n.callCount()
 		if batched {
-			d.reconcile(ctx)
+			d.recon.reconcile(ctx)
 		} else {
-			d.ungrouped = true
+			d.settle.ungrouped = true
 			d.reconcileSequential(ctx)
 		}
 		return outcomes(t, d, n, ids), n.callCount(), n
@@ -340,7 +340,7 @@ func TestBatchedReconcileOfSteadyJobsCallsNoChild(t *testing.T) {
 		Revision(context.Context) (int64, error)
 	}).Revision(ctx)
 	n.callCount()
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	calls := n.callCount()
 	if len(calls) != 2 || calls["GET allocations"] != 1 || calls["GET jobs"] != 1 {
 		t.Fatalf("calls: %v", calls)
@@ -359,6 +359,7 @@ func TestEventLoopAppliesEveryJobsEvents(t *testing.T) {
 	blobs := &fakeBlobs{data: map[string][]byte{}}
 	d, _ := doubleDispatcher(t, n, blobs, 2)
 	d.ReconcileEvery = time.Hour // the pass after connecting only
+	rewire(d)
 	const jobs = 300
 	now := time.Now().UTC()
 	var batches []doubleBatch
@@ -394,7 +395,7 @@ func TestEventLoopAppliesEveryJobsEvents(t *testing.T) {
 	n.publish(batches...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { defer close(done); d.eventLoop(ctx) }()
+	go func() { defer close(done); d.track.eventLoop(ctx) }()
 	defer func() { cancel(); <-done }()
 	testenv.Eventually(t, 60*time.Second, "every job to succeed", func() bool {
 		ids := make([]string, jobs)
@@ -457,7 +458,7 @@ func TestReconcileListsOnRealNomad(t *testing.T) {
 		Signer: blob.Signer{Secret: []byte("test")}, Log: slog.New(slog.NewTextHandler(&r.log, nil))}
 	d.defaults()
 	ctx := context.Background()
-	p := &pass{d: d}
+	p := &pass{rc: d.recon}
 	allocs, err := p.liveAllocs(ctx, "cpu")
 	if err != nil || len(allocs) != 1 || allocs[0].JobID != r.job(id).NomadJobID {
 		t.Fatalf("live allocations: %v %+v", err, allocs)
@@ -467,7 +468,7 @@ func TestReconcileListsOnRealNomad(t *testing.T) {
 		t.Fatalf("live children: %v %+v", err, children)
 	}
 	before := r.job(id)
-	d.reconcile(ctx)
+	d.recon.reconcile(ctx)
 	if len(cj.calls) != 0 {
 		t.Fatalf("a running child cost calls of its own: %v\n%s", cj.calls, r.log.String())
 	}

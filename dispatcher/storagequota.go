@@ -52,9 +52,9 @@ func countOutputs(ctx context.Context, sc outputCounter, retention time.Duration
 	}
 }
 
-// countOutputs is countOutputs of a job whose result this dispatcher applied.
-func (d *Dispatcher) countOutputs(ctx context.Context, j *mj.Job) {
-	countOutputs(ctx, d.st(), d.Config.Storage.Retention, d.Log, j)
+// countOutputs is countOutputs of a job whose result the settler applied.
+func (s *settler) countOutputs(ctx context.Context, j *mj.Job) {
+	countOutputs(ctx, s.st(), s.cfg.Storage.Retention, s.log, j)
 }
 
 // outputCounter counts a job's outputs (storageCounter's first method).

@@ -91,8 +91,8 @@ func janitorStorage(t *testing.T, blobs *blob.Bucket, dir string) {
 	// A succeeded job's outputs count whatever the limit.
 	fin := now
 	j := &mj.Job{ID: "j1", AccountID: "acct", Status: mj.StatusSucceeded, TotalOutputBytes: 500, FinishedAt: &fin}
-	d.countOutputs(ctx, j)
-	d.countOutputs(ctx, j)
+	d.settle.countOutputs(ctx, j)
+	d.settle.countOutputs(ctx, j)
 	if held() != 550 {
 		t.Fatalf("with the outputs: held %d; want 550", held())
 	}

@@ -71,7 +71,10 @@ func followQuiet(t *testing.T, ctx context.Context, d *Dispatcher) <-chan struct
 	t.Cleanup(work.close)
 	done := make(chan struct{})
 	backoff := time.Second
-	go func() { defer close(done); d.follow(ctx, make(chan *api.Events), work, newWatermark(1), &backoff) }()
+	go func() {
+		defer close(done)
+		d.track.follow(ctx, make(chan *api.Events), work, newWatermark(1), &backoff)
+	}()
 	return done
 }
 

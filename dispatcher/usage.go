@@ -15,11 +15,11 @@ import (
 // the pool gets. Applying the result stores it on the job and adds it to the
 // account's day in the same etcd transaction (store/usage.go); a runner that
 // reported no usage counts with its bytes only.
-func (d *Dispatcher) metered(r *mj.Result, j *mj.Job) *mj.Result {
+func (s *settler) metered(r *mj.Result, j *mj.Job) *mj.Result {
 	if r == nil {
 		return nil
 	}
-	if c := d.Config.Usage; c != nil && c.PerAccountMetrics {
+	if c := s.cfg.Usage; c != nil && c.PerAccountMetrics {
 		metrics.EnableAccountUsage() // once; the series with an account label
 	}
 	var u mj.Usage
@@ -27,7 +27,7 @@ func (d *Dispatcher) metered(r *mj.Result, j *mj.Job) *mj.Result {
 		u = *r.Usage
 	}
 	u.InputBytes, u.GPUSeconds = r.InputBytes, 0
-	if p := d.Config.Pool(j.Machine); p != nil && p.GPUs() > 0 {
+	if p := s.cfg.Pool(j.Machine); p != nil && p.GPUs() > 0 {
 		u.GPUSeconds = mj.Seconds(u.WallSeconds) * float64(p.GPUs())
 	}
 	u.OutputBytes = 0 // what is published: none unless it succeeded

@@ -26,7 +26,7 @@ func TestUsageCountedOnceForTheAppliedAttempt(t *testing.T) {
 		TimeoutSeconds: 600, OutputNames: []string{"out.mp4"}})
 
 	// Attempt 1's node is lost with no result: the job is retried.
-	d.apply(ctx, allocState{ID: a1, NomadJobID: child(id, 1), ClientStatus: api.AllocClientStatusLost})
+	d.settle.apply(ctx, allocState{ID: a1, NomadJobID: child(id, 1), ClientStatus: api.AllocClientStatusLost})
 	j, _ := d.Store.Job(ctx, id)
 	if j.Attempt != 2 || j.Status.Terminal() || j.Usage != nil {
 		t.Fatalf("after a lost attempt: attempt %d %s usage %+v", j.Attempt, j.Status, j.Usage)
@@ -45,10 +45,10 @@ func TestUsageCountedOnceForTheAppliedAttempt(t *testing.T) {
 	jobsBefore := testutil.ToFloat64(metrics.UsageJobs.WithLabelValues("cpu"))
 	cpuBefore := testutil.ToFloat64(metrics.UsageCPUSeconds.WithLabelValues("cpu"))
 	for range 3 { // the event, then replays of it
-		d.apply(ctx, allocState{ID: a2, NomadJobID: child(id, 2), ClientStatus: api.AllocClientStatusComplete})
+		d.settle.apply(ctx, allocState{ID: a2, NomadJobID: child(id, 2), ClientStatus: api.AllocClientStatusComplete})
 	}
-	d.apply(ctx, allocState{ID: a1, NomadJobID: child(id, 1), ClientStatus: api.AllocClientStatusComplete})
-	d.reconcile(ctx)
+	d.settle.apply(ctx, allocState{ID: a1, NomadJobID: child(id, 1), ClientStatus: api.AllocClientStatusComplete})
+	d.recon.reconcile(ctx)
 
 	want := mj.Usage{WallSeconds: 2.5, CPUSeconds: 3.25, InputBytes: 700, OutputBytes: 300}
 	j, _ = d.Store.Job(ctx, id)
@@ -74,11 +74,11 @@ func TestUsageCountedOnceForTheAppliedAttempt(t *testing.T) {
 func TestGPUSecondsAreWallTimesGPUs(t *testing.T) {
 	d, _ := fixDispatcher(t, 1, &fakeJobs{}, &fakeBlobs{})
 	d.Config.Pools[0].GPU = &config.GPU{Count: 2}
-	r := d.metered(&mj.Result{Succeeded: true, InputBytes: 5, Outputs: []mj.Output{{Name: "o", Size: 7}}, Usage: &mj.Usage{WallSeconds: 1.5, CPUSeconds: 0.25, GPUSeconds: 99, OutputBytes: 1}}, &mj.Job{Machine: "cpu"})
+	r := d.settle.metered(&mj.Result{Succeeded: true, InputBytes: 5, Outputs: []mj.Output{{Name: "o", Size: 7}}, Usage: &mj.Usage{WallSeconds: 1.5, CPUSeconds: 0.25, GPUSeconds: 99, OutputBytes: 1}}, &mj.Job{Machine: "cpu"})
 	if want := (mj.Usage{WallSeconds: 1.5, CPUSeconds: 0.25, GPUSeconds: 3, InputBytes: 5, OutputBytes: 7}); *r.Usage != want {
 		t.Fatalf("usage %+v; want %+v", *r.Usage, want)
 	}
-	failed := d.metered(&mj.Result{Usage: &mj.Usage{WallSeconds: -1, CPUSeconds: 2, OutputBytes: 7}}, &mj.Job{Machine: "cpu"})
+	failed := d.settle.metered(&mj.Result{Usage: &mj.Usage{WallSeconds: -1, CPUSeconds: 2, OutputBytes: 7}}, &mj.Job{Machine: "cpu"})
 	if want := (mj.Usage{CPUSeconds: 2}); *failed.Usage != want {
 		t.Fatalf("failed job's usage %+v; want %+v (no outputs stored, times within bounds)", *failed.Usage, want)
 	}

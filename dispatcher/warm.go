@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -19,20 +20,35 @@ import (
 // share hands the ones that fit to the runners of the pool's warm service job
 // that wait for work, and the rest to Nomad as children, as before. A warm job's
 // child is "warm:<run>"; its runner holds it under an etcd lease it renews, and
-// reports through a done key. This file applies both ends: the done keys, and the
-// runs whose lease lapsed.
+// reports through a done key. The warm broker (below) applies both ends: the
+// done keys, and the runs whose lease lapsed.
 
-// warmStore is what warm pools need of the store; *store.Store has it.
+// warmStore is what the warm broker needs of the store (the term's: its writes
+// are fenced).
 type warmStore interface {
 	FollowWarm(ctx context.Context, rev int64, resync time.Duration, fn func([]store.WarmChange))
-	WarmIdlePrefix(pool string) string
-	WarmRunPrefix() string
-	WarmIdleRunners(ctx context.Context, pool string) ([]store.WarmIdle, error)
-	OfferWarm(ctx context.Context, id string, w store.WarmIdle, run *store.WarmRun, fn func(*mj.Job) error) (*mj.Job, error)
 	WarmDoneRuns(ctx context.Context) ([]store.WarmDone, error)
 	WarmDoneOf(ctx context.Context, run string) (*store.WarmDone, error)
 	DeleteWarmDone(ctx context.Context, run string) error
 	WarmRuns(ctx context.Context) (map[string]store.WarmRun, error)
+	Revision(ctx context.Context) (int64, error)
+	ActiveChildren(ctx context.Context) (map[string]string, error)
+	Job(ctx context.Context, id string) (*mj.Job, error)
+	Jobs(ctx context.Context, ids []string) ([]*mj.Job, []error)
+	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
+}
+
+// warmBroker ends warm runs (warmLoop): the runs their runners report done,
+// start, or let lapse, each settled on its job through the settler. Handing
+// jobs to waiting runners is the scheduler's (warmhand.go).
+type warmBroker struct {
+	log    *slog.Logger
+	st     func() warmStore // the term's store
+	settle *settler
+	now    func() time.Time
+	wake   func() // the scheduler's: a runner waits for work
+	// timeoutGrace: how long past its timeout a warm job may run (TimeoutGrace).
+	timeoutGrace time.Duration
 }
 
 // errNotWarm: the job does not fit the pool's warm runners (its timeout is longer
@@ -94,13 +110,13 @@ const (
 // run started): the job is running, and its attempt's clock (the timeout
 // backstop's, a cancel's wall time) starts now, on the dispatcher's clock as a
 // Nomad child's does.
-func (d *Dispatcher) warmStarted(ctx context.Context, r store.WarmRun) {
+func (b *warmBroker) warmStarted(ctx context.Context, r store.WarmRun) {
 	child := mj.WarmChild(r.Run)
-	j, err := d.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
+	j, err := b.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child || j.AttemptStartedAt != nil {
 			return errSkip
 		}
-		now := d.now()
+		now := b.now()
 		if j.Status != mj.StatusRunning {
 			j.StartedAt = &now
 		}
@@ -108,21 +124,21 @@ func (d *Dispatcher) warmStarted(ctx context.Context, r store.WarmRun) {
 		j.Run("running on warm runner " + r.Alloc)
 		return nil
 	})
-	d.applied(ctx, r.JobID, child, j, err)
+	b.settle.applied(ctx, r.JobID, child, j, err)
 }
 
 // warmLoop applies what warm runners report and what their lapsed leases mean,
 // as etcd tells it (one watch on the warm keys), and wakes the dispatch loop when
 // a runner starts waiting. Every warmResync it goes over all of it again, so
 // nothing a missed event held stays missed (a new leader starts with a pass).
-func (d *Dispatcher) warmLoop(ctx context.Context) {
+func (b *warmBroker) warmLoop(ctx context.Context) {
 	// It runs whether or not a pool is warm now: runs handed out before a warm
 	// block was removed still end here.
-	ws := d.st()
+	ws := b.st()
 	apply, wait := warmWorkers(warmApplyWorkers)
 	defer wait()
 	for ctx.Err() == nil {
-		rev := d.warmSweep(ctx, ws)
+		rev := b.warmSweep(ctx, ws)
 		if rev == 0 {
 			sleep(ctx, time.Second)
 			continue
@@ -131,16 +147,16 @@ func (d *Dispatcher) warmLoop(ctx context.Context) {
 			for _, c := range batch {
 				switch {
 				case c.Waiting:
-					d.sched.wake() // a runner waits: a pass may hand it a job
+					b.wake() // a runner waits: a pass may hand it a job
 				case c.Started != nil:
 					r := *c.Started
-					apply(r.JobID, func() { d.warmStarted(ctx, r) })
+					apply(r.JobID, func() { b.warmStarted(ctx, r) })
 				case c.Done != nil:
 					wd := *c.Done
-					apply(wd.JobID, func() { d.applyWarmDone(ctx, ws, wd) })
+					apply(wd.JobID, func() { b.applyWarmDone(ctx, ws, wd) })
 				case c.Lapsed != nil:
 					r := *c.Lapsed
-					apply(r.JobID, func() { d.warmLapsed(ctx, ws, r) })
+					apply(r.JobID, func() { b.warmLapsed(ctx, ws, r) })
 				}
 			}
 		})
@@ -192,17 +208,17 @@ func warmShard(id string, n int) int {
 // warmSweep applies every done key, and ends the attempts of warm jobs whose run
 // key is gone with no done key (a lapse the watch did not see), and of those past
 // their timeout. It returns the etcd revision it read at, 0 when a read failed.
-func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
+func (b *warmBroker) warmSweep(ctx context.Context, ws warmStore) int64 {
 	// The watch that follows starts after this revision, before everything read
 	// below: an event in between is seen twice (harmless), never missed.
-	rev, err := d.st().Revision(ctx)
+	rev, err := b.st().Revision(ctx)
 	if err != nil {
-		d.Log.Warn("warm: read", "err", err)
+		b.log.Warn("warm: read", "err", err)
 		return 0
 	}
 	dones, err := ws.WarmDoneRuns(ctx)
 	if err != nil {
-		d.Log.Warn("warm: list ended runs", "err", err)
+		b.log.Warn("warm: list ended runs", "err", err)
 		return 0
 	}
 	// A backlog (a new leader's first sweep) is applied as the watch's are,
@@ -214,16 +230,16 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 		slots <- struct{}{}
 		go func() {
 			defer func() { <-slots; wg.Done() }()
-			d.applyWarmDone(ctx, ws, wd)
+			b.applyWarmDone(ctx, ws, wd)
 		}()
 	}
 	wg.Wait()
 	// The active set's warm children, then the runs: a run handed out after the
 	// first read is not in it, and one ended after it has a done key (read again
 	// below). Only the jobs of warm children are read.
-	active, err := d.st().ActiveChildren(ctx)
+	active, err := b.st().ActiveChildren(ctx)
 	if err != nil {
-		d.Log.Warn("warm: read the active set", "err", err)
+		b.log.Warn("warm: read the active set", "err", err)
 		return 0
 	}
 	var ids []string
@@ -232,13 +248,13 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 			ids = append(ids, id)
 		}
 	}
-	jobs, _ := d.st().Jobs(ctx, ids)
+	jobs, _ := b.st().Jobs(ctx, ids)
 	runs, err := ws.WarmRuns(ctx)
 	if err != nil {
-		d.Log.Warn("warm: list runs", "err", err)
+		b.log.Warn("warm: list runs", "err", err)
 		return 0
 	}
-	now := d.now()
+	now := b.now()
 	for _, j := range jobs {
 		if j == nil {
 			continue
@@ -252,16 +268,16 @@ func (d *Dispatcher) warmSweep(ctx context.Context, ws warmStore) int64 {
 		case !live:
 			if wd, err := ws.WarmDoneOf(ctx, run); err != nil || wd != nil {
 				if wd != nil {
-					d.applyWarmDone(ctx, ws, *wd)
+					b.applyWarmDone(ctx, ws, *wd)
 				}
 				continue
 			}
 			// Started as far as the job recorded it (warmStarted).
-			d.warmLapsed(ctx, ws, store.WarmRun{Run: run, JobID: j.ID, Attempt: max(j.Attempt, 1), Pool: j.Machine, Alloc: workerAlloc(j), Started: j.AttemptStartedAt != nil})
+			b.warmLapsed(ctx, ws, store.WarmRun{Run: run, JobID: j.ID, Attempt: max(j.Attempt, 1), Pool: j.Machine, Alloc: workerAlloc(j), Started: j.AttemptStartedAt != nil})
 		case r.Started && j.AttemptStartedAt == nil: // the watch missed its start
-			d.warmStarted(ctx, r)
-		case attemptStart(j) != nil && d.timedOut(j, now):
-			d.warmTimedOut(ctx, j, r)
+			b.warmStarted(ctx, r)
+		case attemptStart(j) != nil && timedOut(j, now, b.timeoutGrace):
+			b.warmTimedOut(ctx, j, r)
 		}
 	}
 	return rev
@@ -277,23 +293,23 @@ func workerAlloc(j *mj.Job) string {
 // applyWarmDone applies a run its runner ended: its result, read from the run's
 // own prefix, or, without one, a retry. The done key goes once applied (or once
 // the job is past the run).
-func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.WarmDone) {
+func (b *warmBroker) applyWarmDone(ctx context.Context, ws warmStore, wd store.WarmDone) {
 	child := mj.WarmChild(wd.Run)
 	var r *mj.Result
 	prefix := mj.RunScope(wd.JobID, wd.Attempt) + wd.Run + "/"
 	if wd.Outcome == "reported" {
 		var err error
-		if r, err = d.resultAt(ctx, wd.JobID, wd.Attempt, prefix); err != nil {
-			if j, jerr := d.st().Job(ctx, wd.JobID); mj.ErrorCode(jerr) == mj.ENotFound ||
+		if r, err = b.settle.res.resultAt(ctx, wd.JobID, wd.Attempt, prefix); err != nil {
+			if j, jerr := b.st().Job(ctx, wd.JobID); mj.ErrorCode(jerr) == mj.ENotFound ||
 				jerr == nil && (j.Status.Terminal() || j.NomadJobID != child) {
 				ws.DeleteWarmDone(ctx, wd.Run) // the job went on (or away) without it
 				return
 			}
-			d.resultUnreadable(ctx, wd.JobID, wd.Attempt, child, err)
+			b.settle.resultUnreadable(ctx, wd.JobID, wd.Attempt, child, err)
 			return // the done key stays: read again at the next sweep
 		}
 	}
-	if wd.Outcome == "reported" && r == nil && !wd.At.IsZero() && d.now().Sub(wd.At) < resultGrace {
+	if wd.Outcome == "reported" && r == nil && !wd.At.IsZero() && b.now().Sub(wd.At) < resultGrace {
 		// Reported and not readable yet (an eventually consistent store): read
 		// again at the next sweep, as a Nomad allocation's is, not re-run at once.
 		return // the done key stays
@@ -304,10 +320,10 @@ func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.W
 		// ended without a result (transition's default case).
 		a.ClientStatus = api.AllocClientStatusFailed
 	}
-	now := d.now()
-	j, err := d.st().UpdateJob(ctx, wd.JobID, func(j *mj.Job) error {
+	now := b.now()
+	j, err := b.st().UpdateJob(ctx, wd.JobID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child || max(j.Attempt, 1) != wd.Attempt {
-			return d.lateUsage(j, child, wd.Attempt, r) // a cancelled job's report is still billed
+			return b.settle.lateUsage(j, child, wd.Attempt, r) // a cancelled job's report is still billed
 		}
 		if r == nil {
 			why := "its warm runner (Nomad allocation " + wd.Alloc + ") gave it back without a result"
@@ -321,18 +337,18 @@ func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.W
 				j.GivenBack++
 				why += " (not counted against max_attempts)"
 			}
-			j.RetryOrFail(why, now, d.maxAttempts(j))
+			j.RetryOrFail(why, now, b.settle.maxAttempts(j))
 			return nil
 		}
-		return transition(j, a, checked(d.metered(r, j), j, d.Config.Server.MaxOutputFiles), now, prefix, d.maxAttempts(j), d.DisconnectGrace)
+		return b.settle.outcome(j, a, r, now, prefix)
 	})
-	d.applied(ctx, wd.JobID, child, j, err)
+	b.settle.applied(ctx, wd.JobID, child, j, err)
 	if err == nil && retried(j) {
 		metrics.JobRetries.WithLabelValues(j.Machine, metrics.RetryWorkerCrashed).Inc()
 	}
 	if err == nil || errors.Is(err, errSkip) || mj.ErrorCode(err) == mj.ENotFound {
 		if derr := ws.DeleteWarmDone(ctx, wd.Run); derr != nil {
-			d.Log.Warn("warm: forget an applied run", "run", wd.Run, "err", derr)
+			b.log.Warn("warm: forget an applied run", "run", wd.Run, "err", derr)
 		}
 	}
 }
@@ -347,33 +363,33 @@ func (d *Dispatcher) applyWarmDone(ctx context.Context, ws warmStore, wd store.W
 // lease never started (its runner went away as its poll was answered): the job
 // goes back to the queue on the same attempt, which did not run, and, after
 // maxWarmLapses of those, to Nomad.
-func (d *Dispatcher) warmLapsed(ctx context.Context, ws warmStore, r store.WarmRun) {
+func (b *warmBroker) warmLapsed(ctx context.Context, ws warmStore, r store.WarmRun) {
 	if wd, err := ws.WarmDoneOf(ctx, r.Run); err != nil || wd != nil {
 		return // it reported after all (applied from its done key), or etcd cannot say
 	}
 	child := mj.WarmChild(r.Run)
 	prefix := mj.RunScope(r.JobID, r.Attempt) + r.Run + "/"
-	res, err := d.resultAt(ctx, r.JobID, r.Attempt, prefix)
+	res, err := b.settle.res.resultAt(ctx, r.JobID, r.Attempt, prefix)
 	if err != nil {
-		d.resultUnreadable(ctx, r.JobID, r.Attempt, child, err)
+		b.settle.resultUnreadable(ctx, r.JobID, r.Attempt, child, err)
 		return // the job stays on the run: the next sweep reads it again
 	}
 	if res != nil {
 		a := allocState{ID: r.Alloc, NomadJobID: child, ClientStatus: api.AllocClientStatusComplete}
-		j, err := d.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
+		j, err := b.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
 			if j.Status.Terminal() || j.NomadJobID != child || max(j.Attempt, 1) != r.Attempt {
-				return d.lateUsage(j, child, r.Attempt, res) // a cancelled job's report is still billed
+				return b.settle.lateUsage(j, child, r.Attempt, res) // a cancelled job's report is still billed
 			}
-			return transition(j, a, checked(d.metered(res, j), j, d.Config.Server.MaxOutputFiles), d.now(), prefix, d.maxAttempts(j), d.DisconnectGrace)
+			return b.settle.outcome(j, a, res, b.now(), prefix)
 		})
-		d.applied(ctx, r.JobID, child, j, err)
+		b.settle.applied(ctx, r.JobID, child, j, err)
 		return
 	}
 	if r.Started {
-		d.lost(ctx, r.JobID, child, fmt.Sprintf("its warm runner (Nomad allocation %s) stopped renewing its lease (killed, its node lost, or cut off from the service)", r.Alloc))
+		b.settle.lost(ctx, r.JobID, child, fmt.Sprintf("its warm runner (Nomad allocation %s) stopped renewing its lease (killed, its node lost, or cut off from the service)", r.Alloc))
 		return
 	}
-	j, err := d.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
+	j, err := b.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
 		}
@@ -392,20 +408,20 @@ func (d *Dispatcher) warmLapsed(ctx context.Context, ws warmStore, r store.WarmR
 		}
 		return nil
 	})
-	d.applied(ctx, r.JobID, child, j, err)
+	b.settle.applied(ctx, r.JobID, child, j, err)
 }
 
 // warmTimedOut fails a warm job still running past its timeout and the grace:
 // its runner should have stopped it and reported. Its lease is then refused.
-func (d *Dispatcher) warmTimedOut(ctx context.Context, j *mj.Job, r store.WarmRun) {
+func (b *warmBroker) warmTimedOut(ctx context.Context, j *mj.Job, r store.WarmRun) {
 	child := j.NomadJobID
-	nj, err := d.st().UpdateJob(ctx, j.ID, func(j *mj.Job) error {
+	nj, err := b.st().UpdateJob(ctx, j.ID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip
 		}
-		now := d.now()
+		now := b.now()
 		j.Fail(now, fmt.Sprintf("the job ran past its timeout of %d seconds and its warm runner (Nomad allocation %s) did not stop it; it was failed", j.TimeoutSeconds, r.Alloc))
 		return nil
 	})
-	d.applied(ctx, j.ID, child, nj, err)
+	b.settle.applied(ctx, j.ID, child, nj, err)
 }

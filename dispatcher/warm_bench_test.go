@@ -35,7 +35,7 @@ func BenchmarkDispatcherWarmDoneApply(b *testing.B) {
 				}
 				b.StartTimer()
 				t0 := time.Now()
-				if e.d.warmSweep(e.ctx, e.s) == 0 {
+				if e.d.warm.warmSweep(e.ctx, e.s) == 0 {
 					b.Fatal("the sweep failed")
 				}
 				took += time.Since(t0)

@@ -117,7 +117,7 @@ func (e *warmEnv) start(run *store.WarmRun) {
 		e.t.Fatal(err)
 	}
 	run.Started = true
-	e.d.warmStarted(e.ctx, *run)
+	e.d.warm.warmStarted(e.ctx, *run)
 }
 
 // offered hands the job of entry to a new waiting runner, which has not started
@@ -320,7 +320,7 @@ func TestWarmDoneReported(t *testing.T) {
 	e.put(prefix+"result.json", mj.Result{JobID: entry.ID, Attempt: 1, Succeeded: true, InputBytes: 7,
 		Outputs: []mj.Output{{Name: "out.mp4", Size: 5}}})
 	wd := e.finish(run, "reported")
-	e.d.applyWarmDone(e.ctx, e.s, wd)
+	e.d.warm.applyWarmDone(e.ctx, e.s, wd)
 	j := e.get(entry.ID)
 	if j.Status != mj.StatusSucceeded || j.TotalInputBytes != 7 || len(j.Outputs) != 1 || j.Outputs[0].Key != prefix+"outputs/out.mp4" || j.TotalOutputBytes != 5 {
 		t.Fatalf("after a reported run: %s %q outputs %+v", j.Status, j.ErrorMessage, j.Outputs)
@@ -338,12 +338,12 @@ func TestWarmDoneReported(t *testing.T) {
 	entry2 := e.job(30, now)
 	run2 := e.handed(entry2)
 	wd2 := e.finish(run2, "reported")
-	e.d.applyWarmDone(e.ctx, e.s, wd2)
+	e.d.warm.applyWarmDone(e.ctx, e.s, wd2)
 	if j := e.get(entry2.ID); j.Attempt != 1 || j.NomadJobID != mj.WarmChild(run2.Run) || !e.doneKey(run2.Run) {
 		t.Fatalf("a result reported and not readable yet was not waited for: attempt %d child %q %q", j.Attempt, j.NomadJobID, j.StatusDetail)
 	}
 	e.d.clock = func() time.Time { return wd2.At.Add(resultGrace + time.Second) }
-	e.d.applyWarmDone(e.ctx, e.s, wd2)
+	e.d.warm.applyWarmDone(e.ctx, e.s, wd2)
 	e.retriedOnce(entry2.ID, "gave it back without a result")
 	if e.doneKey(run2.Run) {
 		t.Fatal("the done key outlived its application")
@@ -365,12 +365,12 @@ func TestWarmDoneStoppedRetriesOnce(t *testing.T) {
 	entry := e.job(30, time.Now().UTC())
 	run := e.handed(entry)
 	wd := e.finish(run, "stopped")
-	e.d.applyWarmDone(e.ctx, e.s, wd)
+	e.d.warm.applyWarmDone(e.ctx, e.s, wd)
 	e.retriedOnce(entry.ID, "gave it back without a result")
 	if e.doneKey(run.Run) {
 		t.Fatal("the done key outlived its application")
 	}
-	e.d.applyWarmDone(e.ctx, e.s, wd) // a replay: the watch and a sweep both saw it
+	e.d.warm.applyWarmDone(e.ctx, e.s, wd) // a replay: the watch and a sweep both saw it
 	e.retriedOnce(entry.ID, "gave it back without a result")
 	// The next attempt is handed over as any job.
 	run2 := e.handed(entry)
@@ -392,9 +392,9 @@ func TestWarmLapsedRetriesOnce(t *testing.T) {
 	if r, _ := e.s.WarmRunOf(e.ctx, "cpu", run.Alloc); r != nil {
 		t.Fatalf("the run key outlived its lease: %+v", r)
 	}
-	e.d.warmLapsed(e.ctx, e.s, run)
+	e.d.warm.warmLapsed(e.ctx, e.s, run)
 	e.retriedOnce(entry.ID, "stopped renewing its lease")
-	e.d.warmLapsed(e.ctx, e.s, run) // the watch's event and a sweep
+	e.d.warm.warmLapsed(e.ctx, e.s, run) // the watch's event and a sweep
 	e.retriedOnce(entry.ID, "stopped renewing its lease")
 
 	// Done first, then the lease went (the gateway revokes it after done).
@@ -404,11 +404,11 @@ func TestWarmLapsedRetriesOnce(t *testing.T) {
 	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run2.Lease)); err != nil {
 		t.Fatal(err)
 	}
-	e.d.warmLapsed(e.ctx, e.s, run2)
+	e.d.warm.warmLapsed(e.ctx, e.s, run2)
 	if j := e.get(entry2.ID); j.Attempt != 1 || j.NomadJobID != mj.WarmChild(run2.Run) {
 		t.Fatalf("a run that reported was retried for its lapse: attempt %d child %q %q", j.Attempt, j.NomadJobID, j.StatusDetail)
 	}
-	e.d.applyWarmDone(e.ctx, e.s, wd)
+	e.d.warm.applyWarmDone(e.ctx, e.s, wd)
 	e.retriedOnce(entry2.ID, "gave it back without a result")
 
 	// Its runner never renewed: it went away as its poll was answered. The job
@@ -419,7 +419,7 @@ func TestWarmLapsedRetriesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 2 {
-		e.d.warmLapsed(e.ctx, e.s, run3)
+		e.d.warm.warmLapsed(e.ctx, e.s, run3)
 		j := e.get(entry3.ID)
 		// No trace of the offer: still queued, never started, its attempt with
 		// no start (a Nomad child's running event starts it; a cancel bills nothing).
@@ -451,7 +451,7 @@ func TestWarmSweepFindsMissedEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.finish(endedRun, "stopped")
-	if rev := e.d.warmSweep(e.ctx, e.s); rev == 0 {
+	if rev := e.d.warm.warmSweep(e.ctx, e.s); rev == 0 {
 		t.Fatal("the sweep failed a read")
 	}
 	e.retriedOnce(lapsed.ID, "stopped renewing its lease")
@@ -466,7 +466,7 @@ func TestWarmSweepFindsMissedEnds(t *testing.T) {
 		t.Fatalf("the sweep missed a run's start: %s attempt started %v child %q %q", j.Status, j.AttemptStartedAt, j.NomadJobID, j.StatusDetail)
 	}
 	// Swept again: nothing is retried twice.
-	e.d.warmSweep(e.ctx, e.s)
+	e.d.warm.warmSweep(e.ctx, e.s)
 	e.retriedOnce(lapsed.ID, "stopped renewing its lease")
 	e.retriedOnce(ended.ID, "gave it back without a result")
 }
@@ -481,12 +481,12 @@ func TestWarmTimedOut(t *testing.T) {
 	deadline := started.Add(30*time.Second + e.d.TimeoutGrace)
 	clock := deadline.Add(-5 * time.Second)
 	e.d.clock = func() time.Time { return clock }
-	e.d.warmSweep(e.ctx, e.s)
+	e.d.warm.warmSweep(e.ctx, e.s)
 	if j := e.get(entry.ID); j.Status != mj.StatusRunning {
 		t.Fatalf("failed before its timeout and the grace: %s %q", j.Status, j.ErrorMessage)
 	}
 	clock = deadline.Add(5 * time.Second)
-	e.d.warmSweep(e.ctx, e.s)
+	e.d.warm.warmSweep(e.ctx, e.s)
 	j := e.get(entry.ID)
 	if j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "past its timeout") || j.Attempt != 1 || j.FinishedAt == nil {
 		t.Fatalf("past its timeout and the grace: %s attempt %d %q", j.Status, j.Attempt, j.ErrorMessage)
@@ -495,7 +495,7 @@ func TestWarmTimedOut(t *testing.T) {
 		t.Fatal("the run key of a timed-out job went with it")
 	}
 	// Its lapse afterwards changes nothing.
-	e.d.warmLapsed(e.ctx, e.s, run)
+	e.d.warm.warmLapsed(e.ctx, e.s, run)
 	if j := e.get(entry.ID); j.Status != mj.StatusFailed || j.Attempt != 1 {
 		t.Fatalf("a lapse after the timeout: %s attempt %d", j.Status, j.Attempt)
 	}
@@ -527,9 +527,9 @@ func TestWarmLapsedAppliesTheRunsResult(t *testing.T) {
 	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run.Lease)); err != nil {
 		t.Fatal(err)
 	}
-	e.d.warmLapsed(e.ctx, e.s, run)
+	e.d.warm.warmLapsed(e.ctx, e.s, run)
 	succeeded(entry.ID, prefix, 1)
-	e.d.warmLapsed(e.ctx, e.s, run) // again: nothing changes
+	e.d.warm.warmLapsed(e.ctx, e.s, run) // again: nothing changes
 	succeeded(entry.ID, prefix, 1)
 
 	// On its last attempt, the lapse seen by the sweep only.
@@ -542,7 +542,7 @@ func TestWarmLapsedAppliesTheRunsResult(t *testing.T) {
 	if _, err := e.s.Client().Delete(e.ctx, e.s.WarmRunKey("cpu", run.Alloc)); err != nil {
 		t.Fatal(err)
 	}
-	e.d.warmSweep(e.ctx, e.s)
+	e.d.warm.warmSweep(e.ctx, e.s)
 	succeeded(last.ID, prefix, 3)
 }
 
@@ -557,7 +557,7 @@ func TestWarmUnstartedLapseLeavesNoStart(t *testing.T) {
 	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run.Lease)); err != nil {
 		t.Fatal(err)
 	}
-	e.d.warmLapsed(e.ctx, e.s, run)
+	e.d.warm.warmLapsed(e.ctx, e.s, run)
 	j := e.get(entry.ID)
 	if j.AttemptStart() != nil || j.Status != mj.StatusQueued || j.StartedAt != nil || mj.CancelledUsage(j, offer.Add(time.Hour), 0) != nil {
 		t.Fatalf("after an unstarted lapse: %s started %v attempt start %v; want no start at all", j.Status, j.StartedAt, j.AttemptStart())
@@ -573,7 +573,7 @@ func TestWarmUnstartedLapseLeavesNoStart(t *testing.T) {
 		t.Fatalf("the running event: %s attempt started %v; want running from %v", j.Status, j.AttemptStartedAt, running)
 	}
 	e.d.TimeoutGrace = time.Minute
-	if e.d.timedOut(j, offer.Add(125*time.Second)) {
+	if timedOut(j, offer.Add(125*time.Second), e.d.TimeoutGrace) {
 		t.Fatal("the backstop measured the attempt from the abandoned offer")
 	}
 }
@@ -594,15 +594,15 @@ func TestWarmUnstartedLapseOfAnOlderOffer(t *testing.T) {
 	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run.Lease)); err != nil {
 		t.Fatal(err)
 	}
-	e.d.warmLapsed(e.ctx, e.s, run)
+	e.d.warm.warmLapsed(e.ctx, e.s, run)
 	j := e.get(entry.ID)
-	if j.AttemptStart() != nil || j.Attempt != 2 || e.d.maxAttempts(j) != e.pool.MaxAttempts+1 || j.NomadJobID != "" || mj.CancelledUsage(j, offer.Add(time.Hour), 0) != nil {
-		t.Fatalf("after an older offer's unstarted lapse: %s attempt %d (max %d) start %v; want attempt 2, not counted, no attempt start", j.Status, j.Attempt, e.d.maxAttempts(j), j.AttemptStart())
+	if j.AttemptStart() != nil || j.Attempt != 2 || e.d.settle.maxAttempts(j) != e.pool.MaxAttempts+1 || j.NomadJobID != "" || mj.CancelledUsage(j, offer.Add(time.Hour), 0) != nil {
+		t.Fatalf("after an older offer's unstarted lapse: %s attempt %d (max %d) start %v; want attempt 2, not counted, no attempt start", j.Status, j.Attempt, e.d.settle.maxAttempts(j), j.AttemptStart())
 	}
 	// Its Nomad child's running event starts the attempt, and its clock.
 	running := offer.Add(100 * time.Second)
 	a := allocState{ID: uuid.NewString(), NomadJobID: "child", ClientStatus: "running", StartedAt: running}
-	if err := transition(j, a, nil, running, "", e.d.maxAttempts(j), time.Minute); err != nil || j.AttemptStartedAt == nil || !j.AttemptStartedAt.Equal(running) {
+	if err := transition(j, a, nil, running, "", e.d.settle.maxAttempts(j), time.Minute); err != nil || j.AttemptStartedAt == nil || !j.AttemptStartedAt.Equal(running) {
 		t.Fatalf("the running event: %v, attempt started %v; want %v", err, j.AttemptStartedAt, running)
 	}
 }
@@ -617,7 +617,7 @@ func TestWarmUnstartedLapsesSpillToNomad(t *testing.T) {
 		if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(run.Lease)); err != nil {
 			t.Fatal(err)
 		}
-		e.d.warmLapsed(e.ctx, e.s, run)
+		e.d.warm.warmLapsed(e.ctx, e.s, run)
 		if j := e.get(entry.ID); j.WarmLapses != i+1 || j.Attempt != 1 || j.NomadJobID != "" {
 			t.Fatalf("lapse %d: lapses %d attempt %d child %q", i+1, j.WarmLapses, j.Attempt, j.NomadJobID)
 		}
@@ -645,14 +645,14 @@ func TestWarmStoppedDoesNotUseAnAttempt(t *testing.T) {
 	}
 	for i := range maxGivenBack {
 		run := e.handed(entry)
-		e.d.applyWarmDone(e.ctx, e.s, e.finish(run, "stopped"))
+		e.d.warm.applyWarmDone(e.ctx, e.s, e.finish(run, "stopped"))
 		j := e.get(entry.ID)
 		if j.Status.Terminal() || j.Attempt != 4+i || j.GivenBack != i+1 || !strings.Contains(j.StatusDetail, "not counted against max_attempts") {
 			t.Fatalf("give-back %d on the last attempt: %s attempt %d given back %d %q %q", i+1, j.Status, j.Attempt, j.GivenBack, j.StatusDetail, j.ErrorMessage)
 		}
 	}
 	run := e.handed(entry)
-	e.d.applyWarmDone(e.ctx, e.s, e.finish(run, "stopped"))
+	e.d.warm.applyWarmDone(e.ctx, e.s, e.finish(run, "stopped"))
 	if j := e.get(entry.ID); j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "gave it back without a result") {
 		t.Fatalf("a give-back past %d: %s attempt %d %q; want it to count, and fail the job", maxGivenBack, j.Status, j.Attempt, j.ErrorMessage)
 	}
@@ -722,6 +722,7 @@ func TestWarmDoneAppliedConcurrently(t *testing.T) {
 	}
 	barrier := &barrierBlobs{Blobs: e.blobs, want: n}
 	e.d.Blobs = barrier
+	rewire(e.d)
 	gate := func(runs []store.WarmRun) {
 		var prefixes []string
 		for _, r := range runs {
@@ -748,7 +749,7 @@ func TestWarmDoneAppliedConcurrently(t *testing.T) {
 	gate(swept)
 	ctx, cancel := context.WithCancel(e.ctx)
 	ended := make(chan struct{})
-	go func() { defer close(ended); e.d.warmLoop(ctx) }()
+	go func() { defer close(ended); e.d.warm.warmLoop(ctx) }()
 	t.Cleanup(func() { cancel(); <-ended })
 	allSucceeded("the sweep", swept)
 	// The sweep is past its listing: these are the watch's.
