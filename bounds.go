@@ -40,7 +40,7 @@ import (
 //	analysis          MaxAnalysisBytes, all blocks together                        16,384
 //	deliveries        MaxDestinations 20 × ≈ 450: MaxShownURLBytes 256 (as
 //	                  stored), sha256 64, status 16, the rest                    ≈   9,000
-//	the rest          ids, times, counters, progress                             ≈   1,500
+//	the rest          ids, times, counters, progress, pipeline step              ≈   1,700
 //	total                                                                     ≈ 1,021,500
 //
 // that is 97.4% of JobRecordBudget (1,048,576) and 65% of etcd's limit.

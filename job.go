@@ -54,6 +54,8 @@ type Job struct {
 	// name, once their jobs succeeded: the dispatcher signs them into the
 	// runner's manifest, so the file goes from storage to the worker directly.
 	InputKeys map[string]string `json:"input_keys,omitempty"`
+	// Pipeline: the pipeline and step this job is one of (docs/pipelines.md).
+	Pipeline *PipelineRef `json:"pipeline,omitempty"`
 
 	// Outputs are the files the runner uploaded, in the order it found them.
 	Outputs []Output `json:"outputs,omitempty"`

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -23,15 +24,15 @@ func ResolveRef(dep *Job, output string) (key string, wait bool, never string) {
 				continue
 			}
 			if o.Key == "" {
-				return "", false, fmt.Sprintf("job %s's output %q was not kept in this service's storage", dep.ID, output)
+				return "", false, fmt.Sprintf("%s's output %q was not kept in this service's storage", jobName(dep), output)
 			}
 			return o.Key, false, ""
 		}
-		return "", false, fmt.Sprintf("job %s succeeded without an output named %q (it made: %s)", dep.ID, output, outputNames(dep))
+		return "", false, fmt.Sprintf("%s succeeded without an output named %q (it made: %s)", jobName(dep), output, outputNames(dep))
 	case StatusFailed:
-		return "", false, fmt.Sprintf("job %s failed, so its output %q will not exist: %s", dep.ID, output, dep.ErrorMessage)
+		return "", false, fmt.Sprintf("%s failed, so its output %q will not exist: %s", jobName(dep), output, dep.ErrorMessage)
 	case StatusCancelled:
-		return "", false, fmt.Sprintf("job %s was cancelled, so its output %q will not exist", dep.ID, output)
+		return "", false, fmt.Sprintf("%s was cancelled, so its output %q will not exist", jobName(dep), output)
 	}
 	if !mayMake(dep, output) {
 		return "", false, fmt.Sprintf("job %s does not list %q among its output_files (%s)", dep.ID, output, strings.Join(dep.OutputNames, ", "))
@@ -66,4 +67,17 @@ func (j *Job) AwaitingDetail() string {
 		}
 	}
 	return "waiting for " + strings.Join(parts, ", ")
+}
+
+// jobName names dep in a message: "job <id>", with its pipeline step when it
+// is one (docs/pipelines.md).
+func jobName(dep *Job) string {
+	if dep.Pipeline == nil {
+		return "job " + dep.ID
+	}
+	step := dep.Pipeline.Step
+	if dep.Pipeline.Item != nil {
+		step += "[" + strconv.Itoa(*dep.Pipeline.Item) + "]"
+	}
+	return "job " + dep.ID + " (step " + step + ")"
 }

@@ -44,6 +44,9 @@ type JobView struct {
 	// Worker is where the job's current (or last) attempt runs: a warm runner or a
 	// child dispatched to Nomad, and its allocation; null while queued.
 	Worker *Worker `json:"worker"`
+	// Pipeline: the pipeline and step the job is one of; absent for a job
+	// created by itself (docs/pipelines.md).
+	Pipeline *PipelineRef `json:"pipeline,omitempty"`
 }
 
 // OutputView describes one produced file: its size and what ffprobe says of it.
@@ -68,6 +71,7 @@ func View(j *Job, sign func(key string) string) JobView {
 		InputFiles: nonNil(j.InputFiles), Metadata: nonNil(j.Metadata),
 		OutputFiles: map[string]string{}, Outputs: map[string]OutputView{}, Logs: map[string]string{},
 		Analysis: []Analysis{}, StatusDetail: j.StatusDetail, Webhook: j.Webhook, Usage: j.Usage, Worker: j.Worker,
+		Pipeline: j.Pipeline,
 	}
 	if v.FFmpegCommands == nil {
 		v.FFmpegCommands = []string{}

@@ -31,7 +31,8 @@ type Config struct {
 	Webhooks   *Webhooks   `hcl:"webhooks,block"`
 	Log        *Log        `hcl:"log,block"`
 	Limits     *Limits     `hcl:"limits,block"`
-	Usage      *Usage      `hcl:"usage,block"` // usage.go
+	Usage      *Usage      `hcl:"usage,block"`     // usage.go
+	Pipelines  *Pipelines  `hcl:"pipelines,block"` // pipelines.go
 	Pools      []*Pool     `hcl:"pool,block"`
 
 	file *hcl.File // the parsed file, for the source lines of later diagnostics
@@ -545,6 +546,7 @@ func Default() *Config {
 		Log:        &Log{Format: "text", Level: "info"},
 		Limits:     &Limits{},
 		Usage:      &Usage{RetentionDays: DefaultUsageRetentionDays},
+		Pipelines:  &Pipelines{},
 		Storage:    &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m", JobRetention: "720h"},
 	}
 }
@@ -729,6 +731,7 @@ func (c *Config) finish() hcl.Diagnostics {
 	c.Storage.check(&ck)
 	c.Usage.check(&ck)
 	c.Limits.check(&ck)
+	c.Pipelines.check(&ck)
 	c.checkPools(&ck)
 	return ck.diags
 }
@@ -745,6 +748,9 @@ func (c *Config) defaults() {
 	if c.Usage == nil {
 		c.Usage = &Usage{RetentionDays: DefaultUsageRetentionDays}
 	}
+	if c.Pipelines == nil {
+		c.Pipelines = &Pipelines{}
+	}
 	if len(c.Pools) == 0 {
 		c.Pools = []*Pool{{Name: "cpu"}}
 	}
@@ -753,6 +759,7 @@ func (c *Config) defaults() {
 	c.Etcd.defaults()
 	c.Webhooks.defaults()
 	c.Limits.defaults()
+	c.Pipelines.defaults()
 	for _, p := range c.Pools {
 		p.defaults()
 	}

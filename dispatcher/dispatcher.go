@@ -43,6 +43,7 @@ type Store interface {
 	janitorStore
 	outboxStore
 	awaitsStore
+	pipelinesStore
 	warmStore
 	observeStore
 	NewLeaderSession(ctx context.Context, ttl time.Duration) (*store.LeaderSession, error)
@@ -297,7 +298,7 @@ func (d *Dispatcher) lead(ctx context.Context) {
 	if err := d.nomad.stopRemovedWarm(ctx); err != nil {
 		d.Log.Warn("stopping the warm runners of removed pools failed; the next leadership tries again", "err", err)
 	}
-	loops := []func(context.Context){d.sched.dispatchLoop, d.track.eventLoop, d.recon.cancelLoop, d.webhookLoop, d.jan.janitorLoop, d.jan.maintainLoop, d.queueMetricsLoop, d.warm.warmLoop, d.awaitsLoop}
+	loops := []func(context.Context){d.sched.dispatchLoop, d.track.eventLoop, d.recon.cancelLoop, d.webhookLoop, d.jan.janitorLoop, d.jan.maintainLoop, d.queueMetricsLoop, d.warm.warmLoop, d.awaitsLoop, d.pipelinesLoop}
 	if len(failed) > 0 {
 		loops = append(loops, func(ctx context.Context) { d.nomad.retryPools(ctx, failed) })
 	}

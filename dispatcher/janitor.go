@@ -21,6 +21,7 @@ type janitorStore interface {
 	SweepIdempotency(ctx context.Context, cutoff time.Time) (int, error)
 	BackfillDone(ctx context.Context) (int, error)
 	DeleteFinishedJobs(ctx context.Context, cutoff time.Time, max int) (int, error)
+	DeleteEndedPipelines(ctx context.Context, cutoff time.Time, max int) (int, error)
 }
 
 // etcdMaintainer keeps etcd small (maintenance.go); the plain store has it.
@@ -106,6 +107,12 @@ func (j *janitor) deleteFinishedJobs(ctx context.Context, now time.Time) {
 		j.log.Warn("janitor: delete finished jobs", "err", err, "deleted", n)
 	} else if n > 0 {
 		j.log.Info("janitor: deleted finished jobs past job_retention", "jobs", n)
+	}
+	n, err = j.st().DeleteEndedPipelines(ctx, now.Add(-j.cfg.Storage.JobRetentionD), 0)
+	if err != nil {
+		j.log.Warn("janitor: delete ended pipelines", "err", err, "deleted", n)
+	} else if n > 0 {
+		j.log.Info("janitor: deleted ended pipelines past job_retention", "pipelines", n)
 	}
 }
 

@@ -40,6 +40,7 @@ type Store interface {
 	createChecker
 	streamLimiter
 	idempotentJobs
+	pipelineStore // pipelines.go
 }
 
 // jobStore keeps jobs, keys, sessions and progress.

@@ -60,6 +60,10 @@ func (g *Gateway) routes(app *fiber.App) {
 	api.Get("/jobs/:id/events", g.jobEvents) // server-sent events until the job ends
 	api.Get("/events", g.accountEvents)      // server-sent events of every job of the account
 	api.Post("/jobs/:id/cancel", g.cancelJob)
+	api.Post("/pipelines", g.createPipeline) // steps of jobs as one request (pipelines.go)
+	api.Get("/pipelines", g.listPipelines)
+	api.Get("/pipelines/:id", g.getPipeline)
+	api.Post("/pipelines/:id/cancel", g.cancelPipeline)
 	api.Post("/tmp-file", g.createTmpFile)
 	api.Get("/account", g.getAccount) // the account's limits and use (docs/limits.md)
 	api.Get("/usage", g.getUsage)     // the account's metered usage (usage.go)

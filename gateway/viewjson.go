@@ -138,6 +138,10 @@ func appendJobData(b []byte, v *mj.JobView) ([]byte, bool) {
 	b = appendValue(b, v.Usage == nil, v.Usage)
 	b = append(b, `,"worker":`...)
 	b = appendValue(b, v.Worker == nil, v.Worker)
+	if v.Pipeline != nil { // omitempty: only a pipeline's jobs have it
+		b = append(b, `,"pipeline":`...)
+		b = appendValue(b, false, v.Pipeline)
+	}
 	b = append(b, "}}"...)
 	return b, ok
 }

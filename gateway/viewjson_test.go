@@ -47,7 +47,9 @@ func TestJobViewJSON(t *testing.T) {
 	for i := range 20 {
 		many.Metadata[strings.Repeat("k", 20-i)] = strings.Repeat("v", i)
 	}
-	jobs := []*mj.Job{bare, many}
+	item := 2
+	step := &mj.Job{ID: "p", Status: mj.StatusQueued, CreatedAt: at, Pipeline: &mj.PipelineRef{ID: "pl", Step: "encode", Item: &item}}
+	jobs := []*mj.Job{bare, many, step}
 	for _, st := range []mj.Status{mj.StatusQueued, mj.StatusRunning, mj.StatusSucceeded, mj.StatusFailed, mj.StatusCancelled} {
 		jobs = append(jobs, full(st))
 		j := full(st)
@@ -79,7 +81,7 @@ func TestJobViewFields(t *testing.T) {
 	want := []string{"id", "status", "output_files", "error_message", "created_at", "queued_at", "updated_at",
 		"started_at", "finished_at", "machine", "input_files", "ffmpeg_commands", "webhook_url", "timeout_seconds",
 		"metadata", "progress", "outputs", "status_detail", "webhook", "total_input_bytes", "total_output_bytes",
-		"logs", "analysis", "usage", "worker"}
+		"logs", "analysis", "usage", "worker", "pipeline"}
 	var got []string
 	vt := reflect.TypeOf(mj.JobView{})
 	for i := range vt.NumField() {

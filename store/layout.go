@@ -71,6 +71,30 @@ package store
 //	    G at create, in its transaction. J after 24 h (SweepIdempotency), or
 //	    with the job it created.
 //
+// Pipelines (docs/pipelines.md): a record, then its jobs (ordinary jobs/<id>
+// records with their own keys above), stored after it in batches.
+//
+//	pipelines/<id> = mj.Pipeline (JSON)                          [pipelines.go]
+//	    G creates it with its plan (every job, ids assigned) and sets its stop
+//	    (cancel); G or L stores the planned jobs and drops the plan; L records
+//	    its end, its stop under fail_fast, and its webhook's delivery.
+//	pidx/<account>/<MaxInt64-created_at ns>-<id> = id            [pipelines.go]
+//	    G at create: an account's pipelines newest first (ListPipelines).
+//	pmat/<id> = created_at (unix ns)                             [pipelines.go]
+//	    Derived: the record still holds a plan. L stores the jobs of one that
+//	    a gateway left (dispatcher/pipelines.go).
+//	prun/<id> = ""                                               [pipelines.go]
+//	    Derived: the pipeline has not ended. L looks at each again (resync).
+//	pdone/<finished_at ns>_<id> = id                             [pipelines.go]
+//	    Derived: put by the write that ends it. J deletes the pipeline with
+//	    its keys job_retention after (DeleteEndedPipelines), never while its
+//	    webhook is pending.
+//	poutbox/<id> = the terminal status                           [pipelines.go]
+//	    Derived: put by the write that ends a pipeline with a webhook_url,
+//	    deleted by the write that records the delivery's outcome.
+//	idem/<account>/<sha256("pipeline\x00" + Idempotency-Key)> = idemRecord [pipelines.go]
+//	    G, with the pipeline's record; swept as the jobs' are.
+//
 // Accounting: what each account holds and used (docs/limits.md, docs/usage.md).
 // An amount held is a counter that grows, sharded so concurrent writers rarely
 // compare on the same key, less one that only the janitor adds to (…_freed),
