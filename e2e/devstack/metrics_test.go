@@ -106,11 +106,14 @@ pool "cpu" {
 	testenv.Eventually(t, 60*time.Second, "the webhook", func() bool { return len(e2e.Hooks.Calls(id)) > 0 })
 
 	var gw1, d1 samples
-	// The leader's gauges are counted every 10 s; deliveries are counted once recorded.
-	testenv.Eventually(t, 30*time.Second, "the dispatcher's series", func() bool {
+	// The leader's gauges are counted every 10 s (a count taken while the job
+	// was queued stands until the next); deliveries are counted once recorded.
+	testenv.Eventually(t, 60*time.Second, "the dispatcher's series, counted after the job", func() bool {
 		d1 = scrape(t, disp+"/metrics")
-		_, ok := d1.get("mediajobs_jobs_queued", `pool="cpu"`)
-		return ok && d1.sum("mediajobs_webhook_deliveries_total", `outcome="delivered"`) > 0
+		queued, ok := d1.get("mediajobs_jobs_queued", `pool="cpu"`)
+		running, _ := d1.get("mediajobs_jobs_running", `pool="cpu"`)
+		oldest, _ := d1.get("mediajobs_oldest_queued_seconds", `pool="cpu"`)
+		return ok && queued == 0 && running == 0 && oldest == 0 && d1.sum("mediajobs_webhook_deliveries_total", `outcome="delivered"`) > 0
 	})
 	gw1 = scrape(t, gwMetrics)
 
