@@ -1,0 +1,339 @@
+package chunked
+
+import (
+	"fmt"
+	"math"
+	"strings"
+)
+
+// Chunks travel between steps as NUT files: NUT keeps the source's time base
+// and timestamps exactly and carries every codec the encoders make.
+const chunkFormat = "nut"
+
+// SplitArgs is the argv that stream-copies chunk c of the source (video only,
+// original timestamps) into out: exactly c.Packets packets in decode order,
+// from the chunk's keyframe on.
+func SplitArgs(src *Source, cmd *Command, c Chunk, out string) []string {
+	a := []string{"-y"}
+	a = append(a, flatten(cmd.InputOpts, func(o Opt) bool { return !isDecoderOption(o) })...)
+	a = append(a, "-copyts")
+	skip := []string{}
+	if c.Index > 0 {
+		// Seek to a time (absolute: -seek_timestamp) between the frame before
+		// and the keyframe. The demuxer lands on a keyframe at or before it
+		// (ffmpeg seeks a little earlier still for streams with B-frames and
+		// formats indexed by decode time), and -copypriorss 0 drops packets
+		// up to the first keyframe shown at or after it: the chunk's.
+		a = append(a, "-seek_timestamp", "1", "-ss", seconds(c.TrimFrom))
+		skip = []string{"-copypriorss", "0"}
+	}
+	a = append(a, "-i", src.Path, "-map", fmt.Sprintf("0:%d", src.VideoIndex), "-c", "copy")
+	a = append(a, skip...)
+	return append(a, "-avoid_negative_ts", "disabled", "-frames:v", fmt.Sprint(c.Packets), "-f", chunkFormat, out)
+}
+
+// EncodeArgs is the argv that encodes chunk c (SplitArgs's file in) into out
+// with the user's video options: the chunk's frames only (a trim between
+// frames, before the user's filters), the timestamps kept, no audio,
+// subtitles or data, and a closed keyframe at its first frame (encoderArgs).
+func EncodeArgs(cmd *Command, c Chunk, in, out string) []string {
+	a := []string{"-y"}
+	a = append(a, flatten(cmd.Global, keepGlobal)...)
+	a = append(a, "-copyts")
+	a = append(a, flatten(cmd.InputOpts, isDecoderOption)...)
+	a = append(a, "-i", in, "-map", "0:v:0")
+	var keys string
+	for _, o := range cmd.OutputOpts {
+		switch {
+		case o.Name == "force_key_frames":
+			keys = o.Value
+			continue
+		case o.Name == "map" || o.Name == "c" || o.Name == "filter" || o.Name == "fps_mode" ||
+			o.Name == "x264-params" || o.Name == "x265-params" || o.Name == "svtav1-params" || o.Name == "x264opts":
+			continue
+		case isMuxerOption(o.Name) || isVideoLess(o):
+			continue
+		}
+		a = append(a, o.words()...)
+	}
+	trim := "trim="
+	if c.Index > 0 {
+		trim += "start=" + seconds(c.TrimFrom)
+	}
+	if !c.Last {
+		if c.Index > 0 {
+			trim += ":"
+		}
+		trim += "end=" + seconds(c.TrimTo)
+	}
+	graph := cmd.VideoFilter
+	switch {
+	case c.Index == 0 && c.Last:
+		// the whole source: nothing to trim
+	case graph == "":
+		graph = trim
+	default:
+		labels, rest := leadingLabels(graph)
+		graph = labels + trim + "," + rest
+	}
+	if graph != "" {
+		a = append(a, "-filter:v", graph)
+	}
+	a = append(a, "-an", "-sn", "-dn", "-c:v", cmd.Encoder, "-fps_mode", "passthrough", "-enc_time_base", "-1")
+	// The chunk's first frame is a keyframe (every encoder starts with one);
+	// forcing it says so, and the user's own times are kept after it.
+	if keys == "" {
+		a = append(a, "-force_key_frames", "expr:eq(n,0)")
+	} else {
+		a = append(a, "-force_key_frames", seconds(c.TrimFrom)+","+keys)
+	}
+	a = append(a, encoderArgs(cmd)...)
+	return append(a, "-f", chunkFormat, out)
+}
+
+// encoderArgs closes every GOP for the chunk's encoder, merged into the
+// user's own parameter list (ffmpeg keeps only the last one given):
+//   - x264 and x265: open-gop off, and a forced keyframe is an IDR;
+//   - SVT-AV1: key frames of the closed kind (irefresh-type=2);
+//   - VP9: a keyframe is always closed; nothing to add.
+func encoderArgs(cmd *Command) []string {
+	switch cmd.Encoder {
+	case "libx264":
+		return []string{"-forced-idr", "1", "-x264-params", mergeParams(cmd.param("x264-params"), "open-gop", "0")}
+	case "libx265":
+		return []string{"-forced-idr", "1", "-x265-params", mergeParams(cmd.param("x265-params"), "open-gop", "0")}
+	case "libsvtav1":
+		return []string{"-svtav1-params", mergeParams(cmd.param("svtav1-params"), "irefresh-type", "2")}
+	}
+	if p := cmd.param(cmd.Encoder + "-params"); p != "" {
+		return []string{"-" + cmd.Encoder + "-params", p}
+	}
+	return nil
+}
+
+// param is the value of the last output option name.
+func (cmd *Command) param(name string) string {
+	v := ""
+	for _, o := range cmd.OutputOpts {
+		if o.Name == name {
+			v = o.Value
+		}
+	}
+	if name == "x264-params" { // -x264opts is the same list, read first
+		for _, o := range cmd.OutputOpts {
+			if o.Name == "x264opts" {
+				v = strings.Trim(o.Value+":"+v, ":")
+			}
+		}
+	}
+	return v
+}
+
+// mergeParams sets key=val in a key=value:key=value list, replacing the key
+// however it is spelt (open_gop, open-gop, no-open-gop).
+func mergeParams(list, key, val string) string {
+	norm := func(k string) string { return strings.ReplaceAll(strings.ToLower(k), "_", "-") }
+	var out []string
+	for _, p := range strings.Split(list, ":") {
+		k, _, _ := strings.Cut(p, "=")
+		if p == "" || norm(k) == norm(key) || norm(k) == "no-"+norm(key) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return strings.Join(append(out, key+"="+val), ":")
+}
+
+// AuxArgs is the argv that encodes everything but the video once, from the
+// whole source: the user's command with -vn, its audio options, subtitles,
+// metadata and chapters, into out (a file of the user's container).
+func AuxArgs(cmd *Command, out string) []string {
+	a := []string{"-y"}
+	a = append(a, flatten(cmd.Global, keepGlobal)...)
+	a = append(a, flatten(cmd.InputOpts, nil)...)
+	a = append(a, "-i", cmd.Input)
+	for _, o := range cmd.OutputOpts {
+		if (o.Name == "filter" || o.Name == "c") && appliesToVideo(o.Spec) && specType(o.Spec) != 0 {
+			continue
+		}
+		if o.Name == "force_key_frames" || o.Name == "fps_mode" {
+			continue
+		}
+		a = append(a, o.words()...)
+	}
+	return append(a, "-vn", out)
+}
+
+// NeedsAux tells whether the command's output has streams besides the video
+// that AuxArgs must make: the source has some, and the command does not drop
+// them all.
+func (cmd *Command) NeedsAux(src *Source) bool {
+	if src.Others == 0 {
+		return false
+	}
+	an, sn, dn := false, false, false
+	for _, o := range cmd.OutputOpts {
+		switch o.Name {
+		case "an":
+			an = true
+		case "sn":
+			sn = true
+		case "dn":
+			dn = true
+		}
+	}
+	if len(cmd.Maps) == 0 {
+		return src.HasAudio && !an // ffmpeg's default picks audio; subtitles only by -map
+	}
+	for _, m := range cmd.Maps {
+		mm := mapRe.FindStringSubmatch(m)
+		if strings.HasPrefix(m, "-") || mm == nil {
+			continue
+		}
+		switch mm[2] {
+		case "v", "V":
+		case "a":
+			if !an && src.HasAudio {
+				return true
+			}
+		case "s":
+			if !sn {
+				return true
+			}
+		case "d", "t":
+			if !dn {
+				return true
+			}
+		default: // 0 or 0:N: every stream, or one by index
+			if !(an && sn && dn) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// ConcatList is the concat demuxer's list that stitches the encoded chunks
+// (names relative to the list's directory) on the source's timeline: each
+// chunk lasts exactly until the next one's start, so a chunk's first frame
+// lands at its Start, however its container shifted its timestamps.
+func ConcatList(chunks []Chunk, names []string) string {
+	var b strings.Builder
+	b.WriteString("ffconcat version 1.0\n")
+	for i, c := range chunks {
+		fmt.Fprintf(&b, "file '%s'\n", strings.ReplaceAll(names[i], "'", `'\''`))
+		// Both ends rounded alike: the durations add up to the starts exactly.
+		d := math.Round(c.End*1e6) - math.Round(c.Start*1e6)
+		fmt.Fprintf(&b, "duration %s\n", seconds(d/1e6))
+	}
+	return b.String()
+}
+
+// StitchArgs is the argv that joins the encoded chunks (list: ConcatList's
+// file) and muxes AuxArgs's file (aux; "" without one) back in, stream copy,
+// into the user's output with the user's container options (-movflags
+// +faststart, -f, -metadata, -tag:v...). The video is placed where it started
+// in the source relative to the container's start, as ffmpeg places it.
+func StitchArgs(src *Source, cmd *Command, list, aux string) []string {
+	a := []string{"-y"}
+	a = append(a, flatten(cmd.Global, keepGlobal)...)
+	if off := src.Start - src.FormatStart; math.Abs(off) >= 1e-6 {
+		a = append(a, "-itsoffset", seconds(off))
+	}
+	a = append(a, "-f", "concat", "-safe", "0", "-i", list)
+	if aux != "" {
+		a = append(a, "-i", aux)
+	}
+	a = append(a, "-map", "0:v:0")
+	if aux != "" {
+		a = append(a, "-map", "1", "-map_metadata", "1", "-map_chapters", "1")
+	}
+	a = append(a, "-c", "copy")
+	for _, o := range cmd.OutputOpts {
+		if o.Name == "metadata" || o.Name == "disposition" || o.Name == "tag" {
+			// Global metadata is in aux; the video's own comes here.
+			if aux != "" && o.Name == "metadata" && o.Spec == "" {
+				continue
+			}
+			if aux != "" && o.Spec != "" && specType(o.Spec) != 'v' {
+				continue
+			}
+			a = append(a, o.words()...)
+			continue
+		}
+		if isMuxerOption(o.Name) {
+			a = append(a, o.words()...)
+		}
+	}
+	return append(a, cmd.Output)
+}
+
+// flatten writes opts back as words, those keep accepts (all when nil).
+func flatten(opts []Opt, keep func(Opt) bool) []string {
+	var a []string
+	for _, o := range opts {
+		if keep == nil || keep(o) {
+			a = append(a, o.words()...)
+		}
+	}
+	return a
+}
+
+// keepGlobal drops the global options that the steps set themselves.
+func keepGlobal(o Opt) bool {
+	switch o.Name {
+	case "y", "n", "vsync", "filter_complex", "lavfi", "stdin":
+		return false
+	}
+	return true
+}
+
+// isDecoderOption tells input options that shape the decoding (kept for a
+// chunk's encode) from those that read the source's container (kept for the
+// split and the aux step).
+func isDecoderOption(o Opt) bool {
+	switch o.Name {
+	case "c", "hwaccel", "hwaccel_device", "hwaccel_output_format", "threads", "thread_type",
+		"autorotate", "noautorotate", "lowres", "flags", "flags2", "strict", "ec", "err_detect":
+		return true
+	}
+	return false
+}
+
+// isVideoLess tells options for audio, subtitles or data only.
+func isVideoLess(o Opt) bool {
+	if t := specType(o.Spec); t == 'a' || t == 's' || t == 'd' || t == 't' {
+		return true
+	}
+	switch o.Name {
+	case "ar", "ac", "channel_layout", "sample_fmt", "an", "sn", "dn", "vol", "aq", "atag", "shortest":
+		return true
+	}
+	return false
+}
+
+// isMuxerOption tells options of the output's container: they belong to the
+// stitch, and the chunks' NUT muxer would refuse them.
+func isMuxerOption(name string) bool {
+	switch name {
+	case "f", "movflags", "brand", "use_editlist", "video_track_timescale", "write_tmcd", "timecode",
+		"map_metadata", "map_chapters", "output_ts_offset", "avoid_negative_ts", "muxdelay",
+		"muxpreload", "max_interleave_delta", "flush_packets", "metadata_header_padding",
+		"cluster_size_limit", "cluster_time_limit", "cues_to_front", "reserve_index_space",
+		"default_mode", "live", "dash", "dash_track_number", "moov_size", "skip_iods", "mov_gamma",
+		"empty_hdlr_name", "ism_lookahead", "packetsize", "id3v2_version", "write_id3v1", "write_xing",
+		"metadata", "disposition", "tag", "fflags", "seekable", "chunk_duration", "chunk_size":
+		return true
+	}
+	for _, p := range []string{"frag", "write_", "mpegts_", "encryption_", "iods_", "movie_"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// seconds writes a time as ffmpeg reads durations: microseconds.
+func seconds(s float64) string {
+	return fmt.Sprintf("%.6f", s)
+}

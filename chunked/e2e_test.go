@@ -1,0 +1,369 @@
+package chunked
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/mediajobs/mediajobs/command"
+	"github.com/mediajobs/mediajobs/testenv"
+)
+
+// A source made in the test: the lavfi graph (and encoding) that makes it.
+type testSource struct {
+	name string
+	args []string // ffmpeg arguments that write inputs/src.mp4 (appended)
+}
+
+// Tiny pictures: the sources, encodes and decodes must run fast on two cores.
+const size = "128x96"
+
+func video(rate, dur string) []string {
+	return []string{"-f", "lavfi", "-i", "testsrc2=s=" + size + ":r=" + rate + ":d=" + dur}
+}
+
+func tone(dur string) []string {
+	return []string{"-f", "lavfi", "-i", "sine=f=440:r=48000:d=" + dur}
+}
+
+// x264 with a keyframe every gop frames and no scene cuts, so the tests know
+// where the keyframes are.
+func x264(gop int) []string {
+	return []string{"-c:v", "libx264", "-preset", "veryfast", "-g", fmt.Sprint(gop), "-keyint_min", fmt.Sprint(gop), "-sc_threshold", "0"}
+}
+
+var aac = []string{"-c:a", "aac", "-b:a", "64k"}
+
+func cat(parts ...[]string) []string {
+	var a []string
+	for _, p := range parts {
+		a = append(a, p...)
+	}
+	return a
+}
+
+var sources = map[string][]string{
+	"cfr24":   cat(video("24", "3"), tone("3"), x264(12), aac),
+	"cfr25":   cat(video("25", "3"), tone("3"), x264(12), aac),
+	"cfr2997": cat(video("30000/1001", "3"), tone("3"), x264(15), aac, []string{"-video_track_timescale", "30000"}),
+	"cfr60":   cat(video("60", "2"), tone("2"), x264(30), aac),
+	// A phone's: frames at uneven steps on a 1/90000 time base.
+	"vfr": cat([]string{"-f", "lavfi", "-i", "testsrc2=s=" + size + ":r=30:d=3,setpts='(N/30+if(gt(N\\,40)\\,(N-40)*0.0071\\,0)+if(eq(mod(N\\,7)\\,3)\\,0.004\\,0))/TB'"},
+		tone("3.3"), x264(15), aac, []string{"-fps_mode", "passthrough", "-enc_time_base", "1/90000", "-video_track_timescale", "90000"}),
+	// Open GOPs with B-pyramids: each keyframe after the first is followed in
+	// decode order by pictures shown before it.
+	"opengop": cat(video("25", "3"), tone("3"), []string{"-c:v", "libx264", "-preset", "veryfast", "-bf", "3",
+		"-x264-params", "open-gop=1:keyint=25:min-keyint=25:scenecut=0:b-pyramid=normal"}, aac),
+	// 83 frames at 25 fps with a keyframe every 5: the last chunk holds 8.
+	"tail":       cat(video("25", "3.32"), tone("3.32"), x264(5), aac),
+	"audiolong":  cat(video("25", "2"), tone("2.6"), x264(10), aac),
+	"audioshort": cat(video("25", "3"), tone("1.5"), x264(10), aac),
+	"noaudio":    cat(video("25", "2"), x264(10)),
+	// Other containers: Matroska's millisecond time base, and MPEG-TS, whose
+	// clock starts at 1.4 s.
+	"mkv": cat(video("30000/1001", "3"), tone("3"), x264(15), aac),
+	"ts":  cat(video("25", "3"), tone("3"), x264(12), aac),
+}
+
+// srcFile is the source's name: src.mp4 but for the containers tested.
+func srcFile(source string) string {
+	switch source {
+	case "mkv", "ts":
+		return "src." + source
+	}
+	return "src.mp4"
+}
+
+// Users' commands, one per encoder; {a} is the audio options.
+var encoders = map[string]struct{ args, out string }{
+	"libx264":    {"-c:v libx264 -preset veryfast -crf 28 -c:a aac -b:a 64k -movflags +faststart", "out.mp4"},
+	"libx265":    {"-c:v libx265 -preset ultrafast -crf 30 -x265-params log-level=error -tag:v hvc1 -c:a aac -b:a 64k", "out.mp4"},
+	"libsvtav1":  {"-c:v libsvtav1 -preset 12 -crf 45 -c:a libopus -b:a 64k", "out.mkv"},
+	"libvpx-vp9": {"-c:v libvpx-vp9 -deadline realtime -cpu-used 8 -b:v 0 -crf 40 -c:a libopus -b:a 64k", "out.webm"},
+}
+
+var (
+	encodersOnce sync.Once
+	encodersHere string
+)
+
+// haveEncoders lists the video encoders of the local ffmpeg; in CI every one
+// the tests use must be there.
+func haveEncoders(t *testing.T, ffmpeg string) string {
+	encodersOnce.Do(func() {
+		out, _ := exec.Command(ffmpeg, "-hide_banner", "-encoders").Output()
+		encodersHere = string(out)
+	})
+	return encodersHere
+}
+
+func needEncoder(t *testing.T, ffmpeg, enc string) {
+	t.Helper()
+	if !strings.Contains(haveEncoders(t, ffmpeg), " "+enc+" ") {
+		testenv.Missing(t, "ffmpeg with the "+enc+" encoder")
+	}
+}
+
+type rig struct {
+	t               *testing.T
+	dir             string
+	ffmpeg, ffprobe string
+	ctx             context.Context
+}
+
+func newRig(t *testing.T) *rig {
+	ffmpeg := testenv.Binary(t, "ffmpeg")
+	ffprobe := testenv.Binary(t, "ffprobe")
+	dir := t.TempDir()
+	for _, d := range []string{"inputs", "outputs", "chunks"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return &rig{t: t, dir: dir, ffmpeg: ffmpeg, ffprobe: ffprobe, ctx: ctx}
+}
+
+// ffmpeg runs ffmpeg in the rig's directory, as a step runs in its job's.
+func (r *rig) run(args ...string) {
+	r.t.Helper()
+	cmd := exec.CommandContext(r.ctx, r.ffmpeg, append([]string{"-nostdin", "-hide_banner", "-v", "error"}, args...)...)
+	cmd.Dir = r.dir
+	cmd.Env = append(os.Environ(), "SVT_LOG=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		r.t.Fatalf("ffmpeg %s: %v\n%s", strings.Join(args, " "), err, tail(string(out), 3000))
+	}
+}
+
+func (r *rig) makeSource(name string) {
+	r.t.Helper()
+	r.run(append(append([]string{"-y"}, sources[name]...), "inputs/"+srcFile(name))...)
+}
+
+// chunked runs a chunked job the way the service plans it: probe, plan,
+// split, encode each chunk, the rest once, stitch, verify. mutate, when set,
+// changes the plan the encodes see (to prove Verify catches a wrong stitch).
+func (r *rig) chunked(userCmd string, chunkSeconds float64, mutate func([]Chunk)) (*Report, []Chunk) {
+	t := r.t
+	t.Helper()
+	argv, err := command.Prepare(userCmd, testSpec)
+	if err != nil {
+		t.Fatalf("command.Prepare: %v", err)
+	}
+	cmd, err := Parse(argv)
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	src, err := Probe(r.ctx, r.ffprobe, filepath.Join(r.dir, cmd.Input))
+	if err != nil {
+		t.Fatalf("Probe: %v", err)
+	}
+	src.Path = cmd.Input // the steps run in the job's directory
+	chunks, err := src.Plan(chunkSeconds, 0)
+	if err != nil {
+		t.Fatalf("Plan: %v", err)
+	}
+	if len(chunks) < 2 {
+		t.Fatalf("plan %+v: want several chunks", chunks)
+	}
+	encodeWith := append([]Chunk(nil), chunks...)
+	if mutate != nil {
+		mutate(encodeWith)
+	}
+	var encoded, names []string
+	for i, c := range encodeWith {
+		split := fmt.Sprintf("chunks/split_%03d.nut", i)
+		enc := fmt.Sprintf("chunks/enc_%03d.nut", i)
+		r.run(SplitArgs(src, cmd, c, split)...)
+		if mutate == nil {
+			r.checkSplit(src, c, split)
+		}
+		r.run(EncodeArgs(cmd, c, split, enc)...)
+		encoded = append(encoded, filepath.Join(r.dir, enc))
+		names = append(names, filepath.Base(enc))
+	}
+	aux := ""
+	if cmd.NeedsAux(src) {
+		aux = "chunks/aux" + filepath.Ext(cmd.Output)
+		r.run(AuxArgs(cmd, aux)...)
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, "chunks/list.txt"), []byte(ConcatList(encodeWith, names)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r.run(StitchArgs(src, cmd, "chunks/list.txt", aux)...)
+	src.Path = filepath.Join(r.dir, cmd.Input)
+	rep, err := Verify(r.ctx, r.ffmpeg, r.ffprobe, src, chunks, encoded, filepath.Join(r.dir, cmd.Output))
+	if err != nil {
+		t.Fatalf("Verify: %v", err)
+	}
+	return rep, chunks
+}
+
+// checkSplit: the split copied exactly the planned packets, from the chunk's
+// keyframe on, with the source's timestamps.
+func (r *rig) checkSplit(src *Source, c Chunk, split string) {
+	r.t.Helper()
+	pkts, _, err := probePackets(r.ctx, r.ffprobe, filepath.Join(r.dir, split), 0)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	st, err := probeStreams(r.ctx, r.ffprobe, filepath.Join(r.dir, split))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	tb := parseTB(st.Streams[0].TimeBase)
+	first := float64(pkts[0].PTS) * float64(tb[0]) / float64(tb[1])
+	if len(pkts) != c.Packets || !pkts[0].Key || math.Abs(first-c.Start) > src.Seconds(1)+1e-9 {
+		r.t.Fatalf("split of chunk %d: %d packets from %.6f s (key %v), want %d from the keyframe at %.6f s", c.Index, len(pkts), first, pkts[0].Key, c.Packets, c.Start)
+	}
+}
+
+func (r *rig) mustPass(rep *Report, chunks []Chunk, wantFrames int) {
+	r.t.Helper()
+	if !rep.Pass {
+		r.t.Fatalf("verification failed: %s\nplan %+v\nreport %s", strings.Join(rep.Failures, "; "), chunks, rep.JSON())
+	}
+	if rep.DecodedFrames != wantFrames || rep.Packets != wantFrames || rep.ExpectedFrames != wantFrames {
+		r.t.Fatalf("frames: expected %d, packets %d, decoded %d; want %d", rep.ExpectedFrames, rep.Packets, rep.DecodedFrames, wantFrames)
+	}
+	for _, c := range rep.Chunks {
+		if c.DecodedFrames != c.ExpectedFrames || !c.HashesMatch || (c.Index > 0 && (c.Seam == nil || !c.Seam.Keyframe || !c.Seam.Closed)) {
+			r.t.Fatalf("chunk %+v", c)
+		}
+	}
+}
+
+// The corpus: every source through one encoder (all four on the CFR 25 one),
+// split, encoded, stitched and verified with exact frame counts.
+func TestChunkedEndToEnd(t *testing.T) {
+	type tc struct {
+		source, encoder string
+		chunkSeconds    float64
+		frames          int
+	}
+	cases := []tc{
+		{"cfr25", "libx264", 1, 75},
+		{"cfr25", "libx265", 1, 75},
+		{"cfr25", "libsvtav1", 1, 75},
+		{"cfr25", "libvpx-vp9", 1, 75},
+		{"cfr24", "libx265", 1, 72},
+		{"cfr2997", "libx264", 1, 90},
+		{"cfr60", "libvpx-vp9", 0.5, 120},
+		{"vfr", "libx264", 1, 90},
+		{"opengop", "libx264", 1, 75},
+		{"opengop", "libx265", 1, 75},
+		{"tail", "libx264", 1, 83},
+		{"audiolong", "libsvtav1", 0.8, 50},
+		{"audioshort", "libx264", 1, 75},
+		{"noaudio", "libx265", 0.8, 50},
+		{"mkv", "libx264", 1, 90},
+		{"ts", "libvpx-vp9", 1, 75},
+	}
+	for _, c := range cases {
+		t.Run(c.source+"/"+c.encoder, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			needEncoder(t, r.ffmpeg, c.encoder)
+			r.makeSource(c.source)
+			e := encoders[c.encoder]
+			rep, chunks := r.chunked("-i inputs/"+srcFile(c.source)+" -vf scale=96:-2,format=yuv420p "+e.args+" outputs/"+e.out, c.chunkSeconds, nil)
+			r.mustPass(rep, chunks, c.frames)
+			switch c.source {
+			case "tail":
+				if last := chunks[len(chunks)-1]; last.Frames != 8 {
+					t.Errorf("the last chunk holds %d frames, want 8: %+v", last.Frames, chunks)
+				}
+			case "opengop":
+				open := false
+				for _, ch := range chunks[:len(chunks)-1] {
+					open = open || ch.FirstPacket+ch.Packets > chunks[ch.Index+1].FirstPacket
+				}
+				if !open {
+					t.Errorf("no chunk carries the next one's leading pictures: is the source open-GOP? %+v", chunks)
+				}
+			case "noaudio":
+				if rep.AV != nil {
+					t.Errorf("an A/V check without audio: %+v", rep.AV)
+				}
+			default:
+				if rep.AV == nil || !rep.AV.OK {
+					t.Errorf("A/V check %+v", rep.AV)
+				}
+			}
+			t.Logf("%d chunks, report %s", len(chunks), rep.JSON())
+		})
+	}
+}
+
+// Verify proves the file wrong when it is: a chunk encoded a frame short (its
+// trim ends one frame early) leaves the stitched file a frame short, and every
+// frame after it a frame early.
+func TestVerifyCatchesAMissingFrame(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.makeSource("cfr25")
+	rep, _ := r.chunked("-i inputs/src.mp4 -c:v libx264 -preset veryfast -c:a aac outputs/out.mp4", 1, func(c []Chunk) {
+		c[0].TrimTo -= 0.04
+	})
+	if rep.Pass {
+		t.Fatalf("verification passed a file a frame short: %s", rep.JSON())
+	}
+	joined := strings.Join(rep.Failures, "\n")
+	for _, want := range []string{"the stitched video has 74 frames, the plan 75", "chunk 0 decodes to 23 frames, the plan 24", "timestamps differ from the source's: frame 23"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("failures %q, want %q among them", joined, want)
+		}
+	}
+}
+
+// An open GOP's keyframe is followed in decode order by pictures shown before
+// it: cut there without giving them (and the keyframe) to the chunk before, as
+// a segmenting split would, and that chunk is short of frames. The plan's
+// overlap is what makes the open-GOP case of TestChunkedEndToEnd pass.
+func TestOpenGOPNeedsTheLeadingPictures(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.makeSource("opengop")
+	rep, _ := r.chunked("-i inputs/src.mp4 -c:v libx264 -preset veryfast -c:a aac outputs/out.mp4", 1, func(c []Chunk) {
+		for i := range c[:len(c)-1] {
+			c[i].Packets = c[i+1].FirstPacket - c[i].FirstPacket
+		}
+	})
+	if rep.Pass {
+		t.Fatalf("verification passed a split without the leading pictures: %s", rep.JSON())
+	}
+	if joined := strings.Join(rep.Failures, "\n"); !strings.Contains(joined, "chunk 0 decodes to") {
+		t.Errorf("failures %q, want chunk 0 short of frames", joined)
+	}
+}
+
+// Probe refuses a source whose timestamps cannot be planned on: two
+// transport-stream captures joined byte for byte, whose clock restarts.
+func TestProbeRefusesBrokenTimestamps(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.run(append(cat(video("25", "1"), x264(5)), "-f", "mpegts", "inputs/part.ts")...)
+	part, err := os.ReadFile(filepath.Join(r.dir, "inputs/part.ts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(r.dir, "inputs/broken.ts"), append(part, part...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Probe(r.ctx, r.ffprobe, filepath.Join(r.dir, "inputs/part.ts")); err != nil {
+		t.Fatalf("Probe(one part) = %v, want nil", err)
+	}
+	_, err = Probe(r.ctx, r.ffprobe, filepath.Join(r.dir, "inputs/broken.ts"))
+	if err == nil || !strings.Contains(err.Error(), "broken timestamps") {
+		t.Fatalf("Probe = %v, want a refusal naming broken timestamps", err)
+	}
+	t.Log(err)
+}

@@ -1,0 +1,294 @@
+package chunked
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// A chunk is encoded on its own: a filter is safe to split only when its output
+// for a frame depends on that frame alone. frameFilters are such filters;
+// their arguments are still read for time and frame-number variables
+// (timeVarRe), which restart in each chunk.
+var frameFilters = toSet(`scale format noformat setsar setdar transpose hflip vflip pad crop null
+copy colorspace colormatrix colorlevels colorchannelmixer colorbalance colorcontrast colorcorrect
+colorize colortemperature chromakey colorkey colorhold huesaturation vibrance exposure curves lut
+lutrgb lutyuv lut1d lut3d unsharp gblur boxblur smartblur avgblur sab convolution cas deband
+edgedetect negate nlmeans removegrain super2xsai xbr hqx zscale tonemap setparams setrange setfield
+swapuv shuffleplanes alphaextract premultiply unpremultiply split hstack vstack xstack overlay
+blend maskedmerge alphamerge mergeplanes drawbox drawgrid drawtext eq hue rotate vignette geq
+deblock dctdnoiz owdenoise spp fspp uspp pp7 bilateral median kirsch prewitt roberts sobel scharr
+erosion dilation inflate deflate lenscorrection perspective fillborders chromashift rgbashift
+monochrome grayworld greyedge pseudocolor il fieldorder showinfo histeq scale_cuda hwupload
+hwdownload hwupload_cuda`)
+
+// timeFilters depend on their neighbours, on time or on frame numbers: why each
+// cannot be split.
+var timeFilters = map[string]string{
+	"fade":             "fades by time or frame number: each chunk would fade at its own start",
+	"trim":             "cuts by time or frame number: each chunk would be cut from its own start",
+	"setpts":           "rewrites timestamps with an expression over frame numbers or times that restart in each chunk (only PTS-STARTPTS is safe)",
+	"minterpolate":     "interpolates frames from their neighbours: the frames at each seam would differ, and the frame count with them",
+	"tmix":             "mixes each frame with its neighbours: the frames at each seam would differ",
+	"tblend":           "blends each frame with the one before: the first frame of each chunk would differ",
+	"select":           "keeps frames by an expression (times, frame numbers, scene changes) that restarts in each chunk, and changes the frame count",
+	"loop":             "loops frames of the whole timeline, which no chunk sees",
+	"reverse":          "reverses the whole timeline, which no chunk sees",
+	"fps":              "converts the frame rate along the whole timeline: each chunk would drop or duplicate frames from its own start",
+	"framerate":        "converts the frame rate by blending neighbouring frames: each chunk would start its own cadence",
+	"tpad":             "pads the timeline at its start or end: each chunk would be padded",
+	"yadif":            "deinterlaces with the neighbouring frames: the frames at each seam would differ",
+	"bwdif":            "deinterlaces with the neighbouring frames: the frames at each seam would differ",
+	"w3fdif":           "deinterlaces with the neighbouring frames: the frames at each seam would differ",
+	"estdif":           "deinterlaces with the neighbouring frames: the frames at each seam would differ",
+	"mcdeint":          "deinterlaces with the neighbouring frames: the frames at each seam would differ",
+	"nnedi":            "deinterlaces field by field in a cadence that restarts in each chunk",
+	"hqdn3d":           "denoises over the frames before: the first frames of each chunk would differ",
+	"atadenoise":       "denoises over neighbouring frames: the frames at each seam would differ",
+	"tmedian":          "takes the median of neighbouring frames: the frames at each seam would differ",
+	"tmidequalizer":    "equalizes over neighbouring frames: the frames at each seam would differ",
+	"deflicker":        "smooths brightness over neighbouring frames: the frames at each seam would differ",
+	"normalize":        "smooths levels over the frames before: the first frames of each chunk would differ",
+	"photosensitivity": "filters flashes over neighbouring frames: the frames at each seam would differ",
+	"mpdecimate":       "drops frames by comparing neighbours: the choice restarts in each chunk, and the frame count with it",
+	"decimate":         "drops frames in cycles that restart in each chunk",
+	"framestep":        "keeps every Nth frame, counted from each chunk's start",
+	"thumbnail":        "picks frames in batches that restart in each chunk",
+	"telecine":         "applies a field cadence that restarts in each chunk",
+	"detelecine":       "removes a field cadence that restarts in each chunk",
+	"pullup":           "removes a field cadence over neighbouring frames",
+	"fieldmatch":       "matches fields of neighbouring frames",
+	"interlace":        "weaves pairs of frames, paired from each chunk's start",
+	"tinterlace":       "weaves or splits frames in pairs counted from each chunk's start",
+	"separatefields":   "splits frames into fields, doubling the frame count with times that restart in each chunk",
+	"weave":            "weaves pairs of frames, paired from each chunk's start",
+	"doubleweave":      "weaves pairs of frames, paired from each chunk's start",
+	"dejudder":         "re-times frames in a cadence that restarts in each chunk",
+	"zoompan":          "moves by frame numbers and times that restart in each chunk",
+	"random":           "reorders frames at random over a window",
+	"shuffleframes":    "reorders frames in groups counted from each chunk's start",
+	"tile":             "combines several frames into one, counted from each chunk's start",
+	"untile":           "splits frames into several, with times that restart in each chunk",
+	"concat":           "joins timelines",
+	"xfade":            "crossfades two timelines at a time",
+	"noise":            "draws noise that changes from frame to frame in a sequence that restarts in each chunk",
+	"subtitles":        "burns in subtitles by time; chunked encoding does not yet prove it safe: burn them in a job of its own",
+	"ass":              "burns in subtitles by time; chunked encoding does not yet prove it safe: burn them in a job of its own",
+	"vidstabdetect":    "analyses motion over the whole timeline",
+	"vidstabtransform": "stabilises with motion over the whole timeline",
+	"deshake":          "stabilises against the frame before: the first frame of each chunk would differ",
+	"freezeframes":     "replaces frames by frame number",
+	"fps_mode":         "converts the frame rate along the whole timeline",
+}
+
+// sourceFilters make frames of their own: a second timeline.
+var sourceFilters = toSet(`movie amovie color testsrc testsrc2 smptebars smptehdbars rgbtestsrc
+yuvtestsrc nullsrc allrgb allyuv haldclutsrc life mandelbrot cellauto sierpinski gradients
+zoneplate buffer sine anoisesrc aevalsrc anullsrc colorspectrum colorchart pal75bars pal100bars
+openclsrc`)
+
+// timeVarRe finds the variables of ffmpeg's expressions that read time, frame
+// numbers or positions: each chunk would count them from its own start.
+var timeVarRe = regexp.MustCompile(`(^|[^A-Za-z0-9_])(t|n|T|N|pts|PTS|pos|POS|time|frame|in|on|out_time|selected_n|prev_pts|prev_t|STARTPTS|STARTT|frame_num|eif|expr|localtime|gmtime)([^A-Za-z0-9_]|$)`)
+
+// textKeys are filter options holding text or names, never expressions.
+var textKeys = toSet(`text fontfile font textfile fontcolor boxcolor bordercolor shadowcolor color
+eval file filename flags interp_algo matrix primaries transfer range space trc all iall ispace itrc
+iprimaries irange dither format pix_fmts preset`)
+
+func toSet(s string) map[string]bool {
+	m := map[string]bool{}
+	for _, w := range strings.Fields(s) {
+		m[w] = true
+	}
+	return m
+}
+
+// checkGraph reads a video filter graph as libavfilter parses it (chains of
+// [label]name=args[label], separated by "," and ";") and refuses what a chunk
+// cannot run as the whole file would.
+func checkGraph(w, g string) error {
+	s := skipSpace(g)
+	if strings.HasPrefix(s, "sws_flags=") {
+		i := strings.IndexByte(s, ';')
+		if i < 0 {
+			return fmt.Errorf("%s %q: sws_flags not terminated with \";\"", w, g)
+		}
+		s = s[i+1:]
+	}
+	for {
+		s = skipSpace(s)
+		var ok bool
+		if s, ok = skipLabels(s); !ok {
+			return fmt.Errorf("%s %q: bad or unterminated [label]", w, g)
+		}
+		var name, args string
+		name, s = getToken(s, "=,;[")
+		hasArgs := strings.HasPrefix(s, "=")
+		if hasArgs {
+			args, s = getToken(s[1:], "[],;")
+		}
+		if err := checkFilter(name, args, hasArgs); err != nil {
+			return err
+		}
+		if s, ok = skipLabels(s); !ok {
+			return fmt.Errorf("%s %q: bad or unterminated [label]", w, g)
+		}
+		s = skipSpace(s)
+		if s == "" {
+			return nil
+		}
+		if s[0] != ',' && s[0] != ';' {
+			return fmt.Errorf("%s %q: cannot parse the filter graph at %q", w, g, s)
+		}
+		s = s[1:]
+	}
+}
+
+func checkFilter(name, args string, hasArgs bool) error {
+	class, _, _ := strings.Cut(name, "@")
+	class = strings.ToLower(class)
+	written := name
+	if hasArgs {
+		written += "=" + args
+	}
+	what := "filter " + written
+	if why, bad := timeFilters[class]; bad {
+		if class == "setpts" && hasArgs && isStartPTS(args) {
+			return nil
+		}
+		return refuse(what, why)
+	}
+	if sourceFilters[class] || strings.HasSuffix(class, "src") {
+		return refuse(what, "makes frames of its own: a graph over a second timeline cannot be split (each chunk would start it again)")
+	}
+	if !frameFilters[class] {
+		return refuse(what, "is not known to be frame-independent: chunked encoding allows filters whose output for a frame depends on that frame alone (docs/chunked.md lists them)")
+	}
+	for _, kv := range filterArgs(args) {
+		k := strings.ToLower(kv.key)
+		if k == "enable" {
+			return refuse(what, "is enabled by a timeline expression, over times or frame numbers that restart in each chunk")
+		}
+		if class == "drawtext" && (k == "timecode" || k == "timecode_rate" || k == "rate" || k == "r") {
+			return refuse(what, "draws a timecode counted from each chunk's start")
+		}
+		if class == "drawtext" && k == "text" {
+			if strings.Contains(kv.val, "%{") && timeVarRe.MatchString(strings.ReplaceAll(strings.ReplaceAll(kv.val, "%{", " "), "}", " ")) {
+				return refuse(what, "draws text that expands times or frame numbers (%{pts}, %{n}, %{expr:...}), which restart in each chunk")
+			}
+			continue
+		}
+		if textKeys[k] {
+			continue
+		}
+		if m := timeVarRe.FindStringSubmatch(kv.val); m != nil {
+			return refuse(what, fmt.Sprintf("uses %q in an expression: times and frame numbers restart in each chunk", m[2]))
+		}
+	}
+	return nil
+}
+
+// isStartPTS tells whether setpts's expression is PTS-STARTPTS (or PTS): the
+// stitch keeps each chunk's place on the source's timeline either way.
+func isStartPTS(args string) bool {
+	e := strings.ToUpper(strings.Join(strings.Fields(args), ""))
+	e = strings.TrimPrefix(e, "EXPR=")
+	return e == "PTS-STARTPTS" || e == "PTS"
+}
+
+// whitespace is what libavutil and libavfilter skip around tokens.
+const whitespace = " \n\t\r"
+
+func skipSpace(s string) string { return strings.TrimLeft(s, whitespace) }
+
+// getToken is libavutil's av_get_token: it skips leading whitespace, reads up to
+// the first unquoted, unescaped byte of term, drops '…' quotes and \ escapes and
+// trims trailing whitespace that was neither. It returns the token and the rest
+// of s, from the terminating byte on. (The same reader as command's.)
+func getToken(s, term string) (string, string) {
+	s = skipSpace(s)
+	var out []byte
+	end := 0 // out[:end] is protected from trimming
+	i := 0
+	for i < len(s) && strings.IndexByte(term, s[i]) < 0 {
+		c := s[i]
+		i++
+		switch {
+		case c == '\\' && i < len(s):
+			out = append(out, s[i])
+			i++
+			end = len(out)
+		case c == '\'':
+			for i < len(s) && s[i] != '\'' {
+				out = append(out, s[i])
+				i++
+			}
+			if i < len(s) {
+				i++
+				end = len(out)
+			}
+		default:
+			out = append(out, c)
+		}
+	}
+	for len(out) > end && strings.IndexByte(whitespace, out[len(out)-1]) >= 0 {
+		out = out[:len(out)-1]
+	}
+	return string(out), s[i:]
+}
+
+type keyVal struct{ key, val string }
+
+// filterArgs splits a filter's arguments as libavfilter does: pairs separated
+// by ":", each "key=value" or a bare value for the next option (key "").
+func filterArgs(args string) []keyVal {
+	var kvs []keyVal
+	for s := args; s != ""; {
+		key := ""
+		t := skipSpace(s)
+		j := 0
+		for j < len(t) && isKeyChar(t[j]) {
+			j++
+		}
+		if u := skipSpace(t[j:]); strings.HasPrefix(u, "=") {
+			key, s = t[:j], u[1:]
+		}
+		var val string
+		val, s = getToken(s, ":")
+		if s != "" {
+			s = s[1:]
+		}
+		kvs = append(kvs, keyVal{key, val})
+	}
+	return kvs
+}
+
+func isKeyChar(c byte) bool {
+	return c|32 >= 'a' && c|32 <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '/' || c == '.'
+}
+
+// skipLabels skips the [label]s at the start of s; ok is false for an empty or
+// unterminated label.
+func skipLabels(s string) (rest string, ok bool) {
+	for strings.HasPrefix(s, "[") {
+		var label string
+		label, s = getToken(s[1:], "]")
+		if label == "" || !strings.HasPrefix(s, "]") {
+			return s, false
+		}
+		s = skipSpace(s[1:])
+	}
+	return s, true
+}
+
+// leadingLabels returns the [label]s at the start of graph g and the rest: the
+// chunk's trim goes after them, before the first filter.
+func leadingLabels(g string) (labels, rest string) {
+	s := skipSpace(g)
+	r, ok := skipLabels(s)
+	if !ok {
+		return "", g
+	}
+	return s[:len(s)-len(r)], r
+}

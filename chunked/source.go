@@ -1,0 +1,268 @@
+package chunked
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Packet is one video packet of the source, in decode order.
+type Packet struct {
+	PTS int64 // in the stream's time base
+	DTS int64 // NoDTS when the container has none
+	Key bool
+}
+
+// NoDTS marks a packet without a decode timestamp.
+const NoDTS = int64(-1 << 63)
+
+// Source is what the plan needs from the source: its video packets (read from
+// the container's index, never decoded) and where its other streams end.
+type Source struct {
+	Path       string
+	VideoIndex int    // the stream index of the video that is chunked
+	Codec      string // its codec
+	TBNum      int64  // its time base
+	TBDen      int64
+	Packets    []Packet // decode order
+	// Frames are the packets' PTS in presentation order.
+	Frames []int64
+	// Start is the first frame's time, End the last frame's end (seconds).
+	Start, End float64
+	// FrameDuration is the typical step between frames: "one frame" in the
+	// verification's tolerances.
+	FrameDuration float64
+	// FormatStart is the container's start time: ffmpeg shifts every stream
+	// by it when it encodes.
+	FormatStart float64
+	// Audio: the first audio stream's start and end, if any.
+	HasAudio             bool
+	AudioStart, AudioEnd float64
+	// Others counts the streams besides the video (audio, subtitles, data).
+	Others int
+	// Cuts are the keyframes (indexes into Packets) where a chunk may start:
+	// no packet before one in decode order is shown after it.
+	Cuts []int
+}
+
+// Seconds converts a PTS to seconds.
+func (s *Source) Seconds(pts int64) float64 {
+	return float64(pts) * float64(s.TBNum) / float64(s.TBDen)
+}
+
+type probeStream struct {
+	Index       int               `json:"index"`
+	CodecType   string            `json:"codec_type"`
+	CodecName   string            `json:"codec_name"`
+	TimeBase    string            `json:"time_base"`
+	StartTime   string            `json:"start_time"`
+	Duration    string            `json:"duration"`
+	Disposition map[string]int    `json:"disposition"`
+	SideData    []json.RawMessage `json:"side_data_list"`
+}
+
+type probeOut struct {
+	Streams []probeStream `json:"streams"`
+	Format  struct {
+		StartTime string `json:"start_time"`
+		Duration  string `json:"duration"`
+	} `json:"format"`
+}
+
+// Probe reads the source's streams and its video's packet index with ffprobe,
+// without decoding, and refuses sources whose timestamps cannot be planned on:
+// a packet without a PTS, decode timestamps that do not increase, two frames
+// at one time, a first packet that is not a keyframe, rotation metadata.
+func Probe(ctx context.Context, ffprobe, path string) (*Source, error) {
+	out, err := run(ctx, ffprobe, "-v", "error", "-show_entries",
+		"stream=index,codec_type,codec_name,time_base,start_time,duration:stream_disposition=attached_pic:stream_side_data=rotation:format=start_time,duration",
+		"-of", "json", path)
+	if err != nil {
+		return nil, fmt.Errorf("probing %s: %w", path, err)
+	}
+	var p probeOut
+	if err := json.Unmarshal(out, &p); err != nil {
+		return nil, fmt.Errorf("probing %s: %w", path, err)
+	}
+	s := &Source{Path: path, VideoIndex: -1}
+	s.FormatStart, _ = strconv.ParseFloat(p.Format.StartTime, 64)
+	for _, st := range p.Streams {
+		if st.CodecType == "video" && st.Disposition["attached_pic"] == 0 && s.VideoIndex < 0 {
+			s.VideoIndex, s.Codec = st.Index, st.CodecName
+			num, den, ok := strings.Cut(st.TimeBase, "/")
+			s.TBNum, _ = strconv.ParseInt(num, 10, 64)
+			s.TBDen, _ = strconv.ParseInt(den, 10, 64)
+			if !ok || s.TBNum <= 0 || s.TBDen <= 0 {
+				return nil, fmt.Errorf("the source's video has no usable time base (%q)", st.TimeBase)
+			}
+			for _, sd := range st.SideData {
+				var r struct {
+					Rotation *float64 `json:"rotation"`
+				}
+				if json.Unmarshal(sd, &r) == nil && r.Rotation != nil && *r.Rotation != 0 {
+					return nil, fmt.Errorf("the source's video carries rotation metadata (%g°): chunked encoding does not carry it through its chunks yet; rotate it in a job of its own (ffmpeg applies it when it encodes), then split that", *r.Rotation)
+				}
+			}
+			continue
+		}
+		s.Others++
+		if st.CodecType == "audio" && !s.HasAudio {
+			s.HasAudio = true
+			if s.AudioStart, s.AudioEnd, err = streamSpan(ctx, ffprobe, path, st); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if s.VideoIndex < 0 {
+		return nil, fmt.Errorf("the source has no video stream to split")
+	}
+	pkts, lastDur, err := probePackets(ctx, ffprobe, path, s.VideoIndex)
+	if err != nil {
+		return nil, err
+	}
+	s.Packets = pkts
+	if err := s.index(lastDur); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// index checks the packets' timestamps and derives frames, times and cuts.
+func (s *Source) index(lastDur int64) error {
+	if len(s.Packets) == 0 {
+		return fmt.Errorf("the source's video has no packets")
+	}
+	if !s.Packets[0].Key {
+		return fmt.Errorf("the source's video does not start with a keyframe: its first frames cannot be decoded on their own; cut it at a keyframe or re-encode it in a job of its own, then split that")
+	}
+	const fix = "; remux it with fresh timestamps (-fflags +genpts -c copy) or re-encode it in a job of its own, then split that"
+	for i, p := range s.Packets {
+		if p.PTS == NoDTS {
+			return fmt.Errorf("the source's video has broken timestamps: packet %d has no presentation timestamp%s", i, fix)
+		}
+	}
+	last := NoDTS
+	for i, p := range s.Packets {
+		if p.DTS == NoDTS {
+			continue
+		}
+		if last != NoDTS && p.DTS <= last {
+			return fmt.Errorf("the source's video has broken timestamps: the decode timestamp of packet %d (%.6f s) does not increase after packet %d's (%.6f s)%s", i, s.Seconds(p.DTS), i-1, s.Seconds(last), fix)
+		}
+		last = p.DTS
+	}
+	s.Frames = make([]int64, len(s.Packets))
+	for i, p := range s.Packets {
+		s.Frames[i] = p.PTS
+	}
+	sort.Slice(s.Frames, func(i, j int) bool { return s.Frames[i] < s.Frames[j] })
+	for i := 1; i < len(s.Frames); i++ {
+		if s.Frames[i] == s.Frames[i-1] {
+			return fmt.Errorf("the source's video has broken timestamps: two frames are shown at %.6f s%s", s.Seconds(s.Frames[i]), fix)
+		}
+	}
+	steps := make([]int64, 0, len(s.Frames))
+	for i := 1; i < len(s.Frames); i++ {
+		steps = append(steps, s.Frames[i]-s.Frames[i-1])
+	}
+	step := int64(1)
+	if len(steps) > 0 {
+		sort.Slice(steps, func(i, j int) bool { return steps[i] < steps[j] })
+		step = steps[len(steps)/2]
+	}
+	if lastDur <= 0 {
+		lastDur = step
+	}
+	s.FrameDuration = s.Seconds(step)
+	s.Start = s.Seconds(s.Frames[0])
+	s.End = s.Seconds(s.Frames[len(s.Frames)-1] + lastDur)
+	// A keyframe is a cut when every packet before it in decode order is shown
+	// before it: an open GOP's leading pictures come after it and are shown
+	// before it; the split gives them to the chunk before (splitRange).
+	maxBefore := int64(-1 << 63)
+	for i, p := range s.Packets {
+		if p.Key && p.PTS > maxBefore {
+			s.Cuts = append(s.Cuts, i)
+		}
+		if p.PTS > maxBefore {
+			maxBefore = p.PTS
+		}
+	}
+	return nil
+}
+
+// probePackets reads a stream's packets from the container's index: PTS or DTS
+// NoDTS where there is none, and the last packet's duration.
+func probePackets(ctx context.Context, ffprobe, path string, index int) ([]Packet, int64, error) {
+	out, err := run(ctx, ffprobe, "-v", "error", "-select_streams", strconv.Itoa(index),
+		"-show_entries", "packet=pts,dts,duration,flags", "-of", "csv=p=0", path)
+	if err != nil {
+		return nil, 0, fmt.Errorf("reading the packet index of %s: %w", path, err)
+	}
+	var pkts []Packet
+	var lastDur int64
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if line == "" {
+			continue
+		}
+		f := strings.Split(line, ",")
+		if len(f) < 4 {
+			return nil, 0, fmt.Errorf("reading the packet index of %s: unexpected line %q", path, line)
+		}
+		p := Packet{PTS: NoDTS, DTS: NoDTS, Key: strings.HasPrefix(f[3], "K")}
+		if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+			p.PTS = v
+		}
+		if v, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+			p.DTS = v
+		}
+		lastDur, _ = strconv.ParseInt(f[2], 10, 64)
+		pkts = append(pkts, p)
+	}
+	return pkts, lastDur, nil
+}
+
+// streamSpan is where a stream's packets start and end (seconds), from its
+// packets: some containers' stream durations are estimates (MPEG-TS).
+func streamSpan(ctx context.Context, ffprobe, path string, st probeStream) (start, end float64, err error) {
+	pkts, lastDur, err := probePackets(ctx, ffprobe, path, st.Index)
+	if err != nil || len(pkts) == 0 {
+		return 0, 0, err
+	}
+	tb := parseTB(st.TimeBase)
+	if tb[0] <= 0 || tb[1] <= 0 {
+		return 0, 0, fmt.Errorf("stream %d of %s has no usable time base (%q)", st.Index, path, st.TimeBase)
+	}
+	first, last := pkts[0].PTS, pkts[0].PTS
+	for _, p := range pkts {
+		if p.PTS == NoDTS {
+			continue
+		}
+		first, last = min(first, p.PTS), max(last, p.PTS)
+	}
+	sec := func(v int64) float64 { return float64(v) * float64(tb[0]) / float64(tb[1]) }
+	return sec(first), sec(last + lastDur), nil
+}
+
+func run(ctx context.Context, name string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, name, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return out, fmt.Errorf("%s: %v: %s", name, err, strings.TrimSpace(tail(stderr.String(), 2000)))
+	}
+	return out, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
