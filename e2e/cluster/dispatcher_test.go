@@ -238,6 +238,9 @@ func TestCrashedRunnerIsRetriedAsANewAttempt(t *testing.T) {
 	id := c.Create(c.JobBody("crash", "-re -i {{in}} -t 2.5 -c copy {{o.mp4}}"))
 	c.WaitStatus(id, 60*time.Second, "running")
 	child := c.Stored(id).NomadJobID
+	// Killed once it has fetched its input (a loaded machine may show the task
+	// running before the runner gets that far): two runs, two fetches.
+	testenv.Eventually(t, 60*time.Second, "the first run's fetch", func() bool { return c.Inputs.Count("crash") >= 1 })
 	testenv.Eventually(t, 20*time.Second, "the runner to be killed", func() bool { return e2e.KillRunner(t, child) })
 	j := c.WaitStatus(id, 90*time.Second, "succeeded", "failed")
 	if j["status"] != "succeeded" || c.Stored(id).Attempt != 2 || c.Inputs.Count("crash") != 2 {
