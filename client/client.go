@@ -279,36 +279,54 @@ func (c *Client) List(ctx context.Context, o ListOptions) (*Page, error) {
 	if o.Status != "" {
 		q.Set("status", o.Status)
 	}
-	if o.Limit > 0 {
-		q.Set("limit", strconv.Itoa(o.Limit))
-	}
-	if o.Offset > 0 {
-		q.Set("offset", strconv.Itoa(o.Offset))
-	}
-	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/jobs?"+q.Encode(), nil)
+	var jobs []Job
+	total, more, err := c.page(ctx, "/api/jobs", o.Limit, o.Offset, q, &jobs)
 	if err != nil {
 		return nil, err
+	}
+	return &Page{Jobs: jobs, Total: total, HasMore: more}, nil
+}
+
+// page reads one page of a list (its "data" into out, and its pagingParams).
+func (c *Client) page(ctx context.Context, path string, limit, offset int, q url.Values, out any) (total int, hasMore bool, err error) {
+	if q == nil {
+		q = url.Values{}
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.Itoa(limit))
+	}
+	if offset > 0 {
+		q.Set("offset", strconv.Itoa(offset))
+	}
+	req, err := retryablehttp.NewRequestWithContext(ctx, http.MethodGet, c.base+path+"?"+q.Encode(), nil)
+	if err != nil {
+		return 0, false, err
 	}
 	c.identify(req.Header)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, err
+		return 0, false, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return nil, decode(resp, nil)
+		return 0, false, decode(resp, nil)
 	}
 	var body struct {
-		Data   []Job `json:"data"`
+		Data   json.RawMessage `json:"data"`
 		Paging struct {
 			Total   int  `json:"total"`
 			HasMore bool `json:"hasMore"`
 		} `json:"pagingParams"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
-		return nil, err
+		return 0, false, err
 	}
-	return &Page{Jobs: body.Data, Total: body.Paging.Total, HasMore: body.Paging.HasMore}, nil
+	if len(body.Data) > 0 {
+		if err := json.Unmarshal(body.Data, out); err != nil {
+			return 0, false, err
+		}
+	}
+	return body.Paging.Total, body.Paging.HasMore, nil
 }
 
 // Terminal reports whether a job has ended.

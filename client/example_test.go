@@ -70,3 +70,34 @@ func ExampleClient_Wait() {
 		fmt.Println("ended:", job.Status)
 	}
 }
+
+// Run a pipeline: two renditions encoded in parallel (fan-out), then one job
+// over both (fan-in), following each step as it goes (docs/pipelines.md).
+func ExampleClient_RunPipeline() {
+	ctx := context.Background()
+	c, _ := client.New("http://127.0.0.1:8080", os.Getenv("MEDIAJOBS_API_KEY"))
+	p, err := c.RunPipeline(ctx, client.PipelineRequest{Steps: map[string]client.Step{
+		"rung": {
+			CreateRequest: client.CreateRequest{
+				InputFiles:     map[string]string{"src": "https://media.example/talk.mp4"},
+				OutputFiles:    []string{"r${item.height}.mp4"},
+				FFmpegCommands: []string{"-i {{src}} -vf scale=-2:${item.height} -c:v libx264 -c:a aac {{r${item.height}.mp4}}"},
+			},
+			ForEach: []map[string]string{{"height": "360"}, {"height": "720"}},
+		},
+		"hls": {CreateRequest: client.CreateRequest{
+			InputFiles:     map[string]string{"r": "step:rung[*]/r${item.height}.mp4"},
+			OutputFiles:    []string{"master.m3u8", "v%v/index.m3u8", "v%v/seg_%03d.ts"},
+			FFmpegCommands: []string{"${each:r:-i {{r}}} ${each:r:-map ${index}:v -map ${index}:a} -c copy -f hls -hls_playlist_type vod -var_stream_map \"${each:r:v:${index},a:${index}}\" -master_pl_name master.m3u8 -hls_segment_filename {{v%v/seg_%03d.ts}} {{v%v/index.m3u8}}"},
+		}},
+	}}, &client.PipelineOptions{OnStep: func(_ *client.Pipeline, s *client.PipelineStep) {
+		fmt.Println(s.Name, s.Status)
+	}})
+	if err != nil {
+		log.Fatal(err) // a *client.Error naming steps.<step>.<field>
+	}
+	if p.Status != "succeeded" {
+		log.Fatalf("pipeline %s: %s", p.Status, p.ErrorMessage)
+	}
+	fmt.Println(p.Steps[1].Jobs[0].OutputFiles["master.m3u8"])
+}

@@ -72,14 +72,29 @@ var errNoStream = errors.New("no event stream")
 // follow reads the job's event stream, calling seen for each job event, until it
 // ends; it returns the last job seen.
 func (c *Client) follow(ctx context.Context, id string, seen func(*Job)) (*Job, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+"/api/jobs/"+url.PathEscape(id)+"/events", nil)
+	var last *Job
+	err := c.stream(ctx, "/api/jobs/"+url.PathEscape(id)+"/events", "job", func(data []byte) {
+		var j Job
+		if json.Unmarshal(data, &j) == nil {
+			last = &j
+			seen(&j)
+		}
+	})
+	return last, err
+}
+
+// stream reads the server-sent events at path, calling onData with the data of
+// each event named event, until an "end" event or the stream's end. A route
+// that does not exist is errNoStream; a missing object, the API's error.
+func (c *Client) stream(ctx context.Context, path, event string, onData func([]byte)) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.identify(req.Header)
 	req.Header.Set("Accept", "text/event-stream")
 	hc := *c.http.HTTPClient
-	hc.Timeout = 0 // a stream lasts as long as the job; ctx bounds it, and idleness
+	hc.Timeout = 0 // a stream lasts as long as what it follows; ctx bounds it, and idleness
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	req = req.WithContext(ctx)
@@ -89,50 +104,42 @@ func (c *Client) follow(ctx context.Context, id string, seen func(*Job)) (*Job, 
 	defer idle.Stop()
 	resp, err := hc.Do(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed {
-		// A job that does not exist says so in JSON; a route that does not exist
-		// does not, or says "no such route".
+		// An object that does not exist says so in JSON; a route that does not
+		// exist does not, or says "no such route".
 		err := decode(resp, nil)
 		var e *Error
 		if errors.As(err, &e) && e.Code == "notFound" && !strings.Contains(e.Message, "route") {
-			return nil, err
+			return err
 		}
-		return nil, errNoStream
+		return errNoStream
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, decode(resp, nil)
+		return decode(resp, nil)
 	}
 	if !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
-		return nil, errNoStream
+		return errNoStream
 	}
-	var last *Job
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
-	event := ""
+	name := ""
 	for sc.Scan() {
 		idle.Reset(streamIdle)
 		line := sc.Text()
 		switch {
 		case strings.HasPrefix(line, "event:"):
-			event = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
-		case strings.HasPrefix(line, "data:") && event == "job":
-			var j Job
-			if err := json.Unmarshal([]byte(strings.TrimSpace(strings.TrimPrefix(line, "data:"))), &j); err == nil {
-				last = &j
-				seen(&j)
-			}
+			name = strings.TrimSpace(strings.TrimPrefix(line, "event:"))
+		case strings.HasPrefix(line, "data:") && name == event:
+			onData([]byte(strings.TrimSpace(strings.TrimPrefix(line, "data:"))))
 		case line == "":
-			if event == "end" {
-				return last, nil
+			if name == "end" {
+				return nil
 			}
-			event = ""
+			name = ""
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return last, err
-	}
-	return last, nil
+	return sc.Err()
 }

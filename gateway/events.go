@@ -29,11 +29,13 @@ var eventsHeartbeat = 15 * time.Second
 
 const eventsBackstop = 2 * time.Second
 
-// eventHub tells subscribers which jobs changed: by job id and by account.
+// eventHub tells subscribers which jobs changed: by job id and by account; and
+// which pipeline records did.
 type eventHub struct {
-	mu        sync.Mutex
-	byJob     map[string]map[*subscriber]bool
-	byAccount map[string]map[*subscriber]bool
+	mu         sync.Mutex
+	byJob      map[string]map[*subscriber]bool
+	byAccount  map[string]map[*subscriber]bool
+	byPipeline map[string]map[*subscriber]bool // pipeline_events.go
 }
 
 type subscriber struct {

@@ -253,8 +253,9 @@ func (c *jobCache) reset(live bool) {
 	c.mu.Unlock()
 }
 
-// watchJobs keeps the cache current, jobs and their progress; whenever either
-// watch fails the cache is dropped and bypassed until new watches run.
+// watchJobs keeps the cache current, jobs and their progress, and wakes pipeline
+// streams; whenever a watch fails the cache is dropped and bypassed until new
+// watches run.
 func (g *Gateway) watchJobs(ctx context.Context) {
 	for restarts := 0; ctx.Err() == nil; restarts++ {
 		rev, err := g.Store.Revision(ctx)
@@ -265,7 +266,7 @@ func (g *Gateway) watchJobs(ctx context.Context) {
 				g.hub.resync()
 			}
 			wctx, cancel := context.WithCancel(ctx)
-			errs := make(chan error, 2)
+			errs := make(chan error, 3)
 			go func() {
 				errs <- g.Store.WatchJobs(wctx, rev, g.jobWritten)
 			}()
@@ -275,10 +276,14 @@ func (g *Gateway) watchJobs(ctx context.Context) {
 					g.hub.notify(id, g.jobs.accountOf(id))
 				})
 			}()
+			go func() { // pipeline records, for their streams (pipeline_events.go)
+				errs <- g.Store.WatchPipelines(wctx, rev, g.hub.notifyPipeline)
+			}()
 			err = <-errs
-			g.jobs.reset(false) // before the second watch stops: no update is lost
+			g.jobs.reset(false) // before the other watches stop: no update is lost
 			g.standing.reset()
 			cancel()
+			<-errs
 			<-errs
 		}
 		g.jobs.reset(false)

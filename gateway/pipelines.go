@@ -30,6 +30,7 @@ type pipelineStore interface {
 	UpdatePipeline(ctx context.Context, id string, fn func(*mj.Pipeline) error) (*mj.Pipeline, error)
 	ListPipelines(ctx context.Context, account string, limit, offset int) ([]*mj.Pipeline, int, error)
 	Jobs(ctx context.Context, ids []string) ([]*mj.Job, []error)
+	WatchPipelines(ctx context.Context, from int64, fn func(id string)) error
 }
 
 var _ pipelineStore = (*store.Store)(nil)

@@ -63,6 +63,7 @@ func (g *Gateway) routes(app *fiber.App) {
 	api.Post("/pipelines", g.createPipeline) // steps of jobs as one request (pipelines.go)
 	api.Get("/pipelines", g.listPipelines)
 	api.Get("/pipelines/:id", g.getPipeline)
+	api.Get("/pipelines/:id/events", g.pipelineEvents) // server-sent events until it ends (pipeline_events.go)
 	api.Post("/pipelines/:id/cancel", g.cancelPipeline)
 	api.Post("/tmp-file", g.createTmpFile)
 	api.Get("/account", g.getAccount) // the account's limits and use (docs/limits.md)

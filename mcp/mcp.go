@@ -34,7 +34,8 @@ const instructions = `mediajobs runs ffmpeg commands as jobs on hosted workers (
 A job names its inputs (URLs, or local files that are uploaded first), lists the files its commands write,
 and gives one or more ffmpeg commands without the leading "ffmpeg", referring to files as {{name}}.
 Use check_job to validate a job before running it, run_job to run it and wait for the result,
-probe_media to learn what a file contains (duration, streams) before writing a command.`
+probe_media to learn what a file contains (duration, streams) before writing a command,
+run_pipeline to run several jobs as one graph (steps that take other steps' outputs, fan-out per item, fan-in).`
 
 const commandRules = `Write each command as ffmpeg's arguments without "ffmpeg" itself, and refer to files only
 as {{name}}: an input by its key in input_files, an output by its entry in output_files (or inputs/<name>, outputs/<name>).
@@ -86,6 +87,7 @@ func newServer(c *client.Client, local bool) *sdk.Server {
 		Description: "Find out what a media file holds, as ffmpeg reads it: container format, duration, bitrate and each stream " +
 			"(codec, resolution, frame rate, sample rate, channels). The file is " + probeWhat + ". Runs a short job that writes no file."},
 		t.probe)
+	addPipelineTools(s, t, inputs)
 	return s
 }
 

@@ -513,3 +513,24 @@ func (s *Store) deleteEndedPipeline(ctx context.Context, id, doneKey string) (bo
 	}
 	return r.Succeeded, nil
 }
+
+// WatchPipelines calls fn with the id of every pipeline record written or
+// deleted after revision from, until ctx ends or the watch fails; it returns
+// why. A watcher that needs the record reads it.
+func (s *Store) WatchPipelines(ctx context.Context, from int64, fn func(id string)) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	prefix := s.pipelineKey("")
+	for resp := range s.cli.Watch(wctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(from+1)) {
+		if err := resp.Err(); err != nil {
+			return err
+		}
+		for _, ev := range resp.Events {
+			fn(string(ev.Kv.Key[len(prefix):]))
+		}
+	}
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	return fmt.Errorf("pipeline watch closed")
+}

@@ -51,7 +51,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		root.AddCommand(c)
 	}
 	api := &apiFlags{}
-	for _, c := range []*cobra.Command{runCmd(api), jobsCmd(api), uploadCmd(api), mcpCmd(api)} {
+	for _, c := range []*cobra.Command{runCmd(api), jobsCmd(api), pipelineCmd(api), uploadCmd(api), mcpCmd(api)} {
 		c.GroupID = "use"
 		api.add(c)
 		root.AddCommand(c)

@@ -97,7 +97,7 @@ func (ui *progressUI) bytes(name string, total int64) *byteBar {
 		b.bar = ui.add(ui.p.AddBar(total,
 			mpb.PrependDecorators(decor.Name(name, decor.WCSyncSpaceR), decor.Counters(decor.SizeB1024(0), "% .1f / % .1f")),
 			mpb.AppendDecorators(decor.Percentage(decor.WCSyncSpace), decor.Name(" "), decor.AverageSpeed(decor.SizeB1024(0), "% .1f"))))
-	} else {
+	} else if total >= 0 {
 		ui.line("%s: %s", name, size(total))
 	}
 	return b
@@ -111,6 +111,9 @@ func (b *byteBar) set(done, total int64) {
 		}
 		b.bar.SetCurrent(done)
 		return
+	}
+	if b.total < 0 && total >= 0 {
+		b.total = total // a download learns its size
 	}
 	if time.Since(b.last) >= 2*time.Second && done < b.total {
 		b.last = time.Now()

@@ -71,7 +71,7 @@ func TestMCPRunsAJobFromALocalFile(t *testing.T) {
 			t.Errorf("tool %s has no description or input schema", tool.Name)
 		}
 	}
-	for _, want := range []string{"run_job", "check_job", "get_job", "list_jobs", "wait_job", "cancel_job", "job_logs", "probe_media"} {
+	for _, want := range []string{"run_job", "check_job", "get_job", "list_jobs", "wait_job", "cancel_job", "job_logs", "probe_media", "run_pipeline", "get_pipeline", "cancel_pipeline"} {
 		if !names[want] {
 			t.Errorf("no tool %s; have %v", want, names)
 		}
@@ -259,7 +259,7 @@ func TestMCPInspectorListsTools(t *testing.T) {
 	for _, tool := range list.Tools {
 		got += " " + tool.Name
 	}
-	if len(list.Tools) != 8 || !strings.Contains(got, "run_job") || !strings.Contains(got, "probe_media") {
+	if len(list.Tools) != 11 || !strings.Contains(got, "run_job") || !strings.Contains(got, "run_pipeline") {
 		t.Fatalf("inspector listed %s", got)
 	}
 }

@@ -164,6 +164,8 @@ async function route() {
   const parts = path.split("/").filter(Boolean);
   try {
     if (parts[0] === "jobs" && parts[1]) await showJob(decodeURIComponent(parts[1]));
+    else if (parts[0] === "pipelines" && parts[1]) await showPipeline(decodeURIComponent(parts[1]));
+    else if (parts[0] === "pipelines") await showPipelines(params);
     else if (parts[0] === "new") showNewJob();
     else if (parts[0] === "keys") await showKeys();
     else if (parts[0] === "usage") await showUsage(params);
@@ -237,6 +239,8 @@ async function showJob(id) {
     const parts = [
       h("h1", {}, "Job ", h("span", { class: "mono" }, j.id)),
       h("p", {}, statusChip(j.status), " ", h("span", { id: "status-detail" }, j.status_detail || ""), " ", cancel),
+      j.pipeline ? h("p", { id: "job-pipeline" }, "Step ", h("code", {}, j.pipeline.step + (j.pipeline.item === undefined || j.pipeline.item === null ? "" : `[${j.pipeline.item}]`)), " of ",
+        h("a", { href: "#/pipelines/" + encodeURIComponent(j.pipeline.id) }, "pipeline " + j.pipeline.id.slice(0, 8))) : "",
       j.status === "running" ? h("div", { class: "card", id: "progress" },
         pct !== null && pct !== undefined ? h("progress", { max: 100, value: pct, "aria-label": "progress" }) : "",
         h("p", {}, progressText(j.progress) || "running")) : "",
@@ -282,6 +286,172 @@ function outputCard(name, url, info) {
     ...streams.map((s) => [s.type, s.codec, s.width ? `${s.width}×${s.height}` : "", s.sample_rate ? `${s.sample_rate} Hz` : "", s.channels ? `${s.channels} ch` : ""].filter(Boolean).join(" "))].filter(Boolean);
   return h("div", { class: "card preview", "data-output": name },
     h("p", {}, h("a", { href: url, class: "mono" }, name), " ", h("span", { class: "muted" }, desc.join(" · "))), player);
+}
+
+// ---- pipelines ----
+
+const TERMINAL = ["succeeded", "failed", "cancelled"];
+
+function itemLabel(item, index) {
+  const parts = Object.entries(item || {}).map(([k, v]) => `${k}=${v}`);
+  return parts.length ? parts.join(" ") : `#${index}`;
+}
+
+// elapsed is how long a step or job has run: its duration once ended, the time
+// since it started while it runs (kept current by a timer on the page).
+function elapsed(startedAt, finishedAt, duration) {
+  if (duration !== null && duration !== undefined) return fmtDuration(duration);
+  if (!startedAt) return "";
+  const end = finishedAt ? new Date(finishedAt) : new Date();
+  return fmtDuration(Math.max(0, (end - new Date(startedAt)) / 1000)) + (finishedAt ? "" : " so far");
+}
+
+function jobsDone(v) {
+  let done = 0, all = 0;
+  for (const s of v.steps) for (const j of s.jobs) { all++; if (TERMINAL.includes(j.status)) done++; }
+  return `${done}/${all}`;
+}
+
+async function showPipelines(params) {
+  const offset = Math.max(0, parseInt(params.get("offset") || "0", 10) || 0);
+  const load = () => api("GET", "/api/pipelines?" + new URLSearchParams({ limit: PAGE, offset }));
+  const r = await load();
+  const tbody = h("tbody", {});
+  const fill = (list) => tbody.replaceChildren(...list.map((p) => h("tr", { "data-id": p.id },
+    h("td", {}, h("a", { href: "#/pipelines/" + encodeURIComponent(p.id), class: "mono" }, p.id.slice(0, 8))),
+    h("td", {}, statusChip(p.status)),
+    h("td", {}, p.steps.map((s) => s.name).join(", ")),
+    h("td", { class: "jobs-done" }, jobsDone(p)),
+    h("td", { class: "hide-narrow" }, fmtTime(p.created_at)))));
+  fill(r.data);
+  const paging = r.pagingParams || {};
+  main().replaceChildren(
+    h("h1", {}, "Pipelines"),
+    h("p", { class: "muted" }, "Graphs of jobs sent as one request (POST /api/pipelines; see the docs' pipelines page)."),
+    r.data.length ? h("table", { id: "pipelines" }, h("thead", {}, h("tr", {}, h("th", {}, "Pipeline"), h("th", {}, "Status"), h("th", {}, "Steps"), h("th", {}, "Jobs ended"), h("th", { class: "hide-narrow" }, "Created"))), tbody)
+      : h("p", { class: "muted" }, "No pipelines yet."),
+    h("div", { class: "row" },
+      h("span", { class: "muted" }, `${paging.total || 0} pipeline(s)`),
+      offset > 0 ? h("a", { class: "button", href: `#/pipelines?offset=${Math.max(0, offset - PAGE)}` }, "Newer") : "",
+      paging.hasMore ? h("a", { class: "button", href: `#/pipelines?offset=${offset + PAGE}` }, "Older") : ""));
+  // Live: a change of any job of a pipeline reads the page again (at most
+  // about once a second).
+  let timer = 0;
+  stream("/api/events", {
+    job: (j) => {
+      if (!j.pipeline || timer) return;
+      timer = setTimeout(async () => {
+        timer = 0;
+        try { const again = await load(); if ($("#pipelines")) fill(again.data); else if (again.data.length) route(); } catch (e) { /* the next change tries again */ }
+      }, 1000);
+    },
+    resync: () => route(),
+    end: () => { state.account = null; route(); },
+  });
+}
+
+// pipelineGraph draws the steps as nodes in columns, each after the steps it
+// takes outputs of, with an edge from each of those; edges are drawn once the
+// nodes are laid out (drawEdges).
+function pipelineGraph(v) {
+  const depth = {};
+  for (const s of v.steps) depth[s.name] = Math.max(0, ...s.needs.map((n) => (depth[n] === undefined ? -1 : depth[n]) + 1));
+  const cols = [];
+  for (const s of v.steps) (cols[depth[s.name]] = cols[depth[s.name]] || []).push(s);
+  const node = (s) => {
+    const fanned = s.jobs.length > 1 || s.jobs.some((j) => j.item);
+    const outputs = (j) => Object.entries(j.output_files || {}).map(([name, url]) => h("a", { href: url, class: "mono output", "data-key": `out:${j.id}:${name}` }, name));
+    const detail = (j) => j.status === "running" ? progressText(j.progress) : j.status === "failed" ? (j.error_message || "").split("\n")[0] : j.status === "queued" ? j.status_detail : "";
+    const body = fanned
+      ? h("ol", { class: "items" }, s.jobs.map((j, i) => h("li", { "data-item": i, "data-status": j.status },
+        h("a", { href: "#/jobs/" + encodeURIComponent(j.id), class: "mono", "data-key": `job:${j.id}` }, itemLabel(j.item, i)), " ", statusChip(j.status),
+        " ", h("span", { class: "muted" }, elapsed(j.started_at, j.finished_at)),
+        detail(j) ? h("div", { class: "muted detail" }, detail(j)) : "",
+        outputs(j).length ? h("div", { class: "outputs" }, outputs(j)) : "")))
+      : s.jobs.flatMap((j) => [
+        h("p", {}, h("a", { href: "#/jobs/" + encodeURIComponent(j.id), class: "mono", "data-key": `job:${j.id}` }, "job " + j.id.slice(0, 8))),
+        detail(j) ? h("p", { class: "muted detail" }, detail(j)) : "",
+        outputs(j).length ? h("div", { class: "outputs" }, outputs(j)) : ""]);
+    return h("section", { class: "node " + s.status, "data-step": s.name, "data-status": s.status, "data-needs": s.needs.join(","), "aria-label": `step ${s.name}, ${s.status}` },
+      h("h2", {}, s.name, " ", statusChip(s.status), " ",
+        h("span", { class: "duration muted", "data-started": s.started_at || "", "data-finished": s.finished_at || "", "data-duration": s.duration_seconds === null ? "" : s.duration_seconds },
+          elapsed(s.started_at, s.finished_at, s.duration_seconds))),
+      s.needs.length || fanned ? h("p", { class: "muted" }, s.needs.length ? "takes outputs of " + s.needs.join(", ") : "",
+        s.needs.length && fanned ? h("br") : "", fanned ? `${s.jobs.length} items` : "") : "",
+      body);
+  };
+  return h("div", { class: "graph", id: "graph" },
+    svg("svg", { class: "edges", "aria-hidden": "true" },
+      svg("defs", {}, svg("marker", { id: "arrow", viewBox: "0 0 10 10", refX: "10", refY: "5", markerWidth: "6", markerHeight: "6", orient: "auto-start-reverse" }, svg("path", { d: "M 0 0 L 10 5 L 0 10 z" })))),
+    cols.map((col, i) => h("div", { class: "graph-col", "data-depth": i }, col.map(node))));
+}
+
+// drawEdges draws an edge from each step to each step that takes its outputs,
+// from the nodes' places on the page.
+function drawEdges(graph) {
+  if (!graph || !graph.isConnected) return;
+  const edges = $("svg.edges", graph);
+  const box = graph.getBoundingClientRect();
+  edges.setAttribute("width", graph.scrollWidth);
+  edges.setAttribute("height", graph.scrollHeight);
+  for (const p of edges.querySelectorAll("path.edge")) p.remove();
+  for (const to of graph.querySelectorAll(".node")) {
+    for (const name of (to.dataset.needs || "").split(",").filter(Boolean)) {
+      const from = graph.querySelector(`.node[data-step="${CSS.escape(name)}"]`);
+      if (!from) continue;
+      const a = from.getBoundingClientRect(), b = to.getBoundingClientRect();
+      const x1 = a.right - box.left + graph.scrollLeft, y1 = a.top + Math.min(a.height / 2, 40) - box.top + graph.scrollTop;
+      const x2 = b.left - box.left + graph.scrollLeft, y2 = b.top + Math.min(b.height / 2, 40) - box.top + graph.scrollTop;
+      const dx = Math.max(20, (x2 - x1) / 2);
+      edges.append(svg("path", { class: "edge " + from.dataset.status, "data-from": name, "data-to": to.dataset.step, "marker-end": "url(#arrow)",
+        d: `M${x1.toFixed(1)},${y1.toFixed(1)} C${(x1 + dx).toFixed(1)},${y1.toFixed(1)} ${(x2 - dx).toFixed(1)},${y2.toFixed(1)} ${x2.toFixed(1)},${y2.toFixed(1)}` }));
+    }
+  }
+}
+
+async function showPipeline(id) {
+  const r = await api("GET", "/api/pipelines/" + encodeURIComponent(id));
+  const view = h("div", { id: "pipeline" });
+  main().replaceChildren(h("p", {}, h("a", { href: "#/pipelines" }, "← Pipelines")), view);
+  const seen = {};
+  const render = (v) => {
+    const key = document.activeElement && view.contains(document.activeElement) && document.activeElement.dataset.key;
+    const cancel = TERMINAL.includes(v.status) ? "" : h("button", { type: "button", class: "danger", id: "cancel", onclick: async () => {
+      if (!confirm(`Cancel pipeline ${v.id} and every job of it not ended?`)) return;
+      try { render((await api("POST", `/api/pipelines/${encodeURIComponent(v.id)}/cancel`)).data); } catch (e) { alert(e.message); }
+    } }, "Cancel pipeline");
+    const graph = pipelineGraph(v);
+    view.replaceChildren(
+      h("h1", {}, "Pipeline ", h("span", { class: "mono" }, v.id)),
+      h("p", {}, h("span", { id: "pipeline-status", "data-status": v.status }, statusChip(v.status)), " ", h("span", { class: "muted" }, `${jobsDone(v)} jobs ended`), " ", cancel),
+      v.error_message ? h("div", { class: "card" }, h("h2", {}, "Error"), h("pre", { class: "mono error", id: "error-message" }, v.error_message)) : "",
+      graph,
+      h("dl", {}, h("dt", {}, "Created"), h("dd", {}, fmtTime(v.created_at)), h("dt", {}, "Started"), h("dd", {}, fmtTime(v.started_at)),
+        h("dt", {}, "Finished"), h("dd", {}, fmtTime(v.finished_at)), h("dt", {}, "Fail fast"), h("dd", {}, v.fail_fast ? "yes" : "no"),
+        v.webhook ? [h("dt", {}, "Webhook"), h("dd", { id: "webhook-state" }, `${v.webhook.status}` + (v.webhook.attempts ? `, ${v.webhook.attempts} attempt(s)` : ""))] : ""));
+    drawEdges(graph);
+    if (key) { const el = view.querySelector(`[data-key="${CSS.escape(key)}"]`); if (el) el.focus(); }
+    for (const s of v.steps) {
+      if (seen[s.name] && seen[s.name] !== s.status) say(`step ${s.name} ${s.status}`);
+      seen[s.name] = s.status;
+    }
+  };
+  render(r.data);
+  const redraw = () => drawEdges($("#graph"));
+  window.addEventListener("resize", redraw);
+  // Running steps' times tick each second.
+  const tick = setInterval(() => {
+    for (const d of document.querySelectorAll("#graph .duration")) {
+      if (d.dataset.started && !d.dataset.finished && !d.dataset.duration) d.textContent = elapsed(d.dataset.started, null);
+    }
+  }, 1000);
+  state.streams.push({ close: () => { clearInterval(tick); window.removeEventListener("resize", redraw); } });
+  if (!TERMINAL.includes(r.data.status) || !r.data.finished_at) {
+    const es = stream(`/api/pipelines/${encodeURIComponent(id)}/events`, {
+      pipeline: (v) => render(v),
+      end: (d) => { es.close(); if (d && d.reason) { state.account = null; route(); return; } say("pipeline ended"); },
+    });
+  }
 }
 
 // ---- new job ----
