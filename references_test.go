@@ -3,6 +3,7 @@ package mediajobs
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 const refID = "3f2a7c1e-8d4b-4e6f-9a0b-1c2d3e4f5a6b"
@@ -65,7 +66,7 @@ func TestRelease(t *testing.T) {
 	other := "aaaaaaaa-8d4b-4e6f-9a0b-1c2d3e4f5a6b"
 	j := &Job{Awaits: []string{refID, other}}
 	before := j.Awaits
-	j.Release(refID, map[string]string{"a": "k1"})
+	j.Release(refID, map[string]string{"a": "k1"}, time.Unix(100, 0))
 	if len(j.Awaits) != 1 || j.Awaits[0] != other || j.InputKeys["a"] != "k1" {
 		t.Fatalf("after one release: %v %v", j.Awaits, j.InputKeys)
 	}
@@ -73,11 +74,14 @@ func TestRelease(t *testing.T) {
 		t.Fatal("Release edited the slice it was given (the store shares it with the copy it read)")
 	}
 	keys := j.InputKeys
-	j.Release(other, map[string]string{"b": "k2"})
+	j.Release(other, map[string]string{"b": "k2"}, time.Unix(200, 0))
 	if len(keys) != 1 {
 		t.Fatal("Release edited the map it was given")
 	}
 	if j.Awaits != nil || len(j.InputKeys) != 2 {
 		t.Fatalf("after both: %v %v", j.Awaits, j.InputKeys)
+	}
+	if !j.QueuedAt.Equal(time.Unix(200, 0)) {
+		t.Fatalf("queued_at %v: not when it could first run", j.QueuedAt)
 	}
 }

@@ -69,13 +69,15 @@ func (j *Job) Cancel(now time.Time, detail string) {
 	j.ArmWebhook()
 }
 
-// Release records that dep, a job j awaits, succeeded: keys are the blob keys
-// of its outputs that j's inputs name, by input name. Once j awaits nothing, it
-// enters its pool's queue (store.derivedOps).
-func (j *Job) Release(dep string, keys map[string]string) {
+// Release records at now that dep, a job j awaits, succeeded: keys are the
+// blob keys of its outputs that j's inputs name, by input name. Once j awaits
+// nothing, it enters its pool's queue (store.derivedOps) as of now: its
+// queued_at is when it could first run, so it takes its turn behind the jobs
+// queued before and the queue's age gauges do not count its wait.
+func (j *Job) Release(dep string, keys map[string]string, now time.Time) {
 	j.Awaits = slices.DeleteFunc(slices.Clone(j.Awaits), func(id string) bool { return id == dep })
 	if len(j.Awaits) == 0 {
-		j.Awaits, j.StatusDetail = nil, ""
+		j.Awaits, j.StatusDetail, j.QueuedAt = nil, "", now
 	} else {
 		j.StatusDetail = j.AwaitingDetail()
 	}

@@ -121,7 +121,7 @@ func (a *awaiter) settle(ctx context.Context, id string) {
 		}
 		for dep, keys := range released {
 			if slices.Contains(j.Awaits, dep) {
-				j.Release(dep, keys)
+				j.Release(dep, keys, a.now())
 			}
 		}
 		return nil

@@ -21,7 +21,7 @@ func TestAwaitingJobStaysOutOfTheQueue(t *testing.T) {
 	ids := func(prefix string) []string { v, _, _ := s.JobIDs(ctx, prefix, 0); return v }
 	now := time.Now()
 	dep, other := newJob("acct", now), newJob("acct", now.Add(time.Millisecond))
-	waiter := newJob("acct", now.Add(2*time.Millisecond))
+	waiter := newJob("acct", now.Add(-time.Hour)) // created before them
 	waiter.InputFiles = map[string]string{"a": "job:" + dep.ID + "/out.mp4", "b": "job:" + other.ID + "/out.mp4"}
 	waiter.Awaits = []string{dep.ID, other.ID}
 	for _, j := range []*mj.Job{dep, other, waiter} {
@@ -41,7 +41,7 @@ func TestAwaitingJobStaysOutOfTheQueue(t *testing.T) {
 	}
 
 	// One of two released: still waiting, one awaits key left.
-	if _, err := s.UpdateJob(ctx, waiter.ID, func(j *mj.Job) error { j.Release(dep.ID, map[string]string{"a": "k"}); return nil }); err != nil {
+	if _, err := s.UpdateJob(ctx, waiter.ID, func(j *mj.Job) error { j.Release(dep.ID, map[string]string{"a": "k"}, time.Now()); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if q := ids(s.QueuePrefix()); slices.Contains(q, waiter.ID) {
@@ -50,8 +50,10 @@ func TestAwaitingJobStaysOutOfTheQueue(t *testing.T) {
 	if w, _ := s.Waiters(ctx, dep.ID); len(w) != 0 {
 		t.Fatalf("Waiters(dep) after its release = %v", w)
 	}
-	// The other released: in the queue, no awaits key, its keys kept.
-	got, err := s.UpdateJob(ctx, waiter.ID, func(j *mj.Job) error { j.Release(other.ID, map[string]string{"b": "k2"}); return nil })
+	// The other released: in the queue as of its release, no awaits key, its
+	// keys kept.
+	released := now.Add(time.Hour)
+	got, err := s.UpdateJob(ctx, waiter.ID, func(j *mj.Job) error { j.Release(other.ID, map[string]string{"b": "k2"}, released); return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,6 +62,16 @@ func TestAwaitingJobStaysOutOfTheQueue(t *testing.T) {
 	}
 	if got.InputKeys["a"] != "k" || got.InputKeys["b"] != "k2" || got.Awaits != nil {
 		t.Fatalf("released job: %v %v", got.InputKeys, got.Awaits)
+	}
+	if q := ids(s.QueuePrefix()); !slices.Contains(q, waiter.ID) {
+		t.Fatal("not in the queue")
+	}
+	head, err := s.QueueHead(ctx, "cpu", "acct")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := head.Standing(got); st.Ahead != 2 {
+		t.Fatalf("the released job has %d jobs ahead of it; want the 2 queued before its release", st.Ahead)
 	}
 
 	// A waiting job that ends (cancelled) leaves no awaits key; its end is told.
