@@ -90,13 +90,16 @@ func (p *Pipeline) ArmWebhook() {
 	}
 }
 
-// PipelineStatus derives where p stands from its jobs (by id; a job not yet
-// stored is missing): queued until a job starts or ends, running until every
-// job ended; then succeeded when all did, cancelled when the client cancelled
-// it, failed when a job failed (msg names the first step that did), else
-// cancelled (a step cancelled by itself).
+// PipelineStatus derives where p stands from its jobs (by id): queued until a
+// job starts or ends, running until every job ended; then succeeded when all
+// did, cancelled when the client cancelled it, failed when a job failed (msg
+// names the first step that did), else cancelled (a step cancelled by
+// itself). A job missing while p has a plan is not stored yet; once every job
+// is stored (no plan), one missing was deleted by the retention, job_retention
+// after it ended: it counts as ended, its outcome no longer known, failing
+// nothing by itself (a failure under fail_fast is still told by p.Stop).
 func PipelineStatus(p *Pipeline, jobs map[string]*Job) (st Status, msg string) {
-	ended, started, all := 0, false, 0
+	ended, started, all, deleted := 0, false, 0, 0
 	var firstFail *Job
 	cancelled := false
 	for _, s := range p.Steps {
@@ -104,6 +107,9 @@ func PipelineStatus(p *Pipeline, jobs map[string]*Job) (st Status, msg string) {
 			all++
 			j := jobs[id]
 			if j == nil {
+				if len(p.Plan) == 0 { // deleted, after it ended
+					ended, started, deleted = ended+1, true, deleted+1
+				}
 				continue
 			}
 			if j.Status != StatusQueued {
@@ -134,6 +140,9 @@ func PipelineStatus(p *Pipeline, jobs map[string]*Job) (st Status, msg string) {
 		return StatusCancelled, p.Stop
 	case firstFail != nil:
 		return StatusFailed, "step " + stepLabel(p, firstFail) + " failed: " + firstFail.ErrorMessage
+	case deleted > 0 && p.FailFast && p.Stop != "":
+		// Stopped under fail_fast, the failed job deleted since.
+		return StatusFailed, p.Stop
 	}
 	return StatusCancelled, "a step was cancelled"
 }
@@ -196,8 +205,17 @@ type StepJob struct {
 	OutputFiles map[string]string `json:"output_files"`
 }
 
+// StatusDeleted is a pipeline's job in its view once the retention deleted it
+// (job_retention after it ended, before the pipeline did): ended, its outcome
+// no longer known. A view's value only; no job has it.
+const StatusDeleted Status = "deleted"
+
+// deletedDetail is a deleted job's status_detail in a pipeline's view.
+const deletedDetail = "deleted by the retention (storage.job_retention) after it ended; its outcome is no longer known"
+
 // ViewPipeline renders p with its jobs (by id; one not stored yet shows as
-// queued). sign turns a blob key into a signed link.
+// queued, one deleted by the retention as deleted). sign turns a blob key into
+// a signed link.
 func ViewPipeline(p *Pipeline, jobs map[string]*Job, sign func(key string) string) PipelineView {
 	st, msg := PipelineStatus(p, jobs)
 	if p.Status.Terminal() {
@@ -213,7 +231,7 @@ func ViewPipeline(p *Pipeline, jobs map[string]*Job, sign func(key string) strin
 		if sv.Needs == nil {
 			sv.Needs = []string{}
 		}
-		one := &Pipeline{Steps: []PipelineStep{s}, Cancelled: p.Cancelled, Stop: p.Stop}
+		one := &Pipeline{Steps: []PipelineStep{s}, Cancelled: p.Cancelled, Stop: p.Stop, Plan: p.Plan}
 		sv.Status, _ = PipelineStatus(one, jobs)
 		ended := true
 		for k, id := range s.Jobs {
@@ -222,6 +240,11 @@ func ViewPipeline(p *Pipeline, jobs map[string]*Job, sign func(key string) strin
 				sj.Item = s.Items[k]
 			}
 			j := jobs[id]
+			if j == nil && len(p.Plan) == 0 {
+				sj.Status, sj.StatusDetail = StatusDeleted, deletedDetail
+				sv.Jobs[k] = sj
+				continue
+			}
 			if j == nil {
 				sv.Jobs[k], ended = sj, false
 				continue

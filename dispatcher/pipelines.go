@@ -19,19 +19,23 @@ import (
 //
 //   - storing the jobs of a pipeline whose gateway died between writing its
 //     record and storing its jobs (pmat/<id>, store/pipelines.go);
-//   - under fail_fast, stopping a pipeline at its first failed job:
-//     cancelling every job not ended;
+//   - under fail_fast, stopping a pipeline at its first failed job; and for
+//     any stop recorded (that, or the client's cancel), cancelling every job
+//     not ended, again at each look until none is: a writer that died
+//     part-way is finished;
 //   - recording the pipeline's end, once, when its last job ends: the write
 //     that sets its status puts its webhook's outbox entry (poutbox/<id>);
 //   - delivering that webhook, once, and recording the outcome.
 //
-// It follows the done/ keys of jobs that end (as the awaiter does), and looks
-// at every unfinished pipeline again each resync.
+// It follows the done/ keys of jobs that end (as the awaiter does) and the
+// deletes of pmat/ keys (a pipeline's jobs all stored: one may have ended
+// before, unseen), and looks at every unfinished pipeline again each resync.
 
 // pipelinesStore is what the pipeline service needs of the store (the
 // term's: its writes are fenced).
 type pipelinesStore interface {
 	TailDone(ctx context.Context, from int64, log *slog.Logger, fn func(ctx context.Context, id string))
+	TailMaterialised(ctx context.Context, log *slog.Logger, fn func(ctx context.Context, id string))
 	Job(ctx context.Context, id string) (*mj.Job, error)
 	Jobs(ctx context.Context, ids []string) ([]*mj.Job, []error)
 	UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error)
@@ -78,9 +82,16 @@ func (d *Dispatcher) pipelinesLoop(ctx context.Context) { d.newPipelines().run(c
 func (p *pipelines) run(ctx context.Context) {
 	p.inflight = map[string]bool{}
 	defer p.deliverer.Wait()
-	done := make(chan struct{})
+	var tails sync.WaitGroup
+	tails.Add(2)
 	go func() {
-		defer close(done)
+		defer tails.Done()
+		// Under fail_fast, a job that failed while the pipeline's jobs were
+		// being stored was passed over (settle waits for them): settled now.
+		p.store.TailMaterialised(ctx, p.log, p.settle)
+	}()
+	go func() {
+		defer tails.Done()
 		p.store.TailDone(ctx, 0, p.log, func(ctx context.Context, id string) {
 			j, err := p.store.Job(ctx, id)
 			if err != nil || j.Pipeline == nil {
@@ -96,7 +107,7 @@ func (p *pipelines) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			<-done
+			tails.Wait()
 			return
 		case <-tick.C:
 			p.pass(ctx, false)
@@ -143,8 +154,8 @@ func (p *pipelines) pass(ctx context.Context, all bool) {
 }
 
 // settle looks at pipeline id's jobs: under fail_fast, stops it at its first
-// failure; once every job ended, records its end (and its webhook's outbox
-// entry) and delivers the webhook.
+// failure; stopped, cancels every job not ended; once every job ended,
+// records its end (and its webhook's outbox entry) and delivers the webhook.
 func (p *pipelines) settle(ctx context.Context, id string) {
 	pl, err := p.store.Pipeline(ctx, id)
 	if err != nil {
@@ -160,7 +171,9 @@ func (p *pipelines) settle(ctx context.Context, id string) {
 		return
 	}
 	if len(pl.Plan) > 0 {
-		return // its jobs are being stored (the pass stores them past grace)
+		// Its jobs are being stored (the pass stores them past grace); the
+		// write that drops the plan settles it (TailMaterialised).
+		return
 	}
 	ids := pl.JobIDs()
 	read, errs := p.store.Jobs(ctx, ids)
@@ -174,7 +187,14 @@ func (p *pipelines) settle(ctx context.Context, id string) {
 			jobs[ids[i]] = j
 		}
 	}
-	if pl.FailFast && pl.Stop == "" {
+	switch {
+	case pl.Stop != "":
+		// Recorded, by a gateway's cancel or this service's fail_fast stop,
+		// whose cancels may not all have happened: the rest now.
+		if p.cancelRest(ctx, pl, jobs, pl.Stop) {
+			return // the cancels' ends settle it
+		}
+	case pl.FailFast:
 		if first := firstFailed(pl, jobs); first != "" {
 			p.stop(ctx, pl, jobs, "step "+first+" failed, and the pipeline stops at its first failure (fail_fast)")
 			return // the cancels' ends settle it
@@ -225,25 +245,37 @@ func firstFailed(pl *mj.Pipeline, jobs map[string]*mj.Job) string {
 	return name
 }
 
-// stop records why pl stops and cancels each of its jobs not ended, the
-// ones that take others' outputs first.
+// stop records why pl stops, then cancels each of its jobs not ended.
 func (p *pipelines) stop(ctx context.Context, pl *mj.Pipeline, jobs map[string]*mj.Job, why string) {
-	_, err := p.store.UpdatePipeline(ctx, pl.ID, func(pl *mj.Pipeline) error {
+	stopped, err := p.store.UpdatePipeline(ctx, pl.ID, func(pl *mj.Pipeline) error {
 		if pl.Stop != "" || pl.Status.Terminal() {
 			return errSkip
 		}
 		pl.Stop = why
 		return nil
 	})
-	if err != nil && err != errSkip {
+	switch {
+	case err == errSkip:
+		return // stopped already (the client's cancel): settle cancels
+	case err != nil:
 		p.log.Warn("stopping a pipeline failed; the next resync tries again", "pipeline", pl.ID, "err", err)
 		return
 	}
-	ids := pl.JobIDs()
+	p.cancelRest(ctx, stopped, jobs, why)
+	p.log.Info("pipeline stopped", "pipeline", pl.ID, "why", why)
+}
+
+// cancelRest cancels each job of stopped pipeline pl not ended in jobs (as
+// read), the ones that take others' outputs first, and tells whether there
+// was one. Twice, or beside a gateway's cancel, is harmless: a job ended
+// meanwhile is left as it is.
+func (p *pipelines) cancelRest(ctx context.Context, pl *mj.Pipeline, jobs map[string]*mj.Job, why string) bool {
+	ids, some := pl.JobIDs(), false
 	for i := len(ids) - 1; i >= 0; i-- {
 		if j := jobs[ids[i]]; j == nil || j.Status.Terminal() {
-			continue
+			continue // ended, or deleted by the retention after it ended
 		}
+		some = true
 		_, err := p.store.UpdateJob(ctx, ids[i], func(j *mj.Job) error {
 			if j.Status.Terminal() {
 				return errSkip
@@ -261,7 +293,7 @@ func (p *pipelines) stop(ctx context.Context, pl *mj.Pipeline, jobs map[string]*
 			p.log.Warn("cancelling a job of a stopped pipeline failed; the next resync tries again", "pipeline", pl.ID, "job", ids[i], "err", err)
 		}
 	}
-	p.log.Info("pipeline stopped", "pipeline", pl.ID, "why", why)
+	return some
 }
 
 // deliver sends pipeline id's webhook in the background, unless it is being

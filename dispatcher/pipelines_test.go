@@ -54,7 +54,7 @@ type pipelineRig struct {
 	svc *pipelines
 }
 
-func newPipelineRig(t *testing.T) *pipelineRig {
+func newPipelineRig(t *testing.T, opts ...func(*pipelines)) *pipelineRig {
 	s, _ := testenv.Etcd(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cfg := config.Default()
@@ -66,6 +66,9 @@ func newPipelineRig(t *testing.T) *pipelineRig {
 		sender: &webhook.Sender{AllowLoopback: true, Base: 10 * time.Millisecond, Cap: 50 * time.Millisecond, AttemptTimeout: 5 * time.Second},
 		links:  blob.Links{Store: blobs, Signer: blob.Signer{Secret: []byte("0123456789abcdef"), Base: "http://gw.test"}},
 		grace:  0, tick: 50 * time.Millisecond, resync: 200 * time.Millisecond}
+	for _, o := range opts {
+		o(svc)
+	}
 	a := &awaiter{store: s, log: slog.Default(), now: time.Now, resync: 200 * time.Millisecond}
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -252,4 +255,65 @@ func TestPipelineFailedStep(t *testing.T) {
 			t.Fatalf("the independent branch: %s", r.job(b).Status)
 		}
 	}
+}
+
+// A stop recorded (a gateway's cancel, or the leader's own fail_fast stop)
+// whose cancels did not all happen, the writer having died: the leader
+// cancels every job not ended.
+func TestPipelineRecordedStopIsCarriedOut(t *testing.T) {
+	r := newPipelineRig(t)
+	p := r.create(testPipeline([]string{"a", "b"}, nil), true)
+	a, b := p.Steps[0].Jobs[0], p.Steps[1].Jobs[0]
+	if _, err := r.s.UpdatePipeline(r.ctx, p.ID, func(pl *mj.Pipeline) error {
+		pl.Cancelled, pl.Stop = true, "the pipeline was cancelled by the client"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "a and b cancelled", func() bool {
+		return r.job(a).Status == mj.StatusCancelled && r.job(b).Status == mj.StatusCancelled
+	})
+	testenv.Eventually(t, 10*time.Second, "the pipeline ended", func() bool { return r.pipeline(p.ID).Status == mj.StatusCancelled })
+}
+
+// A job the retention deleted before its pipeline ended (it ended
+// job_retention before the last one) counts as ended, its outcome unknown:
+// the pipeline ends, succeeded if nothing else failed (docs/pipelines.md).
+func TestPipelineEndsAfterRetentionDeletedAJob(t *testing.T) {
+	r := newPipelineRig(t)
+	p := r.create(testPipeline([]string{"a", "b"}, nil), true)
+	a, b := p.Steps[0].Jobs[0], p.Steps[1].Jobs[0]
+	r.end(a, succeed)
+	cutoff := r.job(a).FinishedAt.Add(time.Millisecond)
+	if n, err := r.s.DeleteFinishedJobs(r.ctx, cutoff, 0); err != nil || n != 1 {
+		t.Fatalf("deleted %d %v", n, err)
+	}
+	r.end(b, succeed)
+	testenv.Eventually(t, 10*time.Second, "the pipeline ended", func() bool { return r.pipeline(p.ID).Status.Terminal() })
+	if st := r.pipeline(p.ID).Status; st != mj.StatusSucceeded {
+		t.Fatalf("pipeline %s, want succeeded", st)
+	}
+}
+
+// Under fail_fast, a job that failed while the pipeline's jobs were being
+// stored stops the pipeline as soon as they are (the gateway's last write),
+// not at the next resync.
+func TestPipelineFailFastDuringMaterialisation(t *testing.T) {
+	r := newPipelineRig(t, func(p *pipelines) { p.grace, p.resync = time.Hour, time.Hour })
+	p := testPipeline([]string{"a", "b", "c"}, nil)
+	p.FailFast = true
+	first := *p.Plan[0]
+	p = r.create(p, false)
+	if err := r.s.CreateJob(r.ctx, &first); err != nil { // the gateway's first batch
+		t.Fatal(err)
+	}
+	r.end(first.ID, func(j *mj.Job) { j.Fail(time.Now(), "ffmpeg exited with code 1") })
+	if _, err := r.s.MaterialisePipeline(r.ctx, p.ID, time.Now()); err != nil { // and the rest
+		t.Fatal(err)
+	}
+	b, c := p.Steps[1].Jobs[0], p.Steps[2].Jobs[0]
+	testenv.Eventually(t, 10*time.Second, "b and c cancelled", func() bool {
+		return r.job(b).Status == mj.StatusCancelled && r.job(c).Status == mj.StatusCancelled
+	})
+	testenv.Eventually(t, 10*time.Second, "the pipeline failed", func() bool { return r.pipeline(p.ID).Status == mj.StatusFailed })
 }

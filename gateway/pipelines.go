@@ -325,8 +325,11 @@ func (g *Gateway) listPipelines(c *fiber.Ctx) error {
 	})
 }
 
-// cancelPipeline stops the pipeline (its jobs not stored yet are stored
-// cancelled), then cancels each of its jobs that has not ended.
+// cancelPipeline records the pipeline's stop (its jobs not stored yet are
+// stored cancelled), then cancels each of its jobs that has not ended, as it
+// can: once the stop is recorded, the leading dispatcher cancels whatever this
+// request did not (dispatcher/pipelines.go), so a failure or a client gone
+// part-way loses nothing.
 func (g *Gateway) cancelPipeline(c *fiber.Ctx) error {
 	p, err := g.ownPipeline(c)
 	if err != nil {
@@ -346,8 +349,10 @@ func (g *Gateway) cancelPipeline(c *fiber.Ctx) error {
 		return err
 	}
 	if len(p.Plan) > 0 {
-		if p, err = g.Store.MaterialisePipeline(ctx, p.ID, g.Now()); err != nil {
-			return err
+		if done, err := g.Store.MaterialisePipeline(ctx, p.ID, g.Now()); err != nil {
+			g.Log.Warn("storing a cancelled pipeline's jobs failed; the leading dispatcher stores them", "pipeline", p.ID, "err", err)
+		} else {
+			p = done
 		}
 	}
 	// The steps that take others' outputs first: their awaited jobs' cancels
@@ -370,7 +375,7 @@ func (g *Gateway) cancelPipeline(c *fiber.Ctx) error {
 		switch {
 		case err == errEnded || mj.ErrorCode(err) == mj.ENotFound:
 		case err != nil:
-			return err
+			g.Log.Warn("cancelling a job of a cancelled pipeline failed; the leading dispatcher cancels it", "pipeline", p.ID, "job", ids[i], "err", err)
 		default:
 			g.jobs.put(j, false)
 			g.jobChanged(j)

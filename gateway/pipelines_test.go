@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -310,5 +311,47 @@ func TestPipelineCancelAndIdempotency(t *testing.T) {
 		if err != nil || j.Status != mj.StatusCancelled {
 			t.Fatalf("job %s after the pipeline's cancel: %+v %v", jid, j, err)
 		}
+	}
+}
+
+// failingUpdates is the store with UpdateJob failing for the ids in fail.
+type failingUpdates struct {
+	Store
+	fail map[string]bool
+}
+
+func (f failingUpdates) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error) {
+	if f.fail[id] {
+		return nil, errors.New("etcd unavailable")
+	}
+	return f.Store.UpdateJob(ctx, id, fn)
+}
+
+// A pipeline's cancel records the stop first, then cancels its jobs as it
+// can: one whose cancel fails is left to the leading dispatcher (which
+// carries out a recorded stop), and the cancel still answers.
+func TestPipelineCancelIsBestEffortAfterTheStop(t *testing.T) {
+	h := pipelineHarness(t)
+	ctx := context.Background()
+	doc := map[string]any{"steps": map[string]any{
+		"a": step(map[string]string{"v": "https://media.example/a.mp4"}, []string{"out.mp4"}, "-i {{v}} {{out.mp4}}"),
+		"b": step(map[string]string{"v": "https://media.example/a.mp4"}, []string{"b.png"}, "-i {{v}} {{b.png}}"),
+	}}
+	status, body, _ := h.do("POST", "/api/pipelines", "alice", doc)
+	if status != 200 {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	id := body["data"].(map[string]any)["id"].(string)
+	p, _ := h.store.Pipeline(ctx, id)
+	stuck := p.Steps[1].Jobs[0]
+	h.gw.Store = failingUpdates{Store: h.gw.Store, fail: map[string]bool{stuck: true}}
+	if status, body, _ := h.do("POST", "/api/pipelines/"+id+"/cancel", "alice", nil); status != 200 {
+		t.Fatalf("cancel with a job's cancel failing: %d %v", status, body)
+	}
+	if p, _ := h.store.Pipeline(ctx, id); !p.Cancelled || p.Stop == "" {
+		t.Fatalf("the stop was not recorded: %+v", p)
+	}
+	if j, _ := h.store.Job(ctx, p.Steps[0].Jobs[0]); j.Status != mj.StatusCancelled {
+		t.Fatalf("the other job: %s", j.Status)
 	}
 }

@@ -83,6 +83,11 @@ package store
 //	pmat/<id> = created_at (unix ns)                             [pipelines.go]
 //	    Derived: the record still holds a plan. L stores the jobs of one that
 //	    a gateway left (dispatcher/pipelines.go).
+//	pqueued/<account>/<id> = jobs planned not stored (zero-padded) [pipelines.go]
+//	    Derived, with pmat/: G puts it at create, with the plan's length; each
+//	    batch storing jobs (G or L) lowers it (compared, only ever down), the
+//	    write that drops the plan deletes it. Counted as queued against
+//	    max_queued_jobs (limits.go).
 //	prun/<id> = ""                                               [pipelines.go]
 //	    Derived: the pipeline has not ended. L looks at each again (resync).
 //	pdone/<finished_at ns>_<id> = id                             [pipelines.go]
@@ -93,7 +98,8 @@ package store
 //	    Derived: put by the write that ends a pipeline with a webhook_url,
 //	    deleted by the write that records the delivery's outcome.
 //	idem/<account>/<sha256("pipeline\x00" + Idempotency-Key)> = idemRecord [pipelines.go]
-//	    G, with the pipeline's record; swept as the jobs' are.
+//	    G, with the pipeline's record (its idem_hash names it); J after 24 h,
+//	    or with the pipeline (DeleteEndedPipelines).
 //
 // Accounting: what each account holds and used (docs/limits.md, docs/usage.md).
 // An amount held is a counter that grows, sharded so concurrent writers rarely
@@ -101,7 +107,9 @@ package store
 // so the two kinds of writer never contend.
 //
 //	usage/<account>/job_bytes/<shard 0-15> = bytes (decimal)         [limits.go]
-//	    G: each create adds its record's bytes. Never deleted.
+//	    G: each create adds its record's bytes; a pipeline's create near
+//	    max_queued_jobs rewrites every shard as read (store/pipelines.go).
+//	    Never deleted.
 //	usage/<account>/job_bytes_freed = bytes (decimal)                [limits.go]
 //	    J: the retention adds what the jobs it deletes counted. Never deleted.
 //	usage/<account>/storage/<shard 0-15> = bytes (decimal)    [storagequota.go]

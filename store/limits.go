@@ -19,7 +19,8 @@ import (
 // when a create is checked, so every gateway enforces the same numbers:
 //
 //   - jobs queued: a count-only read of sidx/<account>/queued/ (the account's jobs
-//     in status queued). Within queuedRaceMargin of the limit, the create's
+//     in status queued), plus the jobs its pipelines planned and have not
+//     stored yet (pqueued/<account>/, store/pipelines.go). Within queuedRaceMargin of the limit, the create's
 //     transaction also compares that no key under that prefix was written since
 //     the read, so racing creates cannot cross it; further from it they do not
 //     contend (only more than queuedRaceMargin creates of one account racing at
@@ -212,6 +213,7 @@ func (s *Store) usageOps(account string, p usageParts) ([]clientv3.Op, func(rs [
 		storageFreed
 		streams
 		queued
+		reserved
 		parts
 	)
 	ops := []clientv3.Op{clientv3.OpGet(s.schedKey(account))}
@@ -235,6 +237,7 @@ func (s *Store) usageOps(account string, p usageParts) ([]clientv3.Op, func(rs [
 	}
 	if p.queued {
 		add(queued, clientv3.OpGet(s.statusIndexPrefix(account, mj.StatusQueued), clientv3.WithPrefix(), clientv3.WithCountOnly()))
+		add(reserved, clientv3.OpGet(s.pipelineReservePrefix(account), clientv3.WithPrefix()))
 	}
 	parse := func(rs []*pb.ResponseOp, rev int64) usageRead {
 		u := usageRead{rev: rev, parts: p}
@@ -263,6 +266,12 @@ func (s *Store) usageOps(account string, p usageParts) ([]clientv3.Op, func(rs [
 		u.storage = readStorage(rr(storage), rr(storageFreed))
 		u.streams = rr(streams).Count
 		u.queued = rr(queued).Count
+		// Jobs planned by pipelines and not stored yet count as queued
+		// (store/pipelines.go): they will be.
+		for _, kv := range rr(reserved).Kvs {
+			n, _ := strconv.ParseInt(string(kv.Value), 10, 64)
+			u.queued += n
+		}
 		return u
 	}
 	return ops, parse

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -22,11 +23,14 @@ import (
 //  1. CreatePipeline writes the pipeline's record with its plan (every job,
 //     its id assigned, in full), its index key and pmat/<id>, in one
 //     transaction checked against the account's limits for all the jobs at
-//     once (and its Idempotency-Key record). Nothing else is stored yet.
+//     once (and its Idempotency-Key record), with pqueued/<account>/<id>:
+//     the planned jobs count as queued until stored. Nothing else is stored
+//     yet.
 //  2. MaterialisePipeline stores the planned jobs in batches, each job only
 //     if its key is absent, each batch conditioned on the record being
-//     unchanged; then one write drops the plan from the record, and pmat/<id>
-//     with it.
+//     unchanged, each lowering the reservation by its jobs; then one write
+//     drops the plan from the record, and pmat/<id> and the reservation with
+//     it.
 //
 // The gateway runs both in the create request. If it dies between them, the
 // leader (dispatcher/pipelines.go) finds pmat/<id> and runs step 2: storing a
@@ -48,6 +52,21 @@ func (s *Store) pipelineIndexPrefix(account string) string { return s.p + "pidx/
 // jobs are not all stored yet.
 func (s *Store) PipelinePendingPrefix() string { return s.p + "pmat/" }
 
+// pipelineReservePrefix holds pqueued/<account>/<id> = the number of jobs of
+// the account's pipeline id planned and not stored yet (reserveValue): they
+// count as queued against max_queued_jobs (limits.go) from the pipeline's
+// create to the batch that stores them, each batch lowering it by its jobs,
+// the write that drops the plan deleting it.
+func (s *Store) pipelineReservePrefix(account string) string { return s.p + "pqueued/" + account + "/" }
+
+func (s *Store) pipelineReserveKey(p *mj.Pipeline) string {
+	return s.pipelineReservePrefix(p.AccountID) + p.ID
+}
+
+// reserveValue writes a reservation zero-padded, so that etcd's compare of
+// values (bytewise) orders them as numbers.
+func reserveValue(n int) string { return fmt.Sprintf("%010d", n) }
+
 // PipelineRunningPrefix holds prun/<id>: pipelines that have not ended.
 func (s *Store) PipelineRunningPrefix() string { return s.p + "prun/" }
 
@@ -65,8 +84,8 @@ func (s *Store) pipelineIdemKey(account, key string) string {
 const maxPipelineRecord = 1 << 20
 
 // pipelineDerivedOps are the keys that follow from a pipeline's record, as
-// derivedOps are a job's: pmat/ while jobs are planned, prun/ until it ends,
-// poutbox/ while its webhook is due.
+// derivedOps are a job's: pmat/ and the reservation of its planned jobs while
+// jobs are planned, prun/ until it ends, poutbox/ while its webhook is due.
 func (s *Store) pipelineDerivedOps(old, p *mj.Pipeline) []clientv3.Op {
 	var ops []clientv3.Op
 	pending := func(p *mj.Pipeline) bool { return p != nil && len(p.Plan) > 0 }
@@ -76,9 +95,10 @@ func (s *Store) pipelineDerivedOps(old, p *mj.Pipeline) []clientv3.Op {
 	}
 	switch {
 	case pending(p) && !pending(old):
-		ops = append(ops, clientv3.OpPut(s.PipelinePendingPrefix()+p.ID, strconv.FormatInt(p.CreatedAt.UnixNano(), 10)))
+		ops = append(ops, clientv3.OpPut(s.PipelinePendingPrefix()+p.ID, strconv.FormatInt(p.CreatedAt.UnixNano(), 10)),
+			clientv3.OpPut(s.pipelineReserveKey(p), reserveValue(len(p.Plan))))
 	case !pending(p) && pending(old):
-		ops = append(ops, clientv3.OpDelete(s.PipelinePendingPrefix()+p.ID))
+		ops = append(ops, clientv3.OpDelete(s.PipelinePendingPrefix()+p.ID), clientv3.OpDelete(s.pipelineReserveKey(old)))
 	}
 	switch {
 	case running(p) && !running(old):
@@ -104,7 +124,9 @@ func (s *Store) pipelineDerivedOps(old, p *mj.Pipeline) []clientv3.Op {
 // create gives them.
 func (s *Store) CreatePipeline(ctx context.Context, p *mj.Pipeline, idem *Idempotency, defaults Limits) (*mj.Pipeline, error) {
 	if idem != nil {
-		sum := sha256.Sum256([]byte(idem.Key))
+		// The hash its record is named by (pipelineIdemKey): the retention
+		// deletes the record with the pipeline, as a job's.
+		sum := sha256.Sum256([]byte("pipeline\x00" + idem.Key))
 		p.IdemHash = hex.EncodeToString(sum[:])
 		if prior, err := s.IdempotentPipeline(ctx, p.AccountID, idem); prior != nil || err != nil {
 			return prior, err
@@ -112,7 +134,13 @@ func (s *Store) CreatePipeline(ctx context.Context, p *mj.Pipeline, idem *Idempo
 	}
 	shardKey := s.jobBytesKey(p.AccountID, p.ID)
 	for attempt := 0; ; attempt++ {
-		u, err := s.readCreateUsage(ctx, p.AccountID, defaults, shardKey)
+		// Every shard of the byte counter is read: near max_queued_jobs they
+		// are all written (below).
+		u, err := retryTransient(ctx, func(bool) (usageRead, error) {
+			all := allUsage
+			all.shard = shardKey
+			return s.readUsageParts(ctx, p.AccountID, all)
+		})
 		if err != nil {
 			return nil, err
 		}
@@ -152,7 +180,20 @@ func (s *Store) CreatePipeline(ctx context.Context, p *mj.Pipeline, idem *Idempo
 		// The usage read still holds, as a job's create checks (createOnce).
 		conds = append(conds, clientv3.Compare(clientv3.ModRevision(shardKey), "=", u.shards[shardKey].modRev))
 		if limits.MaxQueuedJobs > 0 && u.queued+int64(len(p.Plan))+queuedRaceMargin >= limits.MaxQueuedJobs {
-			conds = append(conds, clientv3.Compare(clientv3.ModRevision(s.statusIndexPrefix(p.AccountID, mj.StatusQueued)), "<", u.rev+1).WithPrefix())
+			// Near the limit: no job queued and no pipeline's jobs reserved
+			// since the reading; and every shard of the byte counter is
+			// rewritten as read (none changed since), so that a job's create
+			// that read before this reservation, whose transaction compares
+			// its shard, fails and reads again (docs/limits.md).
+			conds = append(conds,
+				clientv3.Compare(clientv3.ModRevision(s.statusIndexPrefix(p.AccountID, mj.StatusQueued)), "<", u.rev+1).WithPrefix(),
+				clientv3.Compare(clientv3.ModRevision(s.pipelineReservePrefix(p.AccountID)), "<", u.rev+1).WithPrefix(),
+				clientv3.Compare(clientv3.ModRevision(s.jobBytesPrefix(p.AccountID)), "<", u.rev+1).WithPrefix())
+			for i := range jobBytesShards {
+				if k := s.jobBytesPrefix(p.AccountID) + strconv.Itoa(i); k != shardKey {
+					ops = append(ops, clientv3.OpPut(k, strconv.FormatInt(u.shards[k].value, 10)))
+				}
+			}
 		}
 		resp, err := retryTransient(ctx, func(bool) (*clientv3.TxnResponse, error) {
 			return s.cli.Txn(ctx).If(conds...).Then(ops...).Commit()
@@ -233,7 +274,18 @@ func (s *Store) IdempotentPipeline(ctx context.Context, account string, idem *Id
 	if rec.Fingerprint != idem.Fingerprint {
 		return nil, mj.Errorf(mj.EConflict, "this Idempotency-Key was already used with a different request")
 	}
-	return s.Pipeline(ctx, rec.JobID)
+	p, err := s.Pipeline(ctx, rec.JobID)
+	if mj.ErrorCode(err) == mj.ENotFound {
+		// Deleted by the retention, its record left (one written before the
+		// retention deleted records with their pipelines): none, as for a
+		// job, whose record goes with it. The record goes now, unless
+		// rewritten meanwhile, so the create can write its own.
+		kv := resp.Kvs[0]
+		_, err := s.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(string(kv.Key)), "=", kv.ModRevision)).
+			Then(clientv3.OpDelete(string(kv.Key))).Commit()
+		return nil, err
+	}
+	return p, err
 }
 
 // Pipeline returns the pipeline with id, or mj.ErrNotFound.
@@ -312,11 +364,18 @@ func (s *Store) MaterialisePipeline(ctx context.Context, id string, now time.Tim
 		cond := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.pipelineKey(id)), "=", p.Revision)}
 		changed := false
 		var txns []clientv3.Op
-		size := 0
+		size, next := 0, 0 // next: the plan's first job not in txns
+		rk := s.pipelineReserveKey(p)
 		flush := func() error {
 			if len(txns) == 0 {
 				return nil
 			}
+			// The reservation drops to the jobs after this batch, unless a
+			// batch of another process took it lower (values compare as
+			// numbers, reserveValue): exact whoever stores which batch.
+			left := reserveValue(len(p.Plan) - next)
+			txns = append(txns, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(rk), ">", left)},
+				[]clientv3.Op{clientv3.OpPut(rk, left)}, nil))
 			resp, err := s.commit(ctx, cond, txns, nil)
 			txns, size = txns[:0], 0
 			if err != nil {
@@ -346,6 +405,7 @@ func (s *Store) MaterialisePipeline(ctx context.Context, id string, now time.Tim
 			}
 			txns = append(txns, clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.jobKey(j.ID)), "=", 0)}, ops, nil))
 			size += len(b)
+			next++
 		}
 		if !changed {
 			if err := flush(); err != nil {
@@ -389,6 +449,29 @@ func (s *Store) PendingPipelines(ctx context.Context) (map[string]time.Time, err
 		out[strings.TrimPrefix(string(kv.Key), s.PipelinePendingPrefix())] = time.Unix(0, ns)
 	}
 	return out, nil
+}
+
+// TailMaterialised calls fn with the id of every pipeline whose jobs all came
+// to be stored (its pmat/<id> deleted) from now on, until ctx ends: the
+// leader settles it then, a job of it that ended meanwhile having been
+// passed over. A watch that fails is taken again from now (the leader's
+// resync covers the gap).
+func (s *Store) TailMaterialised(ctx context.Context, log *slog.Logger, fn func(ctx context.Context, id string)) {
+	prefix := s.PipelinePendingPrefix()
+	for ctx.Err() == nil {
+		for resp := range s.cli.Watch(clientv3.WithRequireLeader(ctx), prefix, clientv3.WithPrefix()) {
+			if err := resp.Err(); err != nil {
+				log.Warn("watch of stored pipelines failed; watching again", "err", err)
+				break
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == clientv3.EventTypeDelete {
+					fn(ctx, strings.TrimPrefix(string(ev.Kv.Key), prefix))
+				}
+			}
+		}
+		sleep(ctx, time.Second)
+	}
 }
 
 // PipelineIDs lists the pipeline ids under prefix (PipelineRunningPrefix,
@@ -504,9 +587,18 @@ func (s *Store) deleteEndedPipeline(ctx context.Context, id, doneKey string) (bo
 		clientv3.OpDelete(s.pipelineKey(id)),
 		clientv3.OpDelete(s.pipelineIndexKey(&p)),
 		clientv3.OpDelete(s.PipelineOutboxPrefix() + id),
+		clientv3.OpDelete(s.pipelineReserveKey(&p)),
 		clientv3.OpDelete(doneKey),
 	}
-	// Its Idempotency-Key record goes with SweepIdempotency, after 24 hours.
+	if p.IdemHash != "" {
+		// Its Idempotency-Key record goes with it, as a job's does
+		// (retention.go): a retry then creates anew. Only the record written
+		// with it (same create revision): a later create may have reused the key.
+		ik := s.p + "idem/" + p.AccountID + "/" + p.IdemHash
+		ops = append(ops, clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(ik), "=", resp.Kvs[0].CreateRevision)},
+			[]clientv3.Op{clientv3.OpDelete(ik)}, nil))
+	}
 	r, err := s.commit(ctx, []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(s.pipelineKey(id)), "=", resp.Kvs[0].ModRevision)}, ops, nil)
 	if err != nil {
 		return false, fmt.Errorf("delete an ended pipeline: %w", err)

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,5 +159,142 @@ func TestEndedPipelinesAreDeletedAfterTheRetention(t *testing.T) {
 	}
 	if c := count(s.PipelineOutboxPrefix()); c != 0 {
 		t.Fatalf("%d outbox entries left", c)
+	}
+}
+
+// A pipeline's planned jobs count against max_queued_jobs from its create to
+// their materialisation (a reservation, docs/limits.md): two pipelines racing
+// under the limit cannot both pass, and single creates made before a
+// pipeline's jobs are stored see them.
+func TestPipelinesReserveTheirJobsAgainstMaxQueued(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	ctx := context.Background()
+	lim := store.Limits{MaxQueuedJobs: 10}
+	p1, p2 := plannedPipeline("acct", 8), plannedPipeline("acct", 8)
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i, p := range []*mj.Pipeline{p1, p2} {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, errs[i] = s.CreatePipeline(ctx, p, nil, lim) }()
+	}
+	wg.Wait()
+	created := 0
+	for i, p := range []*mj.Pipeline{p1, p2} {
+		if errs[i] == nil {
+			created++
+			if _, err := s.MaterialisePipeline(ctx, p.ID, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+		} else if mj.ErrorCode(errs[i]) != mj.EQuotaExceeded {
+			t.Fatalf("pipeline %d: %v, want quotaExceeded or stored", i, errs[i])
+		}
+	}
+	if n, _ := s.Count(ctx, "/test/sidx/acct/queued/"); created != 1 || n != 8 {
+		t.Errorf("%d pipelines stored, %d jobs queued; want 1 and 8 (max_queued_jobs 10)", created, n)
+	}
+
+	// A pipeline not materialised yet, then single creates: 2 fit.
+	p3 := plannedPipeline("acct2", 8)
+	if _, err := s.CreatePipeline(ctx, p3, nil, lim); err != nil {
+		t.Fatal(err)
+	}
+	if _, u, _, err := s.AccountLimits(ctx, "acct2", lim); err != nil || u.QueuedJobs != 8 {
+		t.Fatalf("usage %+v, %v: want the 8 planned jobs counted", u, err)
+	}
+	refused := 0
+	for i := range 5 {
+		if _, err := s.CreateJobWithin(ctx, newJob("acct2", time.Now().Add(time.Duration(i))), nil, lim); mj.ErrorCode(err) == mj.EQuotaExceeded {
+			refused++
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.MaterialisePipeline(ctx, p3.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.Count(ctx, "/test/sidx/acct2/queued/"); n != 10 || refused != 3 {
+		t.Errorf("acct2: %d queued, %d refused; want 10 and 3", n, refused)
+	}
+	if n, _ := s.Count(ctx, "/test/pqueued/"); n != 0 {
+		t.Errorf("%d reservations left after materialisation, want none", n)
+	}
+}
+
+// The reservation shrinks exactly as the batches store the jobs: a pipeline
+// half stored counts its stored jobs once (queued) and the rest once
+// (reserved), whoever stores them and however often.
+func TestPipelineReservationFollowsTheBatches(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	ctx := context.Background()
+	p := plannedPipeline("acct", 150) // three batches
+	if _, err := s.CreatePipeline(ctx, p, nil, store.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	// A gateway that stored the first 70 jobs (two batches' worth, in part)
+	// before it died: stored as a batch of its own would be.
+	for _, j := range p.Plan[:70] {
+		c := *j
+		if err := s.CreateJob(ctx, &c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	queued := func() int64 {
+		_, u, _, err := s.AccountLimits(ctx, "acct", store.Limits{MaxQueuedJobs: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.QueuedJobs
+	}
+	if n := queued(); n != 220 { // the 70 stored outside the pipeline's writes count twice until it runs
+		t.Fatalf("queued %d, want 220", n)
+	}
+	var wg sync.WaitGroup
+	for range 3 { // the gateway and leaders at once
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := s.MaterialisePipeline(ctx, p.ID, time.Now()); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if n := queued(); n != 150 {
+		t.Errorf("queued %d after materialisation, want 150", n)
+	}
+	if n, _ := s.Count(ctx, "/test/pqueued/"); n != 0 {
+		t.Errorf("%d reservations left after materialisation, want none", n)
+	}
+}
+
+// A retry with the Idempotency-Key of a pipeline the retention deleted creates
+// a new pipeline, as a job's does (its record goes with the job).
+func TestPipelineIdempotencyAfterTheRetention(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	ctx := context.Background()
+	idem := &store.Idempotency{Key: "k", Fingerprint: "f"}
+	p, err := s.CreatePipeline(ctx, plannedPipeline("acct", 1), idem, store.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.MaterialisePipeline(ctx, p.ID, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now().Add(-2 * time.Hour)
+	if _, err := s.UpdatePipeline(ctx, p.ID, func(p *mj.Pipeline) error {
+		p.Status, p.FinishedAt = mj.StatusSucceeded, &at
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DeleteEndedPipelines(ctx, time.Now().Add(-time.Hour), 0); err != nil || n != 1 {
+		t.Fatalf("deleted %d, %v", n, err)
+	}
+	if prior, err := s.IdempotentPipeline(ctx, "acct", idem); prior != nil || err != nil {
+		t.Fatalf("IdempotentPipeline after the retention: %v, %v; want none", prior, err)
+	}
+	again, err := s.CreatePipeline(ctx, plannedPipeline("acct", 1), idem, store.Limits{})
+	if err != nil || again.ID == p.ID {
+		t.Fatalf("a retry after the retention: %v, %v; want a new pipeline", again, err)
 	}
 }

@@ -146,7 +146,7 @@ the pipeline would make.`,
 				for _, s := range p.Steps {
 					for _, j := range s.Jobs {
 						jobs++
-						if j.Status.Terminal() {
+						if j.Status.Terminal() || j.Status == mj.StatusDeleted {
 							ended++
 						}
 					}
@@ -501,7 +501,7 @@ func describeStep(s *client.PipelineStep) (string, float64) {
 	for i := range s.Jobs {
 		j := &s.Jobs[i]
 		switch {
-		case j.Status.Terminal():
+		case j.Status.Terminal() || j.Status == mj.StatusDeleted: // deleted: ended long ago (retention)
 			ended++
 			pct += 100
 			if j.Status == mj.StatusFailed && failed == nil {

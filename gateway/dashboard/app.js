@@ -290,7 +290,7 @@ function outputCard(name, url, info) {
 
 // ---- pipelines ----
 
-const TERMINAL = ["succeeded", "failed", "cancelled"];
+const TERMINAL = ["succeeded", "failed", "cancelled", "deleted"]; // deleted: a step's job the retention removed
 
 function itemLabel(item, index) {
   const parts = Object.entries(item || {}).map(([k, v]) => `${k}=${v}`);
