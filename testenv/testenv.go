@@ -249,10 +249,13 @@ plugin "raw_exec" {
 }
 # The worker image is built here, never pulled: the driver's image GC would
 # remove it 3 minutes after its last task, under the next package's tests.
+# Ended containers are kept until Close, so that a test can read a short task's
+# log from docker itself (Nomad's log shipper may miss the end of one).
 plugin "docker" {
   config {
     gc {
-      image = false
+      image     = false
+      container = false
     }
   }
 }
@@ -351,7 +354,20 @@ func (n *Nomad) Close() {
 	if n.cmd != nil && n.cmd.Process != nil {
 		children = Descendants(n.cmd.Process.Pid) // logmon and executors
 	}
+	// This agent's docker containers (kept when they end: gc.container off).
+	var containers []string
+	if n.Client != nil {
+		if allocs, _, err := n.Client.Allocations().List(nil); err == nil {
+			for _, a := range allocs {
+				out, _ := exec.Command("docker", "ps", "-aq", "--filter", "label=com.hashicorp.nomad.alloc_id="+a.ID).Output()
+				containers = append(containers, strings.Fields(string(out))...)
+			}
+		}
+	}
 	n.stop(false)
+	if len(containers) > 0 {
+		exec.Command("docker", append([]string{"rm", "-f"}, containers...)...).Run()
+	}
 	for _, pid := range children {
 		// Only what still runs the nomad binary: a pid may have been reused since.
 		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.HasPrefix(string(cmd), n.bin) {

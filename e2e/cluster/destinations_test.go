@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -206,6 +207,11 @@ func nomadTexts(c *e2e.Cluster, child string) []string {
 				b, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
 				texts = append(texts, string(b))
+			}
+			// A docker task's log as docker has it: Nomad's log shipper may
+			// miss the end of a short task's (the poststop upload's) output.
+			if out, err := exec.Command("docker", "logs", task+"-"+a.ID).CombinedOutput(); err == nil {
+				texts = append(texts, string(out))
 			}
 		}
 	}
