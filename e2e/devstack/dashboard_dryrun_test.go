@@ -36,7 +36,10 @@ func TestDashboardChecksAsYouType(t *testing.T) {
 		chromedp.SetUploadFiles("#in-file-1", []string{clip}, chromedp.ByID),
 		chromedp.Evaluate(`document.getElementById("commands-field").value = ""`, nil),
 		chromedp.SendKeys("#commands-field", "-i /etc/passwd {{out.mp4}}", chromedp.ByID),
+		// The check runs as one types: wait for the answer to the whole command
+		// (a loaded machine answers a prefix such as "-i /et" first).
 		chromedp.WaitVisible(`//p[@id="dry-run" and contains(@class, "bad")]`),
+		chromedp.WaitVisible(`//*[@id="err-ffmpeg_commands" and contains(., "/etc/passwd")]`),
 		chromedp.Text("#err-ffmpeg_commands", &fieldErr, chromedp.ByID),
 	); err != nil {
 		t.Fatalf("a refused command while typing: %v", err)
@@ -47,7 +50,7 @@ func TestDashboardChecksAsYouType(t *testing.T) {
 	if err := chromedp.Run(ctx,
 		chromedp.Evaluate(`document.getElementById("commands-field").value = ""`, nil),
 		chromedp.SendKeys("#commands-field", "-i {{video}} -vf scale=160:-2 {{out.mp4}}", chromedp.ByID),
-		chromedp.WaitVisible(`//p[@id="dry-run" and contains(@class, "ok")]`),
+		chromedp.WaitVisible(`//p[@id="dry-run" and contains(@class, "ok") and contains(., "outputs/out.mp4")]`),
 		chromedp.Text("#dry-run", &status, chromedp.ByID),
 		chromedp.Text("#err-ffmpeg_commands", &fieldErr, chromedp.ByID),
 	); err != nil {
