@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/mediajobs/mediajobs/command"
 )
 
 // A chunk is encoded on its own: a filter is safe to split only when its output
@@ -107,43 +109,7 @@ func toSet(s string) map[string]bool {
 // checkGraph reads a video filter graph as libavfilter parses it (chains of
 // [label]name=args[label], separated by "," and ";") and refuses what a chunk
 // cannot run as the whole file would.
-func checkGraph(w, g string) error {
-	s := skipSpace(g)
-	if strings.HasPrefix(s, "sws_flags=") {
-		i := strings.IndexByte(s, ';')
-		if i < 0 {
-			return fmt.Errorf("%s %q: sws_flags not terminated with \";\"", w, g)
-		}
-		s = s[i+1:]
-	}
-	for {
-		s = skipSpace(s)
-		var ok bool
-		if s, ok = skipLabels(s); !ok {
-			return fmt.Errorf("%s %q: bad or unterminated [label]", w, g)
-		}
-		var name, args string
-		name, s = getToken(s, "=,;[")
-		hasArgs := strings.HasPrefix(s, "=")
-		if hasArgs {
-			args, s = getToken(s[1:], "[],;")
-		}
-		if err := checkFilter(name, args, hasArgs); err != nil {
-			return err
-		}
-		if s, ok = skipLabels(s); !ok {
-			return fmt.Errorf("%s %q: bad or unterminated [label]", w, g)
-		}
-		s = skipSpace(s)
-		if s == "" {
-			return nil
-		}
-		if s[0] != ',' && s[0] != ';' {
-			return fmt.Errorf("%s %q: cannot parse the filter graph at %q", w, g, s)
-		}
-		s = s[1:]
-	}
-}
+func checkGraph(w, g string) error { return command.WalkGraph(w, g, checkFilter) }
 
 func checkFilter(name, args string, hasArgs bool) error {
 	class, _, _ := strings.Cut(name, "@")
@@ -165,8 +131,8 @@ func checkFilter(name, args string, hasArgs bool) error {
 	if !frameFilters[class] {
 		return refuse(what, "is not known to be frame-independent: chunked encoding allows filters whose output for a frame depends on that frame alone (docs/chunked.md lists them)")
 	}
-	for _, kv := range filterArgs(args) {
-		k := strings.ToLower(kv.key)
+	for _, kv := range command.FilterArgs(args) {
+		k := strings.ToLower(kv.Key)
 		if k == "enable" {
 			return refuse(what, "is enabled by a timeline expression, over times or frame numbers that restart in each chunk")
 		}
@@ -174,7 +140,7 @@ func checkFilter(name, args string, hasArgs bool) error {
 			return refuse(what, "draws a timecode counted from each chunk's start")
 		}
 		if class == "drawtext" && k == "text" {
-			if strings.Contains(kv.val, "%{") && timeVarRe.MatchString(strings.ReplaceAll(strings.ReplaceAll(kv.val, "%{", " "), "}", " ")) {
+			if strings.Contains(kv.Val, "%{") && timeVarRe.MatchString(strings.ReplaceAll(strings.ReplaceAll(kv.Val, "%{", " "), "}", " ")) {
 				return refuse(what, "draws text that expands times or frame numbers (%{pts}, %{n}, %{expr:...}), which restart in each chunk")
 			}
 			continue
@@ -182,7 +148,7 @@ func checkFilter(name, args string, hasArgs bool) error {
 		if textKeys[k] {
 			continue
 		}
-		if m := timeVarRe.FindStringSubmatch(kv.val); m != nil {
+		if m := timeVarRe.FindStringSubmatch(kv.Val); m != nil {
 			return refuse(what, fmt.Sprintf("uses %q in an expression: times and frame numbers restart in each chunk", m[2]))
 		}
 	}
@@ -197,98 +163,6 @@ func isStartPTS(args string) bool {
 	return e == "PTS-STARTPTS" || e == "PTS"
 }
 
-// whitespace is what libavutil and libavfilter skip around tokens.
-const whitespace = " \n\t\r"
-
-func skipSpace(s string) string { return strings.TrimLeft(s, whitespace) }
-
-// getToken is libavutil's av_get_token: it skips leading whitespace, reads up to
-// the first unquoted, unescaped byte of term, drops '…' quotes and \ escapes and
-// trims trailing whitespace that was neither. It returns the token and the rest
-// of s, from the terminating byte on. (The same reader as command's.)
-func getToken(s, term string) (string, string) {
-	s = skipSpace(s)
-	var out []byte
-	end := 0 // out[:end] is protected from trimming
-	i := 0
-	for i < len(s) && strings.IndexByte(term, s[i]) < 0 {
-		c := s[i]
-		i++
-		switch {
-		case c == '\\' && i < len(s):
-			out = append(out, s[i])
-			i++
-			end = len(out)
-		case c == '\'':
-			for i < len(s) && s[i] != '\'' {
-				out = append(out, s[i])
-				i++
-			}
-			if i < len(s) {
-				i++
-				end = len(out)
-			}
-		default:
-			out = append(out, c)
-		}
-	}
-	for len(out) > end && strings.IndexByte(whitespace, out[len(out)-1]) >= 0 {
-		out = out[:len(out)-1]
-	}
-	return string(out), s[i:]
-}
-
-type keyVal struct{ key, val string }
-
-// filterArgs splits a filter's arguments as libavfilter does: pairs separated
-// by ":", each "key=value" or a bare value for the next option (key "").
-func filterArgs(args string) []keyVal {
-	var kvs []keyVal
-	for s := args; s != ""; {
-		key := ""
-		t := skipSpace(s)
-		j := 0
-		for j < len(t) && isKeyChar(t[j]) {
-			j++
-		}
-		if u := skipSpace(t[j:]); strings.HasPrefix(u, "=") {
-			key, s = t[:j], u[1:]
-		}
-		var val string
-		val, s = getToken(s, ":")
-		if s != "" {
-			s = s[1:]
-		}
-		kvs = append(kvs, keyVal{key, val})
-	}
-	return kvs
-}
-
-func isKeyChar(c byte) bool {
-	return c|32 >= 'a' && c|32 <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '/' || c == '.'
-}
-
-// skipLabels skips the [label]s at the start of s; ok is false for an empty or
-// unterminated label.
-func skipLabels(s string) (rest string, ok bool) {
-	for strings.HasPrefix(s, "[") {
-		var label string
-		label, s = getToken(s[1:], "]")
-		if label == "" || !strings.HasPrefix(s, "]") {
-			return s, false
-		}
-		s = skipSpace(s[1:])
-	}
-	return s, true
-}
-
 // leadingLabels returns the [label]s at the start of graph g and the rest: the
 // chunk's trim goes after them, before the first filter.
-func leadingLabels(g string) (labels, rest string) {
-	s := skipSpace(g)
-	r, ok := skipLabels(s)
-	if !ok {
-		return "", g
-	}
-	return s[:len(s)-len(r)], r
-}
+func leadingLabels(g string) (labels, rest string) { return command.LeadingLabels(g) }

@@ -77,6 +77,15 @@ func checkGraph(w, g string, spec Spec) error {
 			}
 		}
 	}
+	return WalkGraph(w, g, func(name, args string, hasArgs bool) error {
+		return checkFilter(w, name, args, hasArgs, spec)
+	})
+}
+
+// WalkGraph reads filter graph g as libavfilter's avfilter_graph_parse2 does
+// (see checkGraph) and calls fn with each filter's name and arguments, unescaped
+// once, in order; w names the option in its errors. chunked uses it too.
+func WalkGraph(w, g string, fn func(name, args string, hasArgs bool) error) error {
 	s := skipSpace(g)
 	if strings.HasPrefix(s, "sws_flags=") {
 		i := strings.IndexByte(s, ';')
@@ -97,7 +106,7 @@ func checkGraph(w, g string, spec Spec) error {
 		if hasArgs {
 			args, s = getToken(s[1:], "[],;")
 		}
-		if err := checkFilter(w, name, args, hasArgs, spec); err != nil {
+		if err := fn(name, args, hasArgs); err != nil {
 			return err
 		}
 		if s, ok = skipLabels(s); !ok {
@@ -253,4 +262,27 @@ func skipLabels(s string) (rest string, ok bool) {
 		s = skipSpace(s[1:])
 	}
 	return s, true
+}
+
+// FilterArg is one option of a filter's arguments: Key "" for a bare value.
+type FilterArg struct{ Key, Val string }
+
+// FilterArgs splits a filter's arguments as libavfilter does (filterArgs).
+func FilterArgs(args string) []FilterArg {
+	kvs := filterArgs(args)
+	out := make([]FilterArg, len(kvs))
+	for i, kv := range kvs {
+		out[i] = FilterArg{kv.key, kv.val}
+	}
+	return out
+}
+
+// LeadingLabels returns the [label]s at the start of graph g and the rest.
+func LeadingLabels(g string) (labels, rest string) {
+	s := skipSpace(g)
+	r, ok := skipLabels(s)
+	if !ok {
+		return "", g
+	}
+	return s[:len(s)-len(r)], r
 }
