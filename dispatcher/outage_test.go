@@ -19,6 +19,7 @@ import (
 	"github.com/mediajobs/mediajobs/testenv"
 	"github.com/mediajobs/mediajobs/webhook"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // switchProxy forwards TCP connections to a target while up; down closes the
@@ -112,8 +113,20 @@ func TestNomadOutageWritesNothingAndDrains(t *testing.T) {
 	// Several dispatch passes and reconciles fail against the stopped Nomad.
 	testenv.Eventually(t, 90*time.Second, "three failed dispatch passes", func() bool { return errs() >= base+3 })
 	end, _ := r.store.Revision(ctxb)
-	if writes := end - start; writes > 2 {
-		t.Fatalf("%d etcd revisions during the outage for %d queued jobs (want at most 2: one status_detail)", writes, n)
+	// Count the revisions that wrote job state. Under load the leader's janitor
+	// may run its first pass inside the window; its writes are not a storm.
+	revs := writesBetween(t, r, start, end)
+	jobRevs := 0
+	for _, keys := range revs {
+		for _, k := range keys {
+			if strings.Contains(k, "/jobs/") || strings.Contains(k, "/queue/") || strings.Contains(k, "/active/") {
+				jobRevs++
+				break
+			}
+		}
+	}
+	if jobRevs > 2 || len(revs) > 10 {
+		t.Fatalf("%d etcd revisions (%d of them job writes) during the outage for %d queued jobs (want at most 2 job writes: one status_detail): %v", len(revs), jobRevs, n, revs)
 	}
 	for _, id := range ids {
 		if j := r.job(id); j.Status != mj.StatusQueued {
@@ -131,4 +144,31 @@ func TestNomadOutageWritesNothingAndDrains(t *testing.T) {
 			t.Fatalf("job %s after the outage: %s %q", id, j.Status, j.ErrorMessage)
 		}
 	}
+}
+
+// writesBetween returns the keys written in each revision after start up to end.
+func writesBetween(t *testing.T, r *nomadRig, start, end int64) map[int64][]string {
+	t.Helper()
+	out := map[int64][]string{}
+	if end <= start {
+		return out
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	w := r.store.Client().Watch(ctx, "\x00", clientv3.WithFromKey(), clientv3.WithRev(start+1))
+	for resp := range w {
+		if err := resp.Err(); err != nil {
+			t.Fatalf("reading etcd's history: %v", err)
+		}
+		for _, ev := range resp.Events {
+			if rev := ev.Kv.ModRevision; rev <= end {
+				out[rev] = append(out[rev], string(ev.Kv.Key))
+			}
+		}
+		if resp.Header.Revision >= end && len(resp.Events) > 0 && resp.Events[len(resp.Events)-1].Kv.ModRevision >= end {
+			return out
+		}
+	}
+	t.Fatalf("etcd's history from %d to %d was not read in time: %v", start+1, end, out)
+	return out
 }
