@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
-	"time"
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/client"
@@ -57,7 +54,7 @@ const pipelineExample = `Example, an HLS ladder: one source, two renditions in p
 // named as a dry run names them.
 func (t *tools) pipelineRequest(ctx context.Context, in runPipelineInput, upload bool) (client.PipelineRequest, error) {
 	req := client.PipelineRequest{Steps: map[string]client.Step{}, FailFast: in.FailFast}
-	uploaded := map[string]string{}
+	r := t.inputs(upload)
 	names := make([]string, 0, len(in.Steps))
 	for n := range in.Steps {
 		names = append(names, n)
@@ -68,31 +65,11 @@ func (t *tools) pipelineRequest(ctx context.Context, in runPipelineInput, upload
 		step := client.Step{ForEach: s.ForEach, CreateRequest: client.CreateRequest{InputFiles: map[string]string{},
 			OutputFiles: s.OutputFiles, FFmpegCommands: s.FFmpegCommands, Machine: s.Machine, TimeoutSeconds: s.TimeoutSeconds}}
 		for input, src := range s.InputFiles {
-			field := "steps." + name + ".input_files." + input
-			if u, err := url.Parse(src); err == nil && (u.Scheme == "http" || u.Scheme == "https") || mj.IsJobRef(src) || strings.HasPrefix(src, "step:") {
-				step.InputFiles[input] = src
-				continue
-			}
-			if !t.local {
-				return req, fmt.Errorf("%s: %q is not an http(s) URL or a step: or job: reference (this MCP server runs over HTTP and reads no local files)", field, src)
-			}
-			if _, err := os.Stat(src); err != nil {
-				return req, fmt.Errorf("%s: %v", field, err)
-			}
-			if !upload {
-				step.InputFiles[input] = t.c.LocalFileURL(filepath.Base(src))
-				continue
-			}
-			if link, ok := uploaded[src]; ok {
-				step.InputFiles[input] = link
-				continue
-			}
-			f, err := t.c.UploadFile(ctx, src, nil)
+			link, err := r.resolve(ctx, "steps."+name+".input_files."+input, input, src, true)
 			if err != nil {
-				return req, fmt.Errorf("upload %s: %w", src, toolError(err))
+				return req, err
 			}
-			uploaded[src] = f.DownloadURL
-			step.InputFiles[input] = f.DownloadURL
+			step.InputFiles[input] = link
 		}
 		req.Steps[name] = step
 	}
@@ -140,20 +117,9 @@ func (t *tools) waitPipeline(ctx context.Context, p *client.Pipeline, seconds in
 	if seconds <= 0 || p.Status.Terminal() {
 		return p, nil
 	}
-	wctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second)
-	defer cancel()
-	ended, err := t.c.WaitPipeline(wctx, p.ID, nil)
-	if err == nil {
-		return ended, nil
-	}
-	if wctx.Err() != nil && ctx.Err() == nil {
-		latest, gerr := t.c.Pipeline(ctx, p.ID)
-		if gerr != nil {
-			return nil, toolError(gerr)
-		}
-		return latest, nil
-	}
-	return nil, toolError(err)
+	return waitAtMost(ctx, seconds,
+		func(ctx context.Context) (*client.Pipeline, error) { return t.c.WaitPipeline(ctx, p.ID, nil) },
+		func(ctx context.Context) (*client.Pipeline, error) { return t.c.Pipeline(ctx, p.ID) })
 }
 
 // downloadPipeline saves the outputs of p's succeeded jobs under dir.

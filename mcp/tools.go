@@ -42,28 +42,61 @@ func (t *tools) request(ctx context.Context, in jobInput, upload bool) (client.C
 	if req.OutputFiles == nil {
 		req.OutputFiles = []string{}
 	}
+	r := t.inputs(upload)
 	for name, src := range in.InputFiles {
-		if u, err := url.Parse(src); err == nil && (u.Scheme == "http" || u.Scheme == "https") || mj.IsJobRef(src) {
-			req.InputFiles[name] = src // a URL, or another job's output (job:<id>/<output>)
-			continue
-		}
-		if !t.local {
-			return req, fmt.Errorf("input_files.%s: %q is not an http(s) URL (this MCP server runs over HTTP and reads no local files)", name, src)
-		}
-		if _, err := os.Stat(src); err != nil {
-			return req, fmt.Errorf("input_files.%s: %v", name, err)
-		}
-		if !upload {
-			req.InputFiles[name] = t.c.LocalFileURL(name)
-			continue
-		}
-		f, err := t.c.UploadFile(ctx, src, nil)
+		link, err := r.resolve(ctx, "input_files."+name, name, src, false)
 		if err != nil {
-			return req, fmt.Errorf("upload %s: %w", src, toolError(err))
+			return req, err
 		}
-		req.InputFiles[name] = f.DownloadURL
+		req.InputFiles[name] = link
 	}
 	return req, nil
+}
+
+// inputResolver turns the inputs a tool was given into what the API takes:
+// URLs and references pass through; over stdio a local file is uploaded (each
+// path once), or, for a dry run (no upload), named by a placeholder URL.
+type inputResolver struct {
+	t        *tools
+	upload   bool
+	uploaded map[string]string
+}
+
+func (t *tools) inputs(upload bool) *inputResolver {
+	return &inputResolver{t: t, upload: upload, uploaded: map[string]string{}}
+}
+
+// resolve resolves input name's value src (field names it in errors); steps
+// also accept step: references.
+func (r *inputResolver) resolve(ctx context.Context, field, name, src string, steps bool) (string, error) {
+	if u, err := url.Parse(src); err == nil && (u.Scheme == "http" || u.Scheme == "https") || mj.IsJobRef(src) || steps && strings.HasPrefix(src, "step:") {
+		return src, nil // a URL, or another job's (or step's) output
+	}
+	if !r.t.local {
+		refs := "a job: reference"
+		if steps {
+			refs = "a step: or job: reference"
+		}
+		return "", fmt.Errorf("%s: %q is not an http(s) URL or %s (this MCP server runs over HTTP and reads no local files)", field, src, refs)
+	}
+	if _, err := os.Stat(src); err != nil {
+		return "", fmt.Errorf("%s: %v", field, err)
+	}
+	if !r.upload {
+		if steps {
+			name = filepath.Base(src)
+		}
+		return r.t.c.LocalFileURL(name), nil
+	}
+	if link, ok := r.uploaded[src]; ok {
+		return link, nil
+	}
+	f, err := r.t.c.UploadFile(ctx, src, nil)
+	if err != nil {
+		return "", fmt.Errorf("upload %s: %w", src, toolError(err))
+	}
+	r.uploaded[src] = f.DownloadURL
+	return f.DownloadURL, nil
 }
 
 func (t *tools) runJob(ctx context.Context, _ *sdk.CallToolRequest, in runJobInput) (*sdk.CallToolResult, any, error) {
@@ -110,20 +143,30 @@ func (t *tools) wait(ctx context.Context, j *client.Job, seconds int) (*client.J
 	if seconds <= 0 || j.Status.Terminal() {
 		return j, nil
 	}
+	return waitAtMost(ctx, seconds,
+		func(ctx context.Context) (*client.Job, error) { return t.c.Wait(ctx, j.ID, nil) },
+		func(ctx context.Context) (*client.Job, error) { return t.c.Get(ctx, j.ID) })
+}
+
+// waitAtMost follows something until it ends (wait), for at most seconds;
+// then reads it as it stands (get).
+func waitAtMost[T any](ctx context.Context, seconds int, wait, get func(context.Context) (T, error)) (T, error) {
 	wctx, cancel := context.WithTimeout(ctx, time.Duration(seconds)*time.Second)
 	defer cancel()
-	ended, err := t.c.Wait(wctx, j.ID, nil)
+	ended, err := wait(wctx)
 	if err == nil {
 		return ended, nil
 	}
 	if wctx.Err() != nil && ctx.Err() == nil {
-		latest, gerr := t.c.Get(ctx, j.ID)
+		latest, gerr := get(ctx)
 		if gerr != nil {
-			return nil, toolError(gerr)
+			var none T
+			return none, toolError(gerr)
 		}
 		return latest, nil
 	}
-	return nil, toolError(err)
+	var none T
+	return none, toolError(err)
 }
 
 func (t *tools) checkJob(ctx context.Context, _ *sdk.CallToolRequest, in jobInput) (*sdk.CallToolResult, any, error) {

@@ -333,82 +333,33 @@ func jobsCmd(api *apiFlags) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", j.ID, j.Status, j.CreatedAt.Local().Format("2006-01-02 15:04:05"), j.Machine, clip(detail, 70))
 			}
 			tw.Flush()
-			if page.HasMore {
-				fmt.Fprintf(cmd.ErrOrStderr(), "%d of %d shown; -offset %d for more\n", len(page.Jobs), page.Total, offset+len(page.Jobs))
-			}
+			morePages(cmd.ErrOrStderr(), len(page.Jobs), page.Total, offset, page.HasMore)
 			return nil
 		},
 	}
 	list.Flags().StringVar(&status, "status", "", "only jobs in this status (queued, running, succeeded, failed, cancelled)")
-	list.Flags().IntVar(&limit, "limit", 20, "at most this many (1–100)")
-	list.Flags().IntVar(&offset, "offset", 0, "skip this many")
-	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	listFlags(list, &limit, &offset, &asJSON)
 
-	get := &cobra.Command{
-		Use: "get ID", Short: "one job, as JSON", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := api.client()
-			if err != nil {
-				return err
+	get := getCmd(api, "job", func(ctx context.Context, c *client.Client, id string) (*client.Job, error) { return c.Get(ctx, id) })
+	wait := waitCmd(api, "job", func(ctx context.Context, c *client.Client, id string, ui *progressUI) (*client.Job, error) {
+		stage := ui.stage(id)
+		j, err := c.Wait(ctx, id, stage.update)
+		stage.finish(j)
+		return j, err
+	}, func(j *client.Job) error {
+		if j.Status != mj.StatusSucceeded {
+			return &exitError{1, fmt.Sprintf("job %s %s: %s", j.ID, j.Status, firstOf(j.ErrorMessage, j.StatusDetail))}
+		}
+		return nil
+	})
+	cancel := cancelCmd(api, "job", "cancel a queued or running job",
+		func(ctx context.Context, c *client.Client, id string) (*client.Job, error) { return c.Cancel(ctx, id) },
+		func(j *client.Job) (string, mj.Status, bool) {
+			if j == nil {
+				return "", "", false
 			}
-			j, err := c.Get(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printJSON(cmd.OutOrStdout(), j)
-		},
-	}
-	var waitJSON bool
-	wait := &cobra.Command{
-		Use: "wait ID", Short: "follow a job until it ends (exit 0 if it succeeded, 1 if not)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := api.client()
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if waitJSON {
-				out = cmd.ErrOrStderr()
-			}
-			ui := newProgress(out)
-			stage := ui.stage(args[0])
-			j, err := c.Wait(cmd.Context(), args[0], stage.update)
-			stage.finish(j)
-			ui.close()
-			if err != nil {
-				if cmd.Context().Err() != nil {
-					return &exitError{130, "interrupted; the job goes on"}
-				}
-				return err
-			}
-			if waitJSON {
-				printJSON(cmd.OutOrStdout(), j)
-			}
-			if j.Status != mj.StatusSucceeded {
-				return &exitError{1, fmt.Sprintf("job %s %s: %s", j.ID, j.Status, firstOf(j.ErrorMessage, j.StatusDetail))}
-			}
-			return nil
-		},
-	}
-	wait.Flags().BoolVar(&waitJSON, "json", false, "print the final job as JSON on stdout")
-	cancel := &cobra.Command{
-		Use: "cancel ID", Short: "cancel a queued or running job", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := api.client()
-			if err != nil {
-				return err
-			}
-			j, err := c.Cancel(cmd.Context(), args[0])
-			if err != nil && j != nil && j.Status == mj.StatusCancelled {
-				err = nil // a retry of a cancel that went through
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "job %s %s\n", j.ID, j.Status)
-			return nil
-		},
-	}
+			return j.ID, j.Status, true
+		})
 	var command int
 	logs := &cobra.Command{
 		Use: "logs ID", Short: "print an ended job's full ffmpeg logs (every command, or -command N)", Args: cobra.ExactArgs(1),

@@ -79,50 +79,15 @@ the pipeline would make.`,
 	f.BoolVar(&asJSON, "json", false, "print the final pipeline as JSON on stdout (progress goes to stderr)")
 	f.BoolVar(&dryRun, "dry-run", false, "check the pipeline without running it: nothing is uploaded or stored")
 
-	get := &cobra.Command{
-		Use: "get ID", Short: "one pipeline, as JSON", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := api.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.Pipeline(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			return printJSON(cmd.OutOrStdout(), p)
-		},
-	}
-	var waitJSON bool
-	wait := &cobra.Command{
-		Use: "wait ID", Short: "follow a pipeline until it ends (exit 0 if it succeeded, 1 if not)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := api.client()
-			if err != nil {
-				return err
-			}
-			out := cmd.OutOrStdout()
-			if waitJSON {
-				out = cmd.ErrOrStderr()
-			}
-			ui := newProgress(out)
-			steps := newStepBars(ui)
-			p, err := c.WaitPipeline(cmd.Context(), args[0], &client.PipelineOptions{OnStep: steps.update})
-			steps.finish()
-			ui.close()
-			if err != nil {
-				if cmd.Context().Err() != nil {
-					return &exitError{130, "interrupted; the pipeline goes on"}
-				}
-				return err
-			}
-			if waitJSON {
-				printJSON(cmd.OutOrStdout(), p)
-			}
-			return pipelineEnded(p)
-		},
-	}
-	wait.Flags().BoolVar(&waitJSON, "json", false, "print the final pipeline as JSON on stdout")
+	get := getCmd(api, "pipeline", func(ctx context.Context, c *client.Client, id string) (*client.Pipeline, error) {
+		return c.Pipeline(ctx, id)
+	})
+	wait := waitCmd(api, "pipeline", func(ctx context.Context, c *client.Client, id string, ui *progressUI) (*client.Pipeline, error) {
+		steps := newStepBars(ui)
+		p, err := c.WaitPipeline(ctx, id, &client.PipelineOptions{OnStep: steps.update})
+		steps.finish()
+		return p, err
+	}, pipelineEnded)
 	var limit, offset int
 	var listJSON bool
 	list := &cobra.Command{
@@ -155,33 +120,21 @@ the pipeline would make.`,
 					len(p.Steps), ended, jobs, clip(firstLine(p.ErrorMessage), 70))
 			}
 			tw.Flush()
-			if page.HasMore {
-				fmt.Fprintf(cmd.ErrOrStderr(), "%d of %d shown; -offset %d for more\n", len(page.Pipelines), page.Total, offset+len(page.Pipelines))
-			}
+			morePages(cmd.ErrOrStderr(), len(page.Pipelines), page.Total, offset, page.HasMore)
 			return nil
 		},
 	}
-	list.Flags().IntVar(&limit, "limit", 20, "at most this many (1–100)")
-	list.Flags().IntVar(&offset, "offset", 0, "skip this many")
-	list.Flags().BoolVar(&listJSON, "json", false, "print JSON")
-	cancel := &cobra.Command{
-		Use: "cancel ID", Short: "cancel every job of a pipeline that has not ended", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := api.client()
-			if err != nil {
-				return err
-			}
-			p, err := c.CancelPipeline(cmd.Context(), args[0])
-			if err != nil && p != nil && p.Status == mj.StatusCancelled {
-				err = nil // a retry of a cancel that went through
-			}
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "pipeline %s %s\n", p.ID, p.Status)
-			return nil
+	listFlags(list, &limit, &offset, &listJSON)
+	cancel := cancelCmd(api, "pipeline", "cancel every job of a pipeline that has not ended",
+		func(ctx context.Context, c *client.Client, id string) (*client.Pipeline, error) {
+			return c.CancelPipeline(ctx, id)
 		},
-	}
+		func(p *client.Pipeline) (string, mj.Status, bool) {
+			if p == nil {
+				return "", "", false
+			}
+			return p.ID, p.Status, true
+		})
 	cmd.AddCommand(run, get, wait, list, cancel)
 	return cmd
 }
