@@ -68,6 +68,7 @@ test: test-deps docker check ## the whole suite against real etcd, Nomad, Docker
 	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) CI=$${CI:-true} $(GO) test -count=1 -p $(TESTP) -timeout=20m ./...
 	$(GO) test -run='^$$' -fuzz=FuzzPrepare -fuzztime=$(FUZZTIME) ./command/
 	$(GO) test -run='^$$' -fuzz=FuzzCreateRequest -fuzztime=$(FUZZTIME) ./gateway/
+	$(GO) test -run='^$$' -fuzz=FuzzPipelinePlan -fuzztime=$(FUZZTIME) ./gateway/
 
 # The quick loop: installs nothing; under -short a missing component skips, CI or
 # not (testenv). -p 8: the packages mostly wait (etcd, timeouts, retries), so more
