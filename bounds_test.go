@@ -96,7 +96,7 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 	// A pipeline's step: its name at most 64 characters (gateway's stepNameRe),
 	// its item at most the fan-out ceiling.
 	item := math.MaxInt64
-	j.Pipeline = &mj.PipelineRef{ID: "01234567-89ab-cdef-0123-456789abcdee", Step: name("step", 64), Item: &item}
+	j.Pipeline = &mj.PipelineRef{ID: "01234567-89ab-cdef-0123-456789abcdee", Step: name("step", 64), Item: &item, Intermediate: true}
 	if v := reflect.ValueOf(j).Elem().FieldByName("IdemHash"); v.IsValid() {
 		v.SetString(strings.Repeat("f", 64)) // a sha256 in hex, set by the store
 	}

@@ -21,7 +21,15 @@ type PipelineRef struct {
 	// Item is the job's index in its step's for_each list; absent for a step
 	// that runs once.
 	Item *int `json:"item,omitempty"`
+	// Intermediate: the step says "publish": false. Its outputs are only for
+	// the pipeline's steps after: no signed links, no references from outside
+	// the pipeline, deleted when the pipeline ends (dispatcher/pipelines.go).
+	Intermediate bool `json:"intermediate,omitempty"`
 }
+
+// IntermediateOutputs reports whether j's outputs are a pipeline step's
+// intermediate outputs ("publish": false; docs/pipelines.md).
+func (j *Job) IntermediateOutputs() bool { return j.Pipeline != nil && j.Pipeline.Intermediate }
 
 // Pipeline is the stored record of a pipeline. Its public view is PipelineView.
 type Pipeline struct {
@@ -61,6 +69,8 @@ type PipelineStep struct {
 	Jobs  []string            `json:"jobs"`
 	Items []map[string]string `json:"for_each,omitempty"`
 	Needs []string            `json:"needs,omitempty"`
+	// Intermediate: "publish": false (PipelineRef.Intermediate).
+	Intermediate bool `json:"intermediate,omitempty"`
 }
 
 // JobIDs lists every job of p, step by step.
@@ -179,8 +189,11 @@ type PipelineView struct {
 // StepView is one step of a PipelineView: its status derived from its jobs
 // as the pipeline's is, its timings, and each job.
 type StepView struct {
-	Name       string     `json:"name"`
-	Status     Status     `json:"status"`
+	Name   string `json:"name"`
+	Status Status `json:"status"`
+	// Publish is false for a step whose outputs are intermediate: its jobs'
+	// output_files stay {} (docs/pipelines.md#intermediate-outputs).
+	Publish    bool       `json:"publish"`
 	Needs      []string   `json:"needs"`
 	StartedAt  *time.Time `json:"started_at"`
 	FinishedAt *time.Time `json:"finished_at"`
@@ -201,7 +214,8 @@ type StepJob struct {
 	StartedAt    *time.Time        `json:"started_at"`
 	FinishedAt   *time.Time        `json:"finished_at"`
 	Progress     *Progress         `json:"progress"`
-	// OutputFiles: name to signed link, once the job succeeded.
+	// OutputFiles: name to signed link, once the job succeeded; {} for a
+	// step that does not publish its outputs.
 	OutputFiles map[string]string `json:"output_files"`
 }
 
@@ -227,7 +241,7 @@ func ViewPipeline(p *Pipeline, jobs map[string]*Job, sign func(key string) strin
 		v.WebhookURL = &p.WebhookURL
 	}
 	for i, s := range p.Steps {
-		sv := StepView{Name: s.Name, Needs: s.Needs, Jobs: make([]StepJob, len(s.Jobs))}
+		sv := StepView{Name: s.Name, Publish: !s.Intermediate, Needs: s.Needs, Jobs: make([]StepJob, len(s.Jobs))}
 		if sv.Needs == nil {
 			sv.Needs = []string{}
 		}
@@ -253,7 +267,7 @@ func ViewPipeline(p *Pipeline, jobs map[string]*Job, sign func(key string) strin
 			if j.Status == StatusRunning {
 				sj.Progress = j.Progress
 			}
-			if j.Status == StatusSucceeded {
+			if j.Status == StatusSucceeded && !s.Intermediate && !j.IntermediateOutputs() {
 				for _, o := range j.Outputs {
 					if o.Stored() {
 						sj.OutputFiles[o.Name] = sign(o.Key)

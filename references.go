@@ -40,6 +40,18 @@ func ResolveRef(dep *Job, output string) (key string, wait bool, never string) {
 	return "", true, ""
 }
 
+// IntermediateRef says why a job outside dep's pipeline may not take dep's
+// outputs, "" when it may: a step with "publish": false keeps its outputs for
+// the pipeline's own steps only, and they are deleted when the pipeline ends
+// (docs/pipelines.md#intermediate-outputs). References between the steps of
+// the pipeline are planned with it and never checked here.
+func IntermediateRef(dep *Job, output string) string {
+	if !dep.IntermediateOutputs() {
+		return ""
+	}
+	return fmt.Sprintf("%s's output %q is intermediate (its step has \"publish\": false): only the steps of pipeline %s take it, and it is deleted when that pipeline ends; publish the step's outputs to take them from outside it", jobName(dep), output, dep.Pipeline.ID)
+}
+
 // mayMake reports whether dep lists output, or a pattern (%03d, %v) that may
 // produce it.
 func mayMake(dep *Job, output string) bool {

@@ -58,6 +58,10 @@ type OutputView struct {
 	// Destination: where the output was sent (output_destinations) and how that
 	// went; absent for an output without one.
 	Destination *Delivery `json:"destination,omitempty"`
+	// Intermediate: an output of a pipeline step with "publish": false, kept
+	// for the steps after only and deleted when the pipeline ends; it has no
+	// link in output_files (docs/pipelines.md#intermediate-outputs).
+	Intermediate bool `json:"intermediate,omitempty"`
 }
 
 // View renders j for clients. sign turns a blob key into a signed download URL; it
@@ -99,11 +103,14 @@ func View(j *Job, sign func(key string) string) JobView {
 		v.TotalOutputBytes = &n
 		outs := append([]Output(nil), j.Outputs...)
 		sort.Slice(outs, func(a, b int) bool { return outs[a].Name < outs[b].Name })
+		inter := j.IntermediateOutputs()
 		for _, o := range outs {
-			if o.Stored() { // else only in its destination (keep_outputs false)
+			// Not linked: only in its destination (keep_outputs false), or
+			// only for its pipeline's steps after (publish false).
+			if o.Stored() && !inter {
 				v.OutputFiles[o.Name] = sign(o.Key)
 			}
-			ov := OutputView{SizeBytes: o.Size, Streams: []Stream{}, Destination: o.Destination}
+			ov := OutputView{SizeBytes: o.Size, Streams: []Stream{}, Destination: o.Destination, Intermediate: inter}
 			if p := o.Probe; p != nil {
 				ov.DurationSeconds, ov.Format = p.DurationSeconds, p.Format
 				if p.Streams != nil {

@@ -50,6 +50,9 @@ type Step struct {
 	// ForEach runs the step once per item; ${item.<key>} and ${index} in its
 	// commands, output names, URL inputs and metadata take each item's values.
 	ForEach []map[string]string `json:"for_each,omitempty"`
+	// Publish false keeps the step's outputs for the steps after it only: no
+	// links, deleted when the pipeline ends (nil: published).
+	Publish *bool `json:"publish,omitempty"`
 }
 
 // body is r as the API takes it: no step with "output_files": null.

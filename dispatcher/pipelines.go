@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -42,6 +43,7 @@ type pipelinesStore interface {
 	Pipeline(ctx context.Context, id string) (*mj.Pipeline, error)
 	UpdatePipeline(ctx context.Context, id string, fn func(*mj.Pipeline) error) (*mj.Pipeline, error)
 	MaterialisePipeline(ctx context.Context, id string, now time.Time) (*mj.Pipeline, error)
+	ExpireOutputs(ctx context.Context, j *mj.Job, now time.Time) error
 	PendingPipelines(ctx context.Context) (map[string]time.Time, error)
 	PipelineIDs(ctx context.Context, prefix string) ([]string, error)
 	PipelineRunningPrefix() string
@@ -59,6 +61,9 @@ type pipelines struct {
 	sender  *webhook.Sender
 	secrets AccountSecrets
 	links   blob.Links
+	// blobs deletes the intermediate outputs of a pipeline that ends (nil:
+	// they are left to output_retention).
+	blobs Blobs
 	// grace: how old a pipeline whose jobs are not all stored must be before
 	// the leader stores them (its gateway is storing them meanwhile).
 	grace time.Duration
@@ -72,8 +77,12 @@ type pipelines struct {
 }
 
 func (d *Dispatcher) newPipelines() *pipelines {
-	return &pipelines{store: d.st(), log: d.Log, now: d.now, cfg: d.Config, sender: d.Webhook, secrets: d.Accounts, links: d.links(),
+	p := &pipelines{store: d.st(), log: d.Log, now: d.now, cfg: d.Config, sender: d.Webhook, secrets: d.Accounts, links: d.links(),
 		grace: 30 * time.Second, tick: 5 * time.Second, resync: time.Minute}
+	if d.Blobs != nil {
+		p.blobs = d.storage()
+	}
+	return p
 }
 
 // pipelinesLoop runs the term's pipeline service until ctx ends.
@@ -204,6 +213,10 @@ func (p *pipelines) settle(ctx context.Context, id string) {
 	if !st.Terminal() {
 		return
 	}
+	// Every job ended: no step will read an intermediate output again.
+	// Deleted before the end is recorded, so that a leader that dies in
+	// between deletes them at its successor's resync.
+	p.purgeIntermediate(ctx, pl, jobs)
 	ended, err := p.store.UpdatePipeline(ctx, id, func(pl *mj.Pipeline) error {
 		if pl.Status.Terminal() {
 			return errSkip
@@ -223,6 +236,46 @@ func (p *pipelines) settle(ctx context.Context, id string) {
 	p.log.Info("pipeline ended", "pipeline", id, "status", st)
 	if ended.Webhook != nil {
 		p.deliver(ctx, id)
+	}
+}
+
+// purgeIntermediate deletes the outputs of pl's steps with "publish": false
+// (every job of pl has ended), and ends their count against the account's
+// storage. What it cannot delete (the store failing) is left to the output
+// retention's sweep, as any output; the pipeline ends all the same.
+func (p *pipelines) purgeIntermediate(ctx context.Context, pl *mj.Pipeline, jobs map[string]*mj.Job) {
+	files := 0
+	for _, s := range pl.Steps {
+		if !s.Intermediate {
+			continue
+		}
+		for _, id := range s.Jobs {
+			j := jobs[id]
+			if j == nil || j.Status != mj.StatusSucceeded || len(j.Outputs) == 0 {
+				continue // nothing made, or deleted by the retention with its files
+			}
+			deleted := p.blobs != nil
+			for _, o := range j.Outputs {
+				if o.Key == "" || p.blobs == nil {
+					continue
+				}
+				if err := p.blobs.Delete(ctx, o.Key); err != nil && !errors.Is(err, blob.ErrNotFound) {
+					p.log.Warn("deleting an intermediate output failed; output_retention's sweep deletes it", "pipeline", pl.ID, "job", id, "key", o.Key, "err", err)
+					deleted = false
+					continue
+				}
+				files++
+			}
+			if !deleted {
+				continue // still held: still counted
+			}
+			if err := p.store.ExpireOutputs(ctx, j, p.now()); err != nil {
+				p.log.Warn("ending the storage count of intermediate outputs failed; they count until output_retention", "pipeline", pl.ID, "job", id, "err", err)
+			}
+		}
+	}
+	if files > 0 {
+		p.log.Info("deleted a pipeline's intermediate outputs", "pipeline", pl.ID, "files", files)
 	}
 }
 

@@ -31,7 +31,13 @@ type pipelineRequest struct {
 type stepRequest struct {
 	createRequest
 	ForEach []map[string]string `json:"for_each,omitempty"`
+	// Publish false keeps the step's outputs for the steps after only: no
+	// links, deleted when the pipeline ends (docs/pipelines.md#intermediate-outputs).
+	Publish *bool `json:"publish,omitempty"`
 }
+
+// intermediate reports whether s says "publish": false.
+func (s *stepRequest) intermediate() bool { return s.Publish != nil && !*s.Publish }
 
 // decodePipeline parses a pipeline body whatever its Content-Type says.
 func decodePipeline(body []byte) (*pipelineRequest, error) {
@@ -190,6 +196,22 @@ func planPipeline(req *pipelineRequest, cfg *config.Config, account string, now 
 		}
 		slices.Sort(needs[name])
 	}
+	// A step that does not publish its outputs must have a reader: else
+	// they would be deleted, unread, when the pipeline ends. (Only once every
+	// reference parsed: needs is whole then.)
+	refsOK := len(problems) == 0
+	for _, name := range names {
+		if !refsOK || !req.Steps[name].intermediate() {
+			continue
+		}
+		read := false
+		for _, other := range names {
+			read = read || other != name && slices.Contains(needs[other], name)
+		}
+		if !read {
+			bad("steps."+name+".publish", `step %s has "publish": false, but no step takes its outputs (step:%s/<output>): they would be deleted unread when the pipeline ends; take them in a step, or publish them (leave "publish" out)`, name, name)
+		}
+	}
 	if len(problems) == 0 {
 		if cycle := findCycle(names, needs); cycle != nil {
 			bad("steps."+cycle[0]+".input_files", "steps %s form a cycle: none of them could ever start", strings.Join(cycle, " → "))
@@ -206,8 +228,12 @@ func planPipeline(req *pipelineRequest, cfg *config.Config, account string, now 
 	jobs := map[string][]*mj.Job{}
 	for _, name := range names {
 		s, f := req.Steps[name], "steps."+name
-		if len(s.OutputDestinations) > 0 || s.KeepOutputs != nil {
-			bad(f+".output_destinations", "output_destinations and keep_outputs are not available in a pipeline's steps yet: the steps after need the outputs in this service's storage")
+		if len(s.OutputDestinations) > 0 {
+			bad(f+".output_destinations", "output_destinations is not available in a pipeline's steps: a step's outputs stay in this service's storage, where the steps after take them. Download the outputs from their links in GET /api/pipelines/{id} (mediajobs pipeline run -d DIR saves them all), or send one on with a job of its own once the step succeeded: input_files {\"x\": \"job:<step's job id>/<output>\"}, a copy command (-i {{x}} -c copy {{out.mp4}}) and output_destinations")
+			continue
+		}
+		if s.KeepOutputs != nil {
+			bad(f+".keep_outputs", `keep_outputs is not available in a pipeline's steps (it goes with output_destinations): for outputs only the steps after need, write "publish": false, and they are deleted when the pipeline ends`)
 			continue
 		}
 		for i, id := range ids[name] {
@@ -232,7 +258,7 @@ func planPipeline(req *pipelineRequest, cfg *config.Config, account string, now 
 				break
 			}
 			j.ID = id
-			j.Pipeline = &mj.PipelineRef{ID: p.ID, Step: name}
+			j.Pipeline = &mj.PipelineRef{ID: p.ID, Step: name, Intermediate: s.intermediate()}
 			if itemIdx >= 0 {
 				j.Pipeline.Item = &itemIdx
 			}
@@ -250,7 +276,7 @@ func planPipeline(req *pipelineRequest, cfg *config.Config, account string, now 
 			}
 			jobs[name] = append(jobs[name], j)
 		}
-		p.Steps = append(p.Steps, mj.PipelineStep{Name: name, Jobs: ids[name], Items: s.ForEach, Needs: needs[name]})
+		p.Steps = append(p.Steps, mj.PipelineStep{Name: name, Jobs: ids[name], Items: s.ForEach, Needs: needs[name], Intermediate: s.intermediate()})
 	}
 	if len(problems) > 0 {
 		return nil, validationError(problems)

@@ -31,6 +31,10 @@ func (g *Gateway) resolveRefs(ctx context.Context, j *mj.Job) error {
 		if err != nil {
 			return err
 		}
+		if msg := mj.IntermediateRef(dep, output); msg != "" {
+			problems[field] = msg
+			continue
+		}
 		key, wait, never := mj.ResolveRef(dep, output)
 		switch {
 		case never != "":

@@ -23,6 +23,7 @@ type stepInput struct {
 	Machine        string              `json:"machine,omitempty" jsonschema:"the worker pool: cpu (default) or a GPU pool such as nvidia"`
 	TimeoutSeconds int                 `json:"timeout_seconds,omitempty" jsonschema:"each job's time limit in seconds (default: the pool's)"`
 	ForEach        []map[string]string `json:"for_each,omitempty" jsonschema:"run the step once per item (fan-out), e.g. [{\"height\": \"360\"}, {\"height\": \"720\"}]: ${item.height} in its commands, output names and URL inputs takes each item's value"`
+	Publish        *bool               `json:"publish,omitempty" jsonschema:"false: the step's outputs are only for the steps after it (no download links; deleted when the pipeline ends); default true"`
 }
 
 type runPipelineInput struct {
@@ -62,7 +63,7 @@ func (t *tools) pipelineRequest(ctx context.Context, in runPipelineInput, upload
 	sort.Strings(names)
 	for _, name := range names {
 		s := in.Steps[name]
-		step := client.Step{ForEach: s.ForEach, CreateRequest: client.CreateRequest{InputFiles: map[string]string{},
+		step := client.Step{ForEach: s.ForEach, Publish: s.Publish, CreateRequest: client.CreateRequest{InputFiles: map[string]string{},
 			OutputFiles: s.OutputFiles, FFmpegCommands: s.FFmpegCommands, Machine: s.Machine, TimeoutSeconds: s.TimeoutSeconds}}
 		for input, src := range s.InputFiles {
 			link, err := r.resolve(ctx, "steps."+name+".input_files."+input, input, src, true)

@@ -626,3 +626,50 @@ func (s *Store) WatchPipelines(ctx context.Context, from int64, fn func(id strin
 	}
 	return fmt.Errorf("pipeline watch closed")
 }
+
+// ExpireOutputs ends the count of job j's outputs against its account's
+// storage as of now, for outputs deleted before their retention (a pipeline
+// step's intermediate outputs, when its pipeline ends): their held record
+// expires now, so the janitor's next sweep gives their bytes back. Outputs not
+// counted yet get a record of 0 bytes expiring now, and their tally/ entry
+// goes: a count after it (the settler's, or the janitor's) counts nothing.
+// Safe to run again.
+func (s *Store) ExpireOutputs(ctx context.Context, j *mj.Job, now time.Time) error {
+	obj := OutputsObject(j.ID)
+	hk := s.heldKey(j.AccountID, obj)
+	for attempt := 0; attempt <= quotaAttempts; attempt++ {
+		resp, err := s.cli.Get(ctx, hk)
+		if err != nil {
+			return fmt.Errorf("read held storage: %w", err)
+		}
+		var conds []clientv3.Cmp
+		var ops []clientv3.Op
+		h := Held{Expires: now.UTC()}
+		if len(resp.Kvs) == 0 {
+			conds = append(conds, clientv3.Compare(clientv3.CreateRevision(hk), "=", 0))
+			ops = append(ops, clientv3.OpDelete(s.tallyKey(j.ID)))
+		} else {
+			var old Held
+			json.Unmarshal(resp.Kvs[0].Value, &old) // damaged: expires now with 0 bytes
+			if !old.Expires.After(now) {
+				return nil // expires already
+			}
+			h.Bytes, h.Blob = old.Bytes, old.Blob
+			conds = append(conds, clientv3.Compare(clientv3.ModRevision(hk), "=", resp.Kvs[0].ModRevision))
+			ops = append(ops, clientv3.OpDelete(s.heldExpKey(j.AccountID, obj, old.Expires)))
+		}
+		rec, err := json.Marshal(h)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(hk, string(rec)), clientv3.OpPut(s.heldExpKey(j.AccountID, obj, h.Expires), string(rec)))
+		r, err := s.commit(ctx, conds, ops, nil)
+		if err != nil {
+			return fmt.Errorf("expire held storage: %w", err)
+		}
+		if r.Succeeded {
+			return nil
+		}
+	}
+	return fmt.Errorf("expire held storage: too many concurrent updates of account %s", j.AccountID)
+}

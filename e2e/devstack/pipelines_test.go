@@ -94,39 +94,16 @@ func oneHook(t *testing.T, id, event string) e2e.HookCall {
 	return calls[0]
 }
 
-// The worked example of docs/pipelines.md, small: one source, two renditions
-// fanned out, an HLS master playlist over both fanned in, a thumbnail strip
-// beside. Every rendition is probed, the master playlist is opened by ffprobe
-// through its signed link, each job knows its pipeline, and one pipeline
-// webhook arrives.
+// The worked example of docs/pipelines.md, small (e2e.LadderPipeline): one
+// source, two renditions fanned out, an HLS master playlist over both fanned
+// in, a thumbnail strip beside. Every rendition is probed, the master
+// playlist is opened by ffprobe through its signed link, each job knows its
+// pipeline, and one pipeline webhook arrives (e2e.CheckLadder). The same on
+// docker: TestPipelineLadderOnDocker (e2e/cluster).
 func TestPipelineLadderEndToEnd(t *testing.T) {
 	t.Parallel()
 	e2e.NeedStack(t)
-	p := createPipeline(t, map[string]any{
-		"steps": map[string]any{
-			"rung": map[string]any{
-				"input_files":  map[string]string{"src": e2e.ClipURL},
-				"output_files": []string{"r${item.height}.mp4"},
-				"ffmpeg_commands": []string{"-i {{src}} -t 2 -vf scale=-2:${item.height} -c:v libx264 -preset ultrafast -g 25 -b:v ${item.bitrate} " +
-					"-c:a aac -b:a 64k {{r${item.height}.mp4}}"},
-				"for_each": []map[string]string{{"height": "72", "bitrate": "100k"}, {"height": "96", "bitrate": "150k"}},
-			},
-			// As in docs/pipelines.md, with 1 s segments.
-			"hls": map[string]any{
-				"input_files":  map[string]string{"r": "step:rung[*]/r${item.height}.mp4"},
-				"output_files": []string{"master.m3u8", "v%v/index.m3u8", "v%v/seg_%03d.ts"},
-				"ffmpeg_commands": []string{`${each:r:-i {{r}}} ${each:r:-map ${index}:v -map ${index}:a} -c copy -f hls -hls_time 1 -hls_playlist_type vod ` +
-					`-var_stream_map "${each:r:v:${index},a:${index},name:${item.height}p}" -master_pl_name master.m3u8 -hls_segment_filename {{v%v/seg_%03d.ts}} {{v%v/index.m3u8}}`},
-			},
-			"thumbs": map[string]any{
-				"input_files":     map[string]string{"src": e2e.ClipURL},
-				"output_files":    []string{"strip.jpg"},
-				"ffmpeg_commands": []string{"-i {{src}} -vf fps=1,scale=32:-2,tile=3x1 -frames:v 1 {{strip.jpg}}"},
-			},
-		},
-		"webhook_url": e2e.HookURL + "/pipeline-ladder",
-		"fail_fast":   true,
-	})
+	p := createPipeline(t, e2e.LadderPipeline(e2e.ClipURL, "", e2e.HookURL+"/pipeline-ladder"))
 	id := p["id"].(string)
 	if p["status"] != "queued" && p["status"] != "running" {
 		t.Fatalf("created pipeline: %v", p["status"])
@@ -134,95 +111,7 @@ func TestPipelineLadderEndToEnd(t *testing.T) {
 	if hls := step(t, p, "hls"); fmt.Sprint(hls["needs"]) != "[rung]" {
 		t.Fatalf("hls needs %v", hls["needs"])
 	}
-	p = waitPipeline(t, id)
-	if p["status"] != "succeeded" {
-		t.Fatalf("pipeline %v: %v\n%s", p["status"], p["error_message"], mustJSONString(p["steps"]))
-	}
-	var order []string
-	for _, s := range p["steps"].([]any) {
-		s := s.(map[string]any)
-		order = append(order, s["name"].(string))
-		if s["status"] != "succeeded" || s["duration_seconds"] == nil {
-			t.Fatalf("step %v: %v, duration %v", s["name"], s["status"], s["duration_seconds"])
-		}
-	}
-	if strings.Join(order, ",") != "rung,thumbs,hls" {
-		t.Fatalf("steps in the order %v, want rung,thumbs,hls (a step after those it takes outputs of)", order)
-	}
-
-	// Each rendition, probed; each job knows its pipeline, step and item.
-	for i, j := range stepJobs(step(t, p, "rung")) {
-		height := []string{"72", "96"}[i]
-		if j["item"].(map[string]any)["height"] != height {
-			t.Fatalf("rung[%d] item %v", i, j["item"])
-		}
-		link, ok := j["output_files"].(map[string]any)["r"+height+".mp4"].(string)
-		if !ok {
-			t.Fatalf("rung[%d] outputs %v", i, j["output_files"])
-		}
-		var video, audio bool
-		for _, s := range e2e.Probe(t, e2e.Download(t, link))["streams"].([]any) {
-			s := s.(map[string]any)
-			video = video || s["codec_type"] == "video" && fmt.Sprint(s["height"]) == height
-			audio = audio || s["codec_type"] == "audio"
-		}
-		if !video || !audio {
-			t.Fatalf("rung[%d] r%s.mp4: video of height %s %v, audio %v", i, height, height, video, audio)
-		}
-		job := e2e.Call(t, "GET", "/api/jobs/"+j["id"].(string), e2e.Stack.APIKey, nil).Data(t)
-		ref, _ := job["pipeline"].(map[string]any)
-		if ref["id"] != id || ref["step"] != "rung" || ref["item"] != float64(i) {
-			t.Fatalf("rung[%d]'s job shows pipeline %v", i, job["pipeline"])
-		}
-	}
-
-	// The fan-in's master playlist, opened by ffprobe through its signed link:
-	// both renditions are in it.
-	hls := stepJobs(step(t, p, "hls"))
-	master, ok := hls[0]["output_files"].(map[string]any)["master.m3u8"].(string)
-	if len(hls) != 1 || !ok {
-		t.Fatalf("hls jobs %v", hls)
-	}
-	out, err := exec.Command(e2e.Ffprobe, "-v", "error", "-show_entries", "stream=codec_type,height", "-of", "json", master).Output()
-	if err != nil {
-		t.Fatalf("ffprobe %s: %v\n%s", master, err, e2e.ExitStderr(err))
-	}
-	var probed struct {
-		Streams []struct {
-			CodecType string `json:"codec_type"`
-			Height    int    `json:"height"`
-		} `json:"streams"`
-	}
-	json.Unmarshal(out, &probed)
-	heights := map[int]bool{}
-	for _, s := range probed.Streams {
-		if s.CodecType == "video" {
-			heights[s.Height] = true
-		}
-	}
-	if !heights[72] || !heights[96] {
-		t.Fatalf("ffprobe of the master playlist: %s", out)
-	}
-	for _, name := range []string{"v72p/index.m3u8", "v96p/index.m3u8", "v96p/seg_000.ts"} {
-		if _, ok := hls[0]["output_files"].(map[string]any)[name]; !ok {
-			t.Fatalf("hls outputs lack %s: %v", name, hls[0]["output_files"])
-		}
-	}
-
-	// The thumbnail strip beside: three 32 px frames side by side.
-	strip := stepJobs(step(t, p, "thumbs"))[0]["output_files"].(map[string]any)["strip.jpg"].(string)
-	if w := e2e.Probe(t, e2e.Download(t, strip))["streams"].([]any)[0].(map[string]any)["width"]; w != float64(96) {
-		t.Fatalf("strip width %v, want 96", w)
-	}
-
-	// One pipeline webhook, when it ended: the pipeline object.
-	hook := oneHook(t, id, "pipeline.succeeded")
-	if hook.Job["status"] != "succeeded" || len(hook.Job["steps"].([]any)) != 3 {
-		t.Fatalf("webhook body: %v", hook.Job)
-	}
-	if w := p["webhook"].(map[string]any); w["status"] != "delivered" || w["attempts"] != float64(1) {
-		t.Fatalf("webhook state %v", w)
-	}
+	e2e.CheckLadder(t, e2e.Stack.URL, e2e.Stack.APIKey, waitPipeline(t, id))
 }
 
 // A failing middle step: the step that takes its output fails, naming it; a
@@ -670,5 +559,89 @@ func TestPipelineCLIRunInterrupted(t *testing.T) {
 	}
 	if p := waitPipeline(t, id); p["status"] != "cancelled" {
 		t.Fatalf("pipeline after Ctrl-C: %v\n%s", p["status"], out.String())
+	}
+}
+
+// A step with "publish": false (docs/pipelines.md#intermediate-outputs): its
+// output feeds the step after through storage, has no signed link in the
+// pipeline's view nor in its job's (whose outputs say intermediate), cannot
+// be taken by a job outside the pipeline, and is deleted from storage when
+// the pipeline ends, while the published step's output stays.
+func TestPipelineIntermediateOutputIsNotPublishedAndGoesAtTheEnd(t *testing.T) {
+	t.Parallel()
+	e2e.NeedStack(t)
+	p := createPipeline(t, map[string]any{"steps": map[string]any{
+		"small": map[string]any{
+			"input_files":     map[string]string{"src": e2e.ClipURL},
+			"output_files":    []string{"small.mp4"},
+			"ffmpeg_commands": []string{"-i {{src}} -t 1 -vf scale=48:-2 -c:v libx264 -preset ultrafast -an {{small.mp4}}"},
+			"publish":         false,
+		},
+		"thumb": map[string]any{
+			"input_files":     map[string]string{"v": "step:small/small.mp4"},
+			"output_files":    []string{"thumb.png"},
+			"ffmpeg_commands": []string{"-i {{v}} -frames:v 1 {{thumb.png}}"},
+		},
+	}})
+	id := p["id"].(string)
+	if s := step(t, p, "small"); s["publish"] != false || step(t, p, "thumb")["publish"] != true {
+		t.Fatalf("steps' publish: small %v, thumb %v", s["publish"], step(t, p, "thumb")["publish"])
+	}
+	p = waitPipeline(t, id)
+	if p["status"] != "succeeded" {
+		t.Fatalf("pipeline %v: %v\n%s", p["status"], p["error_message"], mustJSONString(p["steps"]))
+	}
+
+	// The step after read it: the thumbnail is small.mp4's 48 px frame.
+	thumb := stepJobs(step(t, p, "thumb"))[0]
+	png, ok := thumb["output_files"].(map[string]any)["thumb.png"].(string)
+	if !ok {
+		t.Fatalf("thumb's outputs %v", thumb["output_files"])
+	}
+	if w := e2e.Probe(t, e2e.Download(t, png))["streams"].([]any)[0].(map[string]any)["width"]; w != float64(48) {
+		t.Fatalf("thumb.png width %v, want 48 (small.mp4's)", w)
+	}
+
+	// No link to it anywhere; the job's outputs say what it was.
+	small := stepJobs(step(t, p, "small"))[0]
+	smallID := small["id"].(string)
+	if links := small["output_files"].(map[string]any); len(links) != 0 {
+		t.Fatalf("the pipeline view links the intermediate output: %v", links)
+	}
+	job := e2e.Call(t, "GET", "/api/jobs/"+smallID, e2e.Stack.APIKey, nil).Data(t)
+	out, _ := job["outputs"].(map[string]any)["small.mp4"].(map[string]any)
+	if job["status"] != "succeeded" || len(job["output_files"].(map[string]any)) != 0 || out == nil || out["intermediate"] != true {
+		t.Fatalf("the intermediate job's view: %v, output_files %v, outputs %v", job["status"], job["output_files"], job["outputs"])
+	}
+	if ref := job["pipeline"].(map[string]any); ref["id"] != id || ref["intermediate"] != true {
+		t.Fatalf("the intermediate job's pipeline: %v", ref)
+	}
+	r := e2e.Call(t, "POST", "/api/ffmpeg", e2e.Stack.APIKey, map[string]any{
+		"input_files":     map[string]string{"v": "job:" + smallID + "/small.mp4"},
+		"output_files":    []string{"x.png"},
+		"ffmpeg_commands": []string{"-i {{v}} -frames:v 1 {{x.png}}"},
+	})
+	if r.Status != 400 || !strings.Contains(string(r.Body), "intermediate") {
+		t.Fatalf("a job outside the pipeline taking the intermediate output: HTTP %d %s", r.Status, r.Body)
+	}
+
+	// Gone from storage once the pipeline's end is recorded (finished_at: its
+	// status shows before, derived from its jobs); the published output stays.
+	testenv.Eventually(t, 2*time.Minute, "the pipeline's end to be recorded", func() bool { return getPipeline(t, id)["finished_at"] != nil })
+	ctx := context.Background()
+	key := func(jobID string) string {
+		j, err := e2e.Stack.Backends.Store.Job(ctx, jobID)
+		if err != nil || len(j.Outputs) != 1 || j.Outputs[0].Key == "" {
+			t.Fatalf("job %s's record: %+v %v", jobID, j, err)
+		}
+		return j.Outputs[0].Key
+	}
+	stored := func(k string) bool {
+		_, err := e2e.Stack.Backends.Blobs.ReadAll(ctx, k)
+		return err == nil
+	}
+	smallKey, thumbKey := key(smallID), key(thumb["id"].(string))
+	if stored(smallKey) || !stored(thumbKey) {
+		t.Fatalf("after the end: small.mp4 stored %v (want deleted), thumb.png stored %v (want kept)", stored(smallKey), stored(thumbKey))
 	}
 }
