@@ -243,6 +243,38 @@ func (s *stream) beat(w *bufio.Writer) bool {
 	return w.Flush() == nil
 }
 
+// run is a stream's loop until done ends or a write fails: a heartbeat when
+// idle, and next after every wake and every backstop tick (backstop 0: none;
+// tick says which). next reports whether to go on.
+func (s *stream) run(w *bufio.Writer, done context.Context, wake <-chan struct{}, backstop time.Duration, next func(tick bool) bool) {
+	beat := time.NewTicker(eventsHeartbeat)
+	defer beat.Stop()
+	var ticks <-chan time.Time
+	if backstop > 0 {
+		t := time.NewTicker(backstop)
+		defer t.Stop()
+		ticks = t.C
+	}
+	for {
+		tick := false
+		select {
+		case <-done.Done():
+			return
+		case <-beat.C:
+			if !s.beat(w) {
+				return
+			}
+			continue
+		case <-wake:
+		case <-ticks:
+			tick = true
+		}
+		if !next(tick) {
+			return
+		}
+	}
+}
+
 // recoverStream keeps a panic in a stream (run by fasthttp after the handler
 // returned, outside the recover middleware) from taking the gateway down.
 func (g *Gateway) recoverStream() {
@@ -326,24 +358,9 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 			return
 		}
 		lastRead := time.Now()
-		beat := time.NewTicker(eventsHeartbeat)
-		defer beat.Stop()
-		backstop := time.NewTicker(eventsBackstop)
-		defer backstop.Stop()
-		for {
-			select {
-			case <-done.Done():
-				return
-			case <-beat.C:
-				if !st.beat(w) {
-					return
-				}
-				continue
-			case <-sub.wake:
-			case <-backstop.C:
-				if !g.jobs.live.Load() && time.Since(lastRead) < 5*eventsBackstop {
-					continue // the watch is down: read etcd less often
-				}
+		st.run(w, done, sub.wake, eventsBackstop, func(tick bool) bool {
+			if tick && !g.jobs.live.Load() && time.Since(lastRead) < 5*eventsBackstop {
+				return true // the watch is down: read etcd less often
 			}
 			lastRead = time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -352,14 +369,12 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 			if err != nil {
 				if mj.ErrorCode(err) == mj.ENotFound {
 					sse(w, "end", []byte(`{}`))
-					return
+					return false
 				}
-				continue // etcd briefly unreachable: the backstop tries again
+				return true // etcd briefly unreachable: the backstop tries again
 			}
-			if !send(j) {
-				return
-			}
-		}
+			return send(j)
+		})
 	})
 	return nil
 }
@@ -386,25 +401,13 @@ func (g *Gateway) accountEvents(c *fiber.Ctx) error {
 		if !sse(w, "ready", []byte(`{}`)) {
 			return
 		}
-		beat := time.NewTicker(eventsHeartbeat)
-		defer beat.Stop()
-		for {
-			select {
-			case <-done.Done():
-				return
-			case <-beat.C:
-				if !st.beat(w) {
-					return
-				}
-				continue
-			case <-sub.wake:
-			}
+		st.run(w, done, sub.wake, 0, func(bool) bool {
 			if sub.takeResync() {
 				// The watch restarted: changes in the gap were not seen.
 				clear(last)
 				st.deadline()
 				if !sse(w, "resync", []byte(`{}`)) {
-					return
+					return false
 				}
 			}
 			for _, id := range sub.take() {
@@ -420,10 +423,11 @@ func (g *Gateway) accountEvents(c *fiber.Ctx) error {
 				}
 				st.deadline()
 				if !sse(w, "job", b) {
-					return
+					return false
 				}
 			}
-		}
+			return true
+		})
 	})
 	return nil
 }

@@ -136,26 +136,7 @@ func (g *Gateway) pipelineEvents(c *fiber.Ctx) error {
 		if !send() {
 			return
 		}
-		beat := time.NewTicker(eventsHeartbeat)
-		defer beat.Stop()
-		backstop := time.NewTicker(pipelineEventsBackstop)
-		defer backstop.Stop()
-		for {
-			select {
-			case <-done.Done():
-				return
-			case <-beat.C:
-				if !st.beat(w) {
-					return
-				}
-				continue
-			case <-sub.wake:
-			case <-backstop.C:
-			}
-			if !send() {
-				return
-			}
-		}
+		st.run(w, done, sub.wake, pipelineEventsBackstop, func(bool) bool { return send() })
 	})
 	return nil
 }
