@@ -158,6 +158,7 @@ func startEnv() (_ *env, err error) {
 	cfg.Server.RateLimit = 0 // one account hammering the API is the point here
 	noLimit := int64(0)      // nor its account limits (docs/limits.md)
 	cfg.Limits.MaxQueuedJobs, cfg.Limits.MaxJobBytes = &noLimit, &noLimit
+	cfg.Pipelines.MaxSteps = pipelineSteps // pipelines_test.go: a 100-step pipeline
 	cfg.Etcd.Prefix = prefix
 	if err := cfg.Finish(); err != nil {
 		ln.Close()

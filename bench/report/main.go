@@ -30,6 +30,11 @@
 //     same burst on the per-job pool and as raw Nomad dispatches: jobs/s (target
 //     ≥ 2 × raw Nomad) and CPU per job (target ≤ raw Nomad's), with the share of
 //     the burst that ran on warm runners.
+//   - pipelines (BenchmarkCreatePipeline* in ./bench, BenchmarkPipeline* in
+//     ./bench/e2e): a 100-step pipeline's create beside its 100 jobs created
+//     in turn; a 10-step chain's time beside its jobs' own summed (target
+//     ≤ 1.1 ×, ≤ 0.1 s per edge on warm runners); the worked ladder beside its
+//     critical path (≤ 1.25 ×).
 //   - etcd cost of one job (BenchmarkEtcdCost in ./bench/e2e): revisions and bytes
 //     from create to delivered webhook, per kind of key, for a short job and a 60 s
 //     one with progress, and the old design's estimate for a job that stored
@@ -162,6 +167,10 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 		fair = fair || res[n] != nil
 	}
 	soak := res["Soak"] != nil
+	pipe := false
+	for _, n := range PipelineBenchmarks {
+		pipe = pipe || res[n] != nil
+	}
 	complete, met = true, true
 	printed := false
 	sep := func() {
@@ -170,7 +179,7 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 		}
 		printed = true
 	}
-	if gw || !e2e && !warm && !cost && !tr && !scale && !fair && !soak {
+	if gw || !e2e && !warm && !cost && !tr && !scale && !fair && !soak && !pipe {
 		sep()
 		complete, met = GatewayTable(w, res)
 	}
@@ -197,6 +206,11 @@ func Table(w io.Writer, res Result) (complete, met bool) {
 	if warm {
 		sep()
 		c, m := WarmTable(w, res)
+		complete, met = complete && c, met && m
+	}
+	if pipe {
+		sep()
+		c, m := PipelineTable(w, res)
 		complete, met = complete && c, met && m
 	}
 	if cost {
@@ -522,6 +536,109 @@ func E2ETable(w io.Writer, res Result) (complete, met bool) {
 		tb.missing("webhooks", "Webhooks")
 	}
 	return tb.complete, tb.met
+}
+
+// PipelineBenchmarks are issue 33's: creating a 100-step pipeline beside
+// creating its jobs one by one (./bench, pipelines_test.go), from one client
+// and from many; on Nomad (./bench/e2e, pipelines_test.go) a chain's edges on
+// the per-job and the warm pool, and the worked ladder against its critical
+// path. ./bench and ./bench/e2e may be reported alone: a row whose benchmarks
+// are all absent is left out.
+var PipelineBenchmarks = []string{"CreatePipelineSerial", "CreatePipelineJobsSerial", "CreatePipeline", "CreatePipelineJobs",
+	"PipelineEdges", "PipelineEdgesWarm", "PipelineLadder"}
+
+// The pipeline targets (issue 33): a chain of steps on warm runners takes at
+// most 1.1 × its jobs' own POST → succeeded summed, and at most 0.1 s more per
+// edge; the ladder at most 1.25 × its critical path. Creating a pipeline has
+// no target.
+const (
+	TargetEdgeRatio   = 1.1
+	TargetEdgeAddedS  = 0.1
+	TargetLadderRatio = 1.25
+)
+
+// PipelineTable writes the pipelines table.
+func PipelineTable(w io.Writer, res Result) (complete, met bool) {
+	tb := newRows(w, 6)
+	fmt.Fprintln(w, "| pipelines | measured | baseline (same run) | ratio | target | result |")
+	fmt.Fprintln(w, "|---|---|---|---:|---:|---|")
+	for _, c := range []struct{ what, subject, baseline string }{
+		{"create a 100-step pipeline, one client", "CreatePipelineSerial", "CreatePipelineJobsSerial"},
+		{"create a 100-step pipeline, 64 clients", "CreatePipeline", "CreatePipelineJobs"},
+	} {
+		s, b := res[c.subject], res[c.baseline]
+		if s == nil && b == nil {
+			continue
+		}
+		if !has(s, "ops/s", "allocs/op") || !has(b, "ops/s", "allocs/op") {
+			tb.missing(c.what, c.subject+", Benchmark"+c.baseline)
+			continue
+		}
+		ratio, rs := Ratio(s["ops/s"], b["ops/s"])
+		allocs, as := Ratio(s["allocs/op"], b["allocs/op"])
+		fmt.Fprintf(w, "| %s (per 100 jobs) | %s ops/s, %s allocs/op | 100 POST /api/ffmpeg in turn: %s ops/s, %s allocs/op | %.2f × the ops/s%s; %.2f × the allocs%s | – | – |\n",
+			c.what, fmtVals(s["ops/s"], 2), fmtVals(s["allocs/op"], 0), fmtVals(b["ops/s"], 2), fmtVals(b["allocs/op"], 0), ratio, rs, allocs, as)
+	}
+	for _, c := range []struct{ what, bench string }{
+		{"chain of 10 steps, per-job pool (s)", "PipelineEdges"},
+		{"chain of 10 steps, warm pool (s)", "PipelineEdgesWarm"},
+	} {
+		r := res[c.bench]
+		if r == nil {
+			continue
+		}
+		if !has(r, "pipeline-s", "jobs-sum-s", "ratio", "added-per-edge-s") {
+			tb.missing(c.what, c.bench)
+			continue
+		}
+		ratio, added := Median(r["ratio"]), Median(r["added-per-edge-s"])
+		target, verdict := "–", "–"
+		if c.bench == "PipelineEdgesWarm" {
+			target = fmt.Sprintf("≤ %.2f ×, ≤ %.2f s/edge", TargetEdgeRatio, TargetEdgeAddedS)
+			verdict = tb.verdict(ratio <= TargetEdgeRatio && added <= TargetEdgeAddedS)
+		}
+		fmt.Fprintf(w, "| %s | POST → succeeded %s%s | the same jobs one by one, summed: %s | %.2f ×%s; %+.3f s/edge | %s | %s |\n",
+			c.what, fmtVals(r["pipeline-s"], 2), releaseNote(r, "a step's end → the next one queued")+spanNote(r), fmtVals(r["jobs-sum-s"], 2),
+			ratio, spread(r["ratio"], 2), added, target, verdict)
+	}
+	if r := res["PipelineLadder"]; r != nil {
+		if has(r, "pipeline-s", "critical-s", "ratio") {
+			ratio := Median(r["ratio"])
+			fmt.Fprintf(w, "| the worked ladder, small (s) | POST → succeeded %s%s | critical path (slowest rendition + playlist, alone): %s; all its jobs in turn: %s | %.2f ×%s | ≤ %.2f × | %s |\n",
+				fmtVals(r["pipeline-s"], 2), ladderNote(r), fmtVals(r["critical-s"], 2), fmtVals(r["jobs-sum-s"], 2), ratio, spread(r["ratio"], 2),
+				TargetLadderRatio, tb.verdict(ratio <= TargetLadderRatio))
+		} else {
+			tb.missing("the worked ladder", "PipelineLadder")
+		}
+	}
+	return tb.complete, tb.met
+}
+
+// releaseNote is "; <what>: <median release lag> s" when r reports one.
+func releaseNote(r map[string][]float64, what string) string {
+	if !has(r, "release-p50-s") {
+		return ""
+	}
+	return fmt.Sprintf("; %s: %s s", what, fmtVals(r["release-p50-s"], 3))
+}
+
+// spanNote is each job's span (queued → finished) in the chain's pipeline and
+// alone, when r reports them.
+func spanNote(r map[string][]float64) string {
+	if !has(r, "pipe-span-p50-s", "jobs-span-p50-s") {
+		return ""
+	}
+	return fmt.Sprintf("; a job queued → finished: %s s (alone %s s)", fmtVals(r["pipe-span-p50-s"], 3), fmtVals(r["jobs-span-p50-s"], 3))
+}
+
+// ladderNote is where the ladder's time went, when r reports it.
+func ladderNote(r map[string][]float64) string {
+	if !has(r, "fanout-s", "rung-span-alone-s", "release-p50-s", "hls-span-s", "hls-span-alone-s", "end-s") {
+		return releaseNote(r, "the last rendition's end → the playlist queued")
+	}
+	return fmt.Sprintf(": create → last rendition's end %s (slowest rendition alone, queued → finished: %s), → playlist queued %s, playlist queued → finished %s (alone %s), → pipeline's end %s",
+		fmtVals(r["fanout-s"], 2), fmtVals(r["rung-span-alone-s"], 2), fmtVals(r["release-p50-s"], 3),
+		fmtVals(r["hls-span-s"], 2), fmtVals(r["hls-span-alone-s"], 2), fmtVals(r["end-s"], 3))
 }
 
 // WarmBenchmarks are the warm-pool benchmarks of ./bench/e2e (warm_test.go).

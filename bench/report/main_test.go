@@ -411,3 +411,48 @@ func TestSoakTable(t *testing.T) {
 		t.Errorf("table:\n%s", out.String())
 	}
 }
+
+const pipelineSample = `pkg: github.com/mediajobs/mediajobs/bench
+BenchmarkCreatePipelineSerial-2       	      63	  65957459 ns/op	     34645 cpu-µs/op	       100.0 jobs/op	        15.00 ops/s	 8219051 B/op	   60000 allocs/op
+BenchmarkCreatePipelineJobsSerial-2   	       9	 298270953 ns/op	    130553 cpu-µs/op	       100.0 jobs/op	         3.000 ops/s	12120121 B/op	  120000 allocs/op
+pkg: github.com/mediajobs/mediajobs/bench/e2e
+BenchmarkPipelineEdges-2       	       1	21293886610 ns/op	        -0.007 added-per-edge-s	        10.68 jobs-sum-s	        10.61 pipeline-s	         0.99 ratio	        10.00 steps
+BenchmarkPipelineEdgesWarm-2   	       1	6169727520 ns/op	        0.2 added-per-edge-s	         3.0 jobs-sum-s	         4.8 pipeline-s	         1.6 ratio	        10.00 steps	       100.0 warm-share-%	 0.021 release-p50-s
+BenchmarkPipelineLadder-2      	       1	25448394374 ns/op	         9.278 critical-s	        16.42 jobs-sum-s	         9.024 pipeline-s	         0.97 ratio	 1.5 end-s	 5.0 fanout-s	 2.0 hls-span-alone-s	 2.5 hls-span-s	 0.016 release-p50-s	 1.0 rung-span-alone-s
+PASS
+`
+
+func TestPipelineTable(t *testing.T) {
+	res, failed, err := Parse(strings.NewReader(pipelineSample), nil)
+	if err != nil || failed {
+		t.Fatal(err, failed)
+	}
+	var out strings.Builder
+	complete, met := Table(&out, res)
+	// The warm chain misses both of its targets; the rows of the 64-client
+	// create, absent from the input, are left out.
+	if !complete || met {
+		t.Fatalf("complete=%v met=%v\n%s", complete, met, out.String())
+	}
+	for _, want := range []string{
+		"| create a 100-step pipeline, one client (per 100 jobs) | 15.00 ops/s, 60000 allocs/op | 100 POST /api/ffmpeg in turn: 3.00 ops/s, 120000 allocs/op | 5.00 × the ops/s; 0.50 × the allocs | – | – |",
+		"| chain of 10 steps, per-job pool (s) | POST → succeeded 10.61 | the same jobs one by one, summed: 10.68 | 0.99 ×; -0.007 s/edge | – | – |",
+		"| 1.60 ×; +0.200 s/edge | ≤ 1.10 ×, ≤ 0.10 s/edge | **missed** |",
+		"| chain of 10 steps, warm pool (s) | POST → succeeded 4.80; a step's end → the next one queued: 0.021 s |",
+		"| 0.97 × | ≤ 1.25 × | met |",
+		"| POST → succeeded 9.02: create → last rendition's end 5.00 (slowest rendition alone, queued → finished: 1.00), → playlist queued 0.016, playlist queued → finished 2.50 (alone 2.00), → pipeline's end 1.500 |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "64 clients") || strings.Contains(out.String(), "CreateJob") {
+		t.Errorf("a row or table without results printed:\n%s", out.String())
+	}
+	// Half a pair is a missing result.
+	res, _, _ = Parse(strings.NewReader(strings.Replace(pipelineSample, "BenchmarkCreatePipelineJobsSerial", "BenchmarkOther", 1)), nil)
+	out.Reset()
+	if complete, _ := Table(&out, res); complete || !strings.Contains(out.String(), "missing (BenchmarkCreatePipelineSerial, BenchmarkCreatePipelineJobsSerial)") {
+		t.Errorf("complete=%v\n%s", complete, out.String())
+	}
+}
