@@ -20,10 +20,15 @@ type group[In, Out any] struct {
 	max int
 	// log reports a panic of run (nil: slog.Default()).
 	log *slog.Logger
+	// par is how many groups may be in flight at once (0, 1: one). A further
+	// one starts only while a full group waits, so groups stay as large as
+	// before and a burst is not held to one etcd commit at a time.
+	par int
 
 	mu      sync.Mutex
 	queue   []*call[In, Out]
-	running bool
+	running bool // the first group's loop
+	spills  int  // the further groups' loops
 }
 
 // groupTimeout bounds one group's call (etcd transactions, in practice).
@@ -42,9 +47,13 @@ func (g *group[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	c := &call[In, Out]{ctx: ctx, in: in, done: make(chan struct{})}
 	g.mu.Lock()
 	g.queue = append(g.queue, c)
-	if !g.running {
+	switch {
+	case !g.running:
 		g.running = true
-		go g.loop()
+		go g.loop(false)
+	case g.spills+1 < g.par && len(g.queue) >= g.max:
+		g.spills++
+		go g.loop(true)
 	}
 	g.mu.Unlock()
 	select {
@@ -56,9 +65,9 @@ func (g *group[In, Out]) Do(ctx context.Context, in In) (Out, error) {
 	}
 }
 
-func (g *group[In, Out]) loop() {
+func (g *group[In, Out]) loop(spill bool) {
 	for {
-		calls := g.take()
+		calls := g.take(spill)
 		if calls == nil {
 			return
 		}
@@ -101,10 +110,15 @@ func (g *group[In, Out]) safeRun(ctx context.Context, ins []In) (outs []Out, err
 }
 
 // take removes the next group from the queue, answering at once the callers whose
-// context ended. It returns nil, and marks the group idle, when nothing is left.
-func (g *group[In, Out]) take() []*call[In, Out] {
+// context ended. It returns nil, and marks the loop ended, when nothing is left
+// (for a spill loop: when no full group waits).
+func (g *group[In, Out]) take(spill bool) []*call[In, Out] {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if spill && len(g.queue) < g.max {
+		g.spills--
+		return nil
+	}
 	var calls, rest []*call[In, Out]
 	seen := map[string]bool{}
 	for _, c := range g.queue {
@@ -122,7 +136,11 @@ func (g *group[In, Out]) take() []*call[In, Out] {
 	}
 	g.queue = rest
 	if len(calls) == 0 {
-		g.running = false
+		if spill {
+			g.spills--
+		} else {
+			g.running = false
+		}
 		return nil
 	}
 	return calls

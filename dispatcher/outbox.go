@@ -3,7 +3,9 @@ package dispatcher
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
@@ -38,27 +40,36 @@ type outboxStore interface {
 type outbox struct {
 	store   outboxStore
 	sender  *webhook.Sender
-	secrets AccountSecrets // nil: never sign
 	links   blob.Links
 	cfg     *config.Webhooks
 	linkTTL time.Duration // of the output links in a webhook's job view
 	log     *slog.Logger
-	// Deliveries read and write their jobs in groups (see group): in a burst,
-	// many share one etcd transaction.
-	reads  *group[string, *mj.Job]
-	writes *group[store.JobUpdate, *mj.Job]
+	// Deliveries read and write their jobs, and read their accounts' signing
+	// secrets, in groups (see group): in a burst, many share one etcd
+	// transaction. Up to writeGroups write transactions of 64 jobs each may be
+	// in flight, so a backlog is not held to one commit at a time.
+	reads   *group[string, *mj.Job]
+	writes  *group[store.JobUpdate, *mj.Job]
+	secrets *group[secretRead, secretAnswer] // nil: never sign
 }
+
+// writeGroups is how many of the outbox's write transactions may be in flight.
+const writeGroups = 4
 
 // newOutbox is the outbox of the term this dispatcher leads: its writes go
 // through the term's store (d.updateJobs), as every other loop's.
 func (d *Dispatcher) newOutbox() *outbox {
 	st := d.st()
-	return &outbox{
-		store: st, sender: d.Webhook, secrets: d.Accounts, links: d.links(),
+	o := &outbox{
+		store: st, sender: d.Webhook, links: d.links(),
 		cfg: d.Config.Webhooks, linkTTL: d.Config.Storage.TTL, log: d.Log,
-		reads:  &group[string, *mj.Job]{run: st.Jobs, key: func(id string) string { return id }, max: 100, log: d.Log},
-		writes: &group[store.JobUpdate, *mj.Job]{run: d.settle.updateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64, log: d.Log},
+		reads: &group[string, *mj.Job]{run: st.Jobs, key: func(id string) string { return id }, max: 100, log: d.Log},
 	}
+	o.writes = &group[store.JobUpdate, *mj.Job]{run: d.settle.updateJobs, key: func(u store.JobUpdate) string { return u.ID }, max: 64, par: writeGroups, log: d.Log}
+	if d.Accounts != nil {
+		o.secrets = &group[secretRead, secretAnswer]{run: readSecrets(d.Accounts), key: secretRead.key, max: 256, log: d.Log}
+	}
+	return o
 }
 
 // webhookLoop runs the term's outbox until ctx ends.
@@ -123,8 +134,12 @@ func (o *outbox) run(ctx context.Context) {
 // attempt, never during the wait before the next.
 //
 // Deliveries in progress (a goroutine and the job each, mostly waiting) are at most
-// 8×concurrency, and one account's at most concurrency: an account's further
-// deliveries are parked, by id only, and run one by one as its own deliveries end.
+// 32×concurrency, and one account's at most an eighth of them (4×concurrency): an
+// account's further deliveries are parked, by id only, and run one by one as its
+// own deliveries end. A delivery spends most of its time waiting for etcd (its
+// job read, its attempt counted, its outcome recorded, each in a shared
+// transaction), so one account's burst needs many in progress to keep its
+// attempt slots busy (docs/benchmarks.md, webhooks).
 type hookLimits struct {
 	running  chan struct{} // deliveries in progress, all accounts
 	slots    chan struct{} // attempts in flight, all accounts
@@ -136,6 +151,10 @@ type hookLimits struct {
 	accounts map[string]*hookAccount
 }
 
+// progressPerSlot is the deliveries one account may have in progress per attempt
+// slot in all (see hookLimits).
+const progressPerSlot = 4
+
 type hookAccount struct {
 	id      string
 	running int
@@ -144,14 +163,15 @@ type hookAccount struct {
 }
 
 // newHookLimits: concurrency attempts in all, perAccount of them for one account
-// (0: an eighth of concurrency, at least one).
+// (0: an eighth of concurrency, at least one); progressPerSlot×concurrency
+// deliveries in progress for one account, 8 times that in all.
 func newHookLimits(concurrency, perAccount int) *hookLimits {
 	c := max(concurrency, 1)
 	if perAccount <= 0 || perAccount > c {
 		perAccount = max(1, c/8)
 	}
-	return &hookLimits{running: make(chan struct{}, 8*c), slots: make(chan struct{}, c),
-		perRun: c, perSlots: perAccount, accounts: map[string]*hookAccount{}}
+	return &hookLimits{running: make(chan struct{}, 8*progressPerSlot*c), slots: make(chan struct{}, c),
+		perRun: progressPerSlot * c, perSlots: perAccount, accounts: map[string]*hookAccount{}}
 }
 
 // start counts a delivery of the account as in progress, or parks its id and
@@ -239,7 +259,11 @@ func (o *outbox) secret(ctx context.Context, account string) (string, error) {
 		return "", nil
 	}
 	for try := 1; ; try++ {
-		a, err := o.secrets.Account(ctx, account)
+		ans, err := o.secrets.Do(ctx, secretRead{account: account, n: secretReads.Add(1)})
+		if err == nil {
+			err = ans.err
+		}
+		a := ans.account
 		switch {
 		case err == nil && a != nil:
 			return a.WebhookSecret, nil
@@ -251,6 +275,56 @@ func (o *outbox) secret(ctx context.Context, account string) (string, error) {
 		sleep(ctx, secretRetry<<(try-1))
 	}
 }
+
+// secretRead is one delivery's read of its account (n: unique, so that one
+// group holds every delivery that waits, several of one account among them).
+type secretRead struct {
+	account string
+	n       uint64
+}
+
+func (r secretRead) key() string { return strconv.FormatUint(r.n, 10) }
+
+var secretReads atomic.Uint64
+
+type secretAnswer struct {
+	account *mj.Account
+	err     error
+}
+
+// readSecrets reads each account of a group once (secretReadsInFlight at a
+// time): in a burst, the deliveries of one account share one read instead of
+// one each. A group's read starts after its deliveries asked, so a secret set
+// or changed still takes effect at once.
+func readSecrets(accts AccountSecrets) func(context.Context, []secretRead) ([]secretAnswer, []error) {
+	return func(ctx context.Context, rs []secretRead) ([]secretAnswer, []error) {
+		index := map[string]int{} // account -> its answer in read
+		for _, r := range rs {
+			if _, ok := index[r.account]; !ok {
+				index[r.account] = len(index)
+			}
+		}
+		read := make([]secretAnswer, len(index))
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, secretReadsInFlight)
+		for account, k := range index {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				read[k].account, read[k].err = accts.Account(ctx, account)
+			}()
+		}
+		wg.Wait()
+		outs, errs := make([]secretAnswer, len(rs)), make([]error, len(rs))
+		for i, r := range rs {
+			outs[i] = read[index[r.account]]
+		}
+		return outs, errs
+	}
+}
+
+const secretReadsInFlight = 16
 
 // deliver sends j's pending webhook, each attempt in a slot from slot, and records
 // the outcome.

@@ -157,9 +157,9 @@ func TestWebhookWaitHoldsNoSlot(t *testing.T) {
 // order as its own end); the others still find slots; an idle account leaves no
 // entry, and a cancelled wait holds nothing.
 func TestWebhookLimitsShareAndForget(t *testing.T) {
-	h := newHookLimits(16, 0) // 16 slots, 2 per account; 16 in progress per account
+	h := newHookLimits(16, 0) // 16 slots, 2 per account; 64 in progress per account
 	var as []*hookAccount
-	for i := range 16 {
+	for i := range 16 * progressPerSlot {
 		a := h.start("A", fmt.Sprint(i))
 		if a == nil {
 			t.Fatalf("delivery %d of A parked under its share", i)
@@ -167,7 +167,7 @@ func TestWebhookLimitsShareAndForget(t *testing.T) {
 		as = append(as, a)
 	}
 	if h.start("A", "p1") != nil || h.start("A", "p2") != nil {
-		t.Fatal("A's 17th and 18th deliveries not parked")
+		t.Fatal("A's deliveries past its share not parked")
 	}
 	a := as[0]
 	r1, _ := h.slot(context.Background(), a)
@@ -195,7 +195,7 @@ func TestWebhookLimitsShareAndForget(t *testing.T) {
 	if got := []string{h.next(a), h.next(a), h.next(a)}; fmt.Sprint(got) != "[p1 p2 ]" {
 		t.Fatalf("A's parked deliveries ran as %q, want p1, p2, then none", got)
 	}
-	for range 15 {
+	for range 16*progressPerSlot - 1 {
 		h.next(a) // A's other deliveries end
 	}
 	if len(h.accounts) != 0 {

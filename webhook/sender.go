@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
@@ -48,6 +49,9 @@ func (w *Sender) httpClient() *http.Client {
 		guard.AllowLoopback = guard.AllowLoopback || w.AllowLoopback
 		w.transport = guard.Transport()
 		w.transport.MaxIdleConnsPerHost = max(w.MaxIdlePerHost, 16)
+		// The clone of http.DefaultTransport keeps 100 idle connections in
+		// all, fewer than one busy receiver may use.
+		w.transport.MaxIdleConns = 4 * w.transport.MaxIdleConnsPerHost
 	})
 	return &http.Client{
 		Transport: w.transport,
@@ -154,6 +158,12 @@ func (w *Sender) Send(ctx context.Context, m Message) Delivery {
 	// 404); a 3xx is final, since redirects are never followed. Transport errors
 	// keep retryablehttp's judgement (a bad certificate is not retried).
 	c.CheckRetry = func(ctx context.Context, resp *http.Response, err error) (bool, error) {
+		if resp != nil {
+			// A body closed unread closes its connection: read a short answer
+			// (most receivers send one), still in the attempt's slot and time,
+			// so the next delivery to the host reuses the connection.
+			io.Copy(io.Discard, io.LimitReader(resp.Body, maxAnswer))
+		}
 		done() // the attempt's outcome is known: the wait before the next holds no slot
 		if ctx.Err() != nil {
 			return false, ctx.Err()
@@ -185,6 +195,10 @@ func (w *Sender) Send(ctx context.Context, m Message) Delivery {
 	}
 	return d
 }
+
+// maxAnswer is how much of a receiver's answer is read (and dropped) to keep
+// its connection; a longer one closes the connection instead.
+const maxAnswer = 64 << 10
 
 func min64(a, b time.Duration) time.Duration {
 	if a < b {

@@ -251,3 +251,50 @@ func TestWebhookAllowCIDRs(t *testing.T) {
 		t.Fatalf("unlisted receiver: %+v", d)
 	}
 }
+
+// TestWebhookReusesConnections: deliveries to one receiver reuse kept-alive
+// connections, also when the receiver answers with a body (most do: Zapier,
+// n8n and Make answer JSON), which the sender must read for its connection to
+// be reused; and many in flight to one host keep their connections idle between
+// bursts instead of dialling again.
+func TestWebhookReusesConnections(t *testing.T) {
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"status":"success","id":"`+strings.Repeat("x", 200)+`"}`)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	w := sender()
+	w.MaxIdlePerHost = 128
+	send := func(i int) {
+		if d := w.Send(context.Background(), Message{URL: srv.URL, Event: "job.succeeded", DeliveryID: fmt.Sprint(i), Body: []byte(`{}`)}); d.Err != nil {
+			t.Fatal(d.Err)
+		}
+	}
+	for i := range 20 {
+		send(i)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Fatalf("20 deliveries one after another opened %d connections, want 1", n)
+	}
+	// Bursts of 120 at once: the connections of the first stay idle for the next.
+	const burst = 120
+	for round := range 3 {
+		var wg sync.WaitGroup
+		for i := range burst {
+			wg.Add(1)
+			go func() { defer wg.Done(); send(round*burst + i) }()
+		}
+		wg.Wait()
+	}
+	if n := conns.Load(); n > burst+1 {
+		t.Fatalf("3 bursts of %d opened %d connections, want at most %d (the first burst's, kept)", burst, n, burst+1)
+	}
+}

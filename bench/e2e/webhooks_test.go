@@ -206,7 +206,7 @@ func BenchmarkWebhooks(b *testing.B) {
 	seen := watchOutbox(ctx, e.st.Client(), e.st.OutboxPrefix())
 
 	var lat, toOutbox, seqLat []time.Duration
-	var rates, transRates []float64
+	var rates, transRates, cpuPer, revsPer []float64
 	b.ResetTimer()
 	for round := range b.N {
 		// The burst.
@@ -215,6 +215,11 @@ func BenchmarkWebhooks(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		rev0, err := e.st.Revision(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		cpu0 := selfCPU()
 		b.StartTimer()
 		trans, err := e.terminal(ctx, ids, *writers, 0)
 		if err != nil {
@@ -226,6 +231,18 @@ func BenchmarkWebhooks(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		// This process's CPU (the loop, etcd, the receiver and the transitions
+		// themselves) and etcd's revisions besides the transitions, per delivery:
+		// neither depends much on how busy the machine is.
+		if err := waitOutboxEmpty(ctx, e); err != nil {
+			b.Fatal(err)
+		}
+		cpuPer = append(cpuPer, ms(selfCPU()-cpu0)/float64(len(ids)))
+		rev1, err := e.st.Revision(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		revsPer = append(revsPer, float64(rev1-rev0-int64(len(ids)))/float64(len(ids)))
 		firstT, lastT, lastR := trans[0], trans[0], at[0]
 		for i := range at {
 			lat = append(lat, at[i].Sub(trans[i]))
@@ -300,12 +317,30 @@ func BenchmarkWebhooks(b *testing.B) {
 	b.ReportMetric(ms(quantile(seqLat, 0.5)), "seq-p50-ms")
 	b.ReportMetric(ms(quantile(seqLat, 0.95)), "seq-p95-ms")
 	b.ReportMetric(sendRate, "send/s")
+	b.ReportMetric(mean(cpuPer), "cpu-ms/delivery")
+	b.ReportMetric(mean(revsPer), "revs/delivery")
 	b.ReportMetric(httpRate, "http/s")
 	recv.mu.Lock()
 	if recv.dups > 0 {
 		b.Logf("%d webhooks were delivered twice (at least once)", recv.dups)
 	}
 	recv.mu.Unlock()
+}
+
+// waitOutboxEmpty waits until every delivery received has been recorded
+// (the outbox entry goes with the outcome's write).
+func waitOutboxEmpty(ctx context.Context, e *env) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n, err := e.st.Count(ctx, e.st.OutboxPrefix())
+		if err != nil || n == 0 {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d webhooks still in the outbox a minute after their receipt", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // terminal makes the jobs succeeded from n goroutines, each transition gap after
