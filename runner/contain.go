@@ -50,7 +50,11 @@ func (r *Runner) capProcesses() (func(), error) {
 // ffprobe writes nothing, so it needs neither a writable job nor the disk watch.
 func (r *Runner) readOnlyCommand(ctx context.Context, bin string, args ...string) (*exec.Cmd, error) {
 	if r.Sandbox != nil {
-		return r.Sandbox.ReadOnlyCommand(ctx, r.WorkDir, bin, args, sandbox.Env(gpuEnv()...))
+		cmd, err := r.Sandbox.ReadOnlyCommand(ctx, r.WorkDir, bin, args, sandbox.Env(gpuEnv()...))
+		if err == nil {
+			cmd.Stdin = noInput()
+		}
+		return cmd, err
 	}
 	return r.command(ctx, bin, args...)
 }

@@ -51,6 +51,25 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 	if err != nil {
 		return err
 	}
+	var sb *jobSandbox
+	if r.OneSandbox && r.Sandbox != nil && len(argvs) >= oneSandboxFrom {
+		var noDriver *driverError
+		sb, err = r.startJobSandbox(ctx, m.DiskBytes)
+		switch {
+		case err == nil:
+			fmt.Fprintf(r.Log, "running the job's %d commands in one sandbox\n", len(argvs))
+			defer sb.close(r)
+		case ctx.Err() != nil:
+			return interrupted(ctx, m, st, fmt.Sprintf("while running command 1 of %d", len(argvs)))
+		case errors.Is(err, errDiskFull):
+			return fmt.Errorf("command 1 of %d: %w", len(argvs), err)
+		case errors.As(err, &noDriver): // a sandbox per command does as well, only slower
+			fmt.Fprintf(r.Log, "the job's commands run in a sandbox each: %v\n", err)
+			sb = nil
+		default:
+			return fmt.Errorf("command 1 of %d failed: %v", len(argvs), err)
+		}
+	}
 	for i, argv := range argvs {
 		fmt.Fprintf(r.Log, "running command %d of %d: ffmpeg %s\n", i+1, len(argvs), strings.Join(argv, " "))
 		rep := &reporter{url: m.ProgressURL, file: r.ProgressFile, client: r.client(nil), index: i + 1, count: len(argvs), now: time.Now,
@@ -63,7 +82,11 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 		} else {
 			logw = lf
 		}
-		err = r.ffmpeg(ctx, argv, rep, m.DiskBytes, logw)
+		if sb != nil {
+			err = r.ffmpegIn(ctx, sb, argv, rep, logw)
+		} else {
+			err = r.ffmpeg(ctx, argv, rep, m.DiskBytes, logw)
+		}
 		if lf != nil {
 			if cerr := lf.Close(); cerr != nil {
 				fmt.Fprintf(r.Log, "command %d: log: %v\n", i+1, cerr)
@@ -82,6 +105,9 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 			}
 			return fmt.Errorf("command %d of %d failed: %v", i+1, len(argvs), err)
 		}
+	}
+	if sb != nil {
+		sb.close(r) // nothing of the job runs while its outputs are read
 	}
 	files, err := collectOutputs(r.WorkDir, m.OutputNames)
 	if err != nil {
@@ -120,13 +146,22 @@ func (r *Runner) ffprobe() string {
 // inside the sandbox when the runner has one.
 func (r *Runner) command(ctx context.Context, bin string, args ...string) (*exec.Cmd, error) {
 	if r.Sandbox != nil {
-		return r.Sandbox.Command(ctx, r.WorkDir, bin, args, sandbox.Env(gpuEnv()...))
+		cmd, err := r.Sandbox.Command(ctx, r.WorkDir, bin, args, sandbox.Env(gpuEnv()...))
+		if err == nil {
+			cmd.Stdin = noInput()
+		}
+		return cmd, err
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = r.WorkDir
 	cmd.Env = ffmpegEnv(r.WorkDir)
 	return cmd, nil
 }
+
+// noInput is a sandboxed command's stdin: an empty pipe, not the host's
+// /dev/null. The sandbox's user owns, on the host, the inodes the runner owns
+// (docs/containment.md): through a host file it inherits it could chmod it.
+func noInput() io.Reader { return strings.NewReader("") }
 
 // ffmpeg runs one command in the working directory; on failure the error carries
 // the exit code and the tail of ffmpeg's stderr.
@@ -194,26 +229,39 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskL
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		errs.Flush()
-		msg := mj.RedactURLs(strings.TrimSpace(tail.String()))
-		if r.Sandbox != nil {
-			if why := sandbox.SetupError(msg); why != "" {
-				return fmt.Errorf("the sandbox for ffmpeg could not start on this worker (bubblewrap: %s); the node's operator must fix it", strings.TrimPrefix(why, "bwrap: "))
-			}
-		}
-		if msg == "" {
-			msg = "ffmpeg printed no error"
-		}
-		if sig, ok := killedBy(exit, r.Sandbox != nil); ok && ctx.Err() == nil {
-			// Not our doing: the kernel's OOM killer, most likely.
-			return fmt.Errorf("ffmpeg was killed by signal %s, most likely for going over the pool's memory limit (use a machine with more memory, or lower the resolution or the number of threads): %s",
-				unix.SignalName(sig), lastLines(msg, 4))
-		}
-		if hint := concatURLHint(r.WorkDir, argv); hint != "" {
-			return fmt.Errorf("ffmpeg exited with code %d: %s; %s", exit.ExitCode(), hint, lastLines(msg, 4))
-		}
-		return fmt.Errorf("ffmpeg exited with code %d: %s", exit.ExitCode(), lastLines(msg, 8))
+		sig, _ := killedBy(exit, r.Sandbox != nil)
+		return r.commandFailed(ctx, argv, exit.ExitCode(), sig, tail.String(), r.Sandbox != nil)
 	}
 	return fmt.Errorf("could not start ffmpeg: %v", err)
+}
+
+// commandFailed is the error of a command that exited with code, or was killed
+// by sig (0: it was not); tail is the end of its stderr. setup: the stderr is
+// bwrap's too, and may say the sandbox could not start.
+func (r *Runner) commandFailed(ctx context.Context, argv []string, code int, sig syscall.Signal, tail string, setup bool) error {
+	msg := mj.RedactURLs(strings.TrimSpace(tail))
+	if setup {
+		if why := sandbox.SetupError(msg); why != "" {
+			return sandboxSetupError(why)
+		}
+	}
+	if msg == "" {
+		msg = "ffmpeg printed no error"
+	}
+	if sig != 0 && ctx.Err() == nil {
+		// Not our doing: the kernel's OOM killer, most likely.
+		return fmt.Errorf("ffmpeg was killed by signal %s, most likely for going over the pool's memory limit (use a machine with more memory, or lower the resolution or the number of threads): %s",
+			unix.SignalName(sig), lastLines(msg, 4))
+	}
+	if hint := concatURLHint(r.WorkDir, argv); hint != "" {
+		return fmt.Errorf("ffmpeg exited with code %d: %s; %s", code, hint, lastLines(msg, 4))
+	}
+	return fmt.Errorf("ffmpeg exited with code %d: %s", code, lastLines(msg, 8))
+}
+
+// sandboxSetupError: bwrap could not set the sandbox up (why is its complaint).
+func sandboxSetupError(why string) error {
+	return fmt.Errorf("the sandbox for ffmpeg could not start on this worker (bubblewrap: %s); the node's operator must fix it", strings.TrimPrefix(why, "bwrap: "))
 }
 
 // killedBy tells whether ffmpeg died of a signal: directly, or inside bubblewrap,

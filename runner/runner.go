@@ -38,6 +38,9 @@ type Runner struct {
 	// Sandbox, when set, runs ffmpeg and ffprobe inside it (raw_exec pools). Nil
 	// runs them directly: on docker pools the container is the sandbox.
 	Sandbox *sandbox.Bwrap
+	// OneSandbox runs all of a job's commands in one sandbox, not one each
+	// (jobsandbox.go): a warm runner's jobs. Only with Sandbox.
+	OneSandbox bool
 	// MaxProcs caps the processes and threads of a sandboxed job; 0 is
 	// sandbox.MaxProcs.
 	MaxProcs int

@@ -21,8 +21,9 @@ import (
 // Warm is the long-lived runner of a warm pool's allocation (docs/warm.md). It
 // leases one job at a time from the service with its Nomad workload identity,
 // runs it with the same phases as a per-job runner (Run: fetch, exec, upload)
-// in a fresh directory, each command in a fresh sandbox, renews the lease while
-// the job runs, reports, removes the directory, and asks for the next.
+// in a fresh directory, all its commands in one fresh sandbox (OneSandbox),
+// renews the lease while the job runs, reports, removes the directory, and
+// asks for the next.
 type Warm struct {
 	Control   string // the service's base URL (server.public_url)
 	Pool      string
@@ -127,7 +128,7 @@ func (w *Warm) run(ctx context.Context, l *lease) {
 		}
 		return
 	}
-	r := &Runner{FFmpeg: w.FFmpeg, FFprobe: w.FFprobe, WorkDir: dir, Log: w.Log, RunID: l.Run, Sandbox: &sandbox.Bwrap{Path: w.Bwrap}}
+	r := &Runner{FFmpeg: w.FFmpeg, FFprobe: w.FFprobe, WorkDir: dir, Log: w.Log, RunID: l.Run, Sandbox: &sandbox.Bwrap{Path: w.Bwrap}, OneSandbox: true}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		w.done(l, "fault", err.Error(), renewed)
 		return

@@ -177,13 +177,18 @@ func (l *lockedTail) Write(p []byte) (int, error) {
 // startWarm serves c with a warm runner running ffmpeg (real bwrap, ffprobe)
 // until the test ends.
 func startWarm(t *testing.T, c *warmControl, ffmpeg string) *Warm {
+	return startWarmWith(t, c, ffmpeg, testenv.Binary(t, "bwrap"))
+}
+
+// startWarmWith is startWarm with bwrap as the bubblewrap binary.
+func startWarmWith(t *testing.T, c *warmControl, ffmpeg, bwrap string) *Warm {
 	tok := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tok, []byte(c.token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	log := &lockedTail{b: tailBuffer{max: 64 << 10}}
 	w := &Warm{Control: c.srv.URL, Pool: "warm-test", TokenFile: tok, WorkRoot: t.TempDir(), FFmpeg: ffmpeg,
-		FFprobe: testenv.Binary(t, "ffprobe"), Bwrap: testenv.Binary(t, "bwrap"), Log: log, Ran: c.ran}
+		FFprobe: testenv.Binary(t, "ffprobe"), Bwrap: bwrap, Log: log, Ran: c.ran}
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
 	go func() { served <- w.Serve(ctx) }()
@@ -382,7 +387,7 @@ const bControl = "mjwarmBcontrol"
 // jobB looks, from the next job's sandbox, for anything of A's: a name or a
 // content holding A's marker (written in two halves, so that B's own files
 // never hold it), any FIFO or socket, and A's directory on the host. It
-// reports each finding, then "search done". Its control (bControl, a file and
+// reports each finding (in its environment too), then "search done". Its control (bControl, a file and
 // a FIFO) is among the findings.
 const jobB = `P="@M1@""@M2@"
 Q="mjwarmB""control"
@@ -393,10 +398,12 @@ mkfifo "/job/$Q.fifo"
 names=$(find / \( -path /proc -o -path /sys \) -prune -o \( -name "*$P*" -o -name "*$Q*" \) -print 2>>"$E")
 content=$(grep -roF -D skip --exclude-dir=proc --exclude-dir=sys --exclude-dir=dev --exclude-dir=usr -e "$P" -e "$Q" / 2>>"$E" | sort -u)
 special=$(find / \( -path /proc -o -path /sys -o -path /usr \) -prune -o \( -type p -o -type s \) -print 2>>"$E")
+envs=$(env | grep -F -e "$P")
 {
 	for f in $names; do echo "name: $f"; done
 	for f in $content; do echo "content: $f"; done
 	for f in $special; do echo "FIFO or socket: $f"; done
+	for f in $envs; do echo "environment: $f"; done
 	for d in @ADIR@ @OUTSIDE@; do [ -e "$d" ] && echo "visible: $d"; done
 	echo "search done"
 } > "$R"
