@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"syscall"
@@ -17,6 +18,7 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/command"
 	"github.com/mediajobs/mediajobs/sandbox"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -116,20 +118,38 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 	if max := m.MaxOutputFiles; max > 0 && len(files) > max {
 		return fmt.Errorf("the commands produced %d output files, more than the limit of %d", len(files), max)
 	}
-	for _, f := range files {
+	outs := make([]mj.Output, len(files))
+	probeErrs := make([]error, len(files))
+	for i, f := range files {
 		info, err := os.Lstat(filepath.Join(r.WorkDir, "outputs", f))
 		if err != nil {
 			return fmt.Errorf("read output %s: %w", f, err)
 		}
-		// Probed here, without network: a playlist output may name URLs.
-		pr, err := r.probe(ctx, "outputs/"+f)
-		if err != nil {
-			fmt.Fprintf(r.Log, "ffprobe %s: %v (reported without metadata)\n", f, err)
-		}
-		st.Outputs = append(st.Outputs, mj.Output{Name: f, Size: info.Size(), Probe: pr})
+		outs[i] = mj.Output{Name: f, Size: info.Size()}
 	}
+	// Probed here, without network (a playlist output may name URLs), a few
+	// at once: an HLS ladder's segments each need an ffprobe process, which
+	// spends most of its time loading libraries.
+	var probes errgroup.Group
+	probes.SetLimit(probeParallel())
+	for i := range outs {
+		probes.Go(func() error {
+			outs[i].Probe, probeErrs[i] = r.probe(ctx, "outputs/"+outs[i].Name)
+			return nil
+		})
+	}
+	probes.Wait()
+	for i, err := range probeErrs {
+		if err != nil {
+			fmt.Fprintf(r.Log, "ffprobe %s: %v (reported without metadata)\n", outs[i].Name, err)
+		}
+	}
+	st.Outputs = append(st.Outputs, outs...)
 	return nil
 }
+
+// probeParallel is how many outputs are probed at once: one per CPU, at most 4.
+func probeParallel() int { return min(runtime.NumCPU(), 4) }
 
 // errDiskFull: the job's directory outgrew the pool's disk.
 var errDiskFull = errors.New("the job's files (inputs, intermediate files and outputs) grew past the pool's disk limit; ffmpeg was stopped (use a pool with more disk, or produce smaller files)")

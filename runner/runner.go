@@ -34,7 +34,8 @@ type Runner struct {
 	// ProgressFile, when set, receives progress reports instead of the progress URL
 	// (docker pools: ffmpeg has no network; a sidecar posts the file).
 	ProgressFile string
-	usage        *mj.Usage // where meter adds, while Exec runs (usage.go)
+	usage        *mj.Usage  // where meter adds, while Exec runs (usage.go)
+	usageMu      sync.Mutex // meter runs from the output probes at once
 	// Sandbox, when set, runs ffmpeg and ffprobe inside it (raw_exec pools). Nil
 	// runs them directly: on docker pools the container is the sandbox.
 	Sandbox *sandbox.Bwrap

@@ -17,6 +17,8 @@ func (r *Runner) meter(cmd *exec.Cmd, start time.Time) {
 		return
 	}
 	ps := cmd.ProcessState
+	r.usageMu.Lock()
+	defer r.usageMu.Unlock()
 	r.usage.WallSeconds += time.Since(start).Seconds()
 	r.usage.CPUSeconds += (ps.UserTime() + ps.SystemTime()).Seconds()
 }
