@@ -64,10 +64,11 @@ func requestID(c *fiber.Ctx) string {
 }
 
 // request is what the middleware keep of a request, in one allocation: its id
-// (accessLog) and its context (withContext).
+// and start (accessLog) and its context (withContext).
 type request struct {
-	id  string
-	ctx requestContext
+	id    string
+	start time.Time
+	ctx   requestContext
 }
 
 // requestOf is c's request, made if accessLog did not (tests of single middleware).
@@ -98,7 +99,7 @@ func (g *Gateway) accessLog(c *fiber.Ctx) error {
 	} else {
 		id = strings.Clone(id) // fiber's strings alias fasthttp's reused buffers
 	}
-	c.Locals(localRequestID, &request{id: id})
+	c.Locals(localRequestID, &request{id: id, start: start})
 	c.Set(HeaderRequestID, id)
 
 	if err := c.Next(); err != nil {
@@ -124,11 +125,12 @@ func (g *Gateway) accessLog(c *fiber.Ctx) error {
 	if !c.Response().IsBodyStream() {
 		bytes = len(c.Response().Body())
 	}
+	end := time.Now()    // the line's time, and the request's end
 	var buf [9]slog.Attr // no allocation for the list: at most 9
 	attrs := append(buf[:0],
 		slog.String("method", c.Method()), slog.String("route", route), slog.String("path", c.Path()),
 		slog.Int("status", status),
-		slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000),
+		slog.Float64("duration_ms", float64(end.Sub(start).Microseconds())/1000),
 		slog.Int("bytes", bytes), slog.String("request_id", id),
 	)
 	if acct, ok := c.Locals(localAccount).(string); ok {
@@ -140,7 +142,7 @@ func (g *Gateway) accessLog(c *fiber.Ctx) error {
 	// The record goes to the handler as Logger.LogAttrs would send it, but with
 	// no caller's pc: finding it walks the stack at every request, and the
 	// access line's source would only ever name this function.
-	r := slog.NewRecord(time.Now(), level, "request", 0)
+	r := slog.NewRecord(end, level, "request", 0)
 	r.AddAttrs(attrs...)
 	g.Log.Handler().Handle(c.UserContext(), r)
 	return nil

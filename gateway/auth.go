@@ -51,14 +51,19 @@ func (c *keyCache) get(hash string, now time.Time) (mj.APIKey, bool) {
 }
 
 // getHex is get for a hash in hex held in a byte slice; it also returns the
-// key's account as the request's locals hold it. It allocates nothing.
-func (c *keyCache) getHex(hash []byte, now time.Time) (mj.APIKey, any, bool) {
+// key's account as the request's locals hold it, and whether its last use is
+// to be written now (dueTouch, in the same hold of the lock). It allocates
+// nothing.
+func (c *keyCache) getHex(hash []byte, now time.Time) (key mj.APIKey, acct any, touch, ok bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if e := c.m[string(hash)]; e != nil && now.Before(e.expires) {
-		return *e.key, e.account, true
+		if now.Sub(e.touched) >= touchEvery {
+			e.touched, touch = now, true
+		}
+		return *e.key, e.account, touch, true
 	}
-	return mj.APIKey{}, nil, false
+	return mj.APIKey{}, nil, false, false
 }
 
 // generation is to be read before the key is read from etcd, and passed to put.
@@ -136,15 +141,19 @@ func (g *Gateway) authenticate(c *fiber.Ctx) error {
 	// allocation.
 	var hb [2 * sha256.Size]byte
 	hashHex(hb[:], secret)
-	key, acct, ok := g.keys.getHex(hb[:], g.Now())
+	now := g.Now()
+	key, acct, touch, ok := g.keys.getHex(hb[:], now)
 	if !ok {
 		var err error
 		if key, err = g.authKey(c, string(hb[:])); err != nil {
 			return err
 		}
 		acct = key.AccountID
+		touch = g.keys.dueTouch(hb[:], now)
 	}
-	g.touchKey(hb[:], key)
+	if touch {
+		g.touchKey(hb[:], key, now)
+	}
 	c.Locals(localAccount, acct)
 	return g.rateLimit(c, key.AccountID)
 }
@@ -225,19 +234,17 @@ func (g *Gateway) lookupKey(ctx context.Context, hash string) (mj.APIKey, error)
 	return *k, nil
 }
 
-// touchKey records the key's use, at most once a minute. hash is in hex.
-func (g *Gateway) touchKey(hexHash []byte, key mj.APIKey) {
-	now := g.Now()
-	if g.keys.dueTouch(hexHash, now) {
-		hash := string(hexHash)
-		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			if err := g.Store.TouchAPIKey(ctx, hash, now); err != nil {
-				g.Log.Warn("record key use", "key", key.ID, "err", err)
-			}
-		}()
-	}
+// touchKey records the key's use at now, which keyCache found due (at most
+// once a minute). hash is in hex.
+func (g *Gateway) touchKey(hexHash []byte, key mj.APIKey, now time.Time) {
+	hash := string(hexHash)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := g.Store.TouchAPIKey(ctx, hash, now); err != nil {
+			g.Log.Warn("record key use", "key", key.ID, "err", err)
+		}
+	}()
 }
 
 func account(c *fiber.Ctx) string { return c.Locals(localAccount).(string) }

@@ -156,7 +156,13 @@ func (g *Gateway) App() *fiber.App {
 	app.Server().CloseOnShutdown = true
 	// fasthttp calls this once the headers are in, and moves the connection's read
 	// deadline to upload_timeout from then: the body has that long (docs/configuration.md).
-	app.Server().HeaderReceived = func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	app.Server().HeaderReceived = func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+		if cl := h.ContentLength(); cl == 0 || cl == -2 {
+			// No body (-2: neither a length nor chunked; fasthttp reads none):
+			// nothing is left to read, and moving the deadline would cost a
+			// timer change at every GET.
+			return fasthttp.RequestConfig{}
+		}
 		return fasthttp.RequestConfig{ReadTimeout: g.Config.Server.UploadTimeoutD}
 	}
 	app.Server().Handler = g.keepInStep(app.Server().Handler)

@@ -34,7 +34,10 @@ type jobCache struct {
 	// attempt's progress is dropped with the job's change that ended it, never
 	// before (a stream would see the running job lose its progress).
 	progressGone map[string]int64
-	live         atomic.Bool
+	// views holds cached jobs' answers to GET, written at their first GET
+	// (encodedView); a job's is dropped with it, or when it changes.
+	views map[string]*encodedView
+	live  atomic.Bool
 	// bytes is the estimated size of the cached jobs (jobBytes), sizes each one's;
 	// maxBytes bounds bytes (jobCacheBytes when 0).
 	bytes    int64
@@ -92,13 +95,21 @@ func (c *jobCache) forgetLocked(id string) {
 	delete(c.jobs, id)
 	delete(c.progress, id)
 	delete(c.progressGone, id)
+	delete(c.views, id)
 	c.bytes -= c.sizes[id]
 	delete(c.sizes, id)
 }
 
 func (c *jobCache) get(id string) *mj.Job {
+	j, _ := c.getView(id)
+	return j
+}
+
+// getView is get, with the job's answer to GET when one is kept for it
+// (never for a copy with its progress merged in).
+func (c *jobCache) getView(id string) (*mj.Job, *encodedView) {
 	if !c.live.Load() {
-		return nil
+		return nil, nil
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -106,9 +117,41 @@ func (c *jobCache) get(id string) *mj.Job {
 	if rec := c.progress[id]; j != nil && rec != nil && !j.Status.Terminal() && rec.Attempt == max(j.Attempt, 1) {
 		cp := *j
 		cp.Progress = &rec.Progress
-		return &cp
+		return &cp, nil
 	}
-	return j
+	if v := c.views[id]; v != nil && v.job == j {
+		return j, v
+	}
+	return j, nil
+}
+
+// putView keeps v, the answer to GET written from v.job, while that job is the
+// one cached (not a copy, nor one replaced meanwhile), counted in the cache's
+// size.
+func (c *jobCache) putView(v *encodedView) {
+	if !c.live.Load() {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	id := v.job.ID
+	if c.jobs[id] != v.job || c.views[id] != nil {
+		return
+	}
+	limit := c.maxBytes
+	if limit <= 0 {
+		limit = jobCacheBytes
+	}
+	size := v.size()
+	if c.bytes+size > limit {
+		return // the job is still served from the cache, its answer written each time
+	}
+	if c.views == nil {
+		c.views = map[string]*encodedView{}
+	}
+	c.views[id] = v
+	c.sizes[id] += size
+	c.bytes += size
 }
 
 // putProgress records a progress report written at revision rev (rec nil: the
@@ -192,6 +235,7 @@ func (c *jobCache) put(j *mj.Job, fromWatch bool) {
 		c.bytes -= c.sizes[j.ID]
 		delete(c.sizes, j.ID)
 		delete(c.jobs, j.ID) // not evicted below while its size is not counted
+		delete(c.views, j.ID)
 	}
 	for len(c.jobs) > 0 && (len(c.jobs) >= jobCacheSize || c.bytes+size > limit) {
 		c.evictLocked()
@@ -248,7 +292,7 @@ func (c *jobCache) drop(id string) {
 
 func (c *jobCache) reset(live bool) {
 	c.mu.Lock()
-	c.jobs, c.progress, c.progressGone, c.sizes, c.bytes = nil, nil, nil, nil, 0
+	c.jobs, c.progress, c.progressGone, c.views, c.sizes, c.bytes = nil, nil, nil, nil, nil, 0
 	c.live.Store(live)
 	c.mu.Unlock()
 }
@@ -347,6 +391,20 @@ func (g *Gateway) job(ctx context.Context, id string) (*mj.Job, error) {
 	if j := g.jobs.get(id); j != nil {
 		return j, nil
 	}
+	return g.readJob(ctx, id)
+}
+
+// jobView is job, with the job's answer to GET when the cache keeps one.
+func (g *Gateway) jobView(ctx context.Context, id string) (*mj.Job, *encodedView, error) {
+	if j, v := g.jobs.getView(id); j != nil {
+		return j, v, nil
+	}
+	j, err := g.readJob(ctx, id)
+	return j, nil, err
+}
+
+// readJob reads a job from etcd, and caches it.
+func (g *Gateway) readJob(ctx context.Context, id string) (*mj.Job, error) {
 	id = strings.Clone(id)
 	done := g.jobs.reading(id)
 	defer done()

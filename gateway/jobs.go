@@ -192,10 +192,31 @@ func (g *Gateway) ownJob(c *fiber.Ctx) (*mj.Job, error) {
 	return j, nil
 }
 
+// getJob answers a job that is not terminal from its answer kept in the cache
+// (encodedView), written at its first GET, with its standing written in; any
+// other from its view.
 func (g *Gateway) getJob(c *fiber.Ctx) error {
-	j, err := g.ownJob(c)
+	// fiber's Params aliases a reused buffer: the cache clones it if it reads etcd.
+	j, ev, err := g.jobView(c.UserContext(), c.Params("id"))
+	if err == nil && j.AccountID != account(c) {
+		err = mj.ErrNotFound // another account's job
+	}
 	if err != nil {
 		return notFound(err, c.Params("id"))
+	}
+	if ev == nil && viewCacheable(j) && g.jobs.live.Load() {
+		if ev = g.encodeView(j); ev != nil {
+			g.jobs.putView(ev) // if j is still the job cached
+		}
+	}
+	if ev != nil {
+		var buf [192]byte
+		d, ok := g.appendStanding(c.UserContext(), buf[:0], j)
+		if !ok {
+			d = append(d[:0], j.StatusDetail...)
+		}
+		sendEncoded(c, ev, d)
+		return nil
 	}
 	v := g.view(j)
 	if d, ok := g.standingOf(c.UserContext(), j); ok {

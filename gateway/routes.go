@@ -90,8 +90,13 @@ func cleanPath(c *fiber.Ctx) error {
 // withContext gives each request a real context with a deadline; fiber's default
 // UserContext is context.Background().
 func (g *Gateway) withContext(c *fiber.Ctx) error {
-	ctx := &requestOf(c).ctx
-	ctx.deadline = time.Now().Add(g.Config.Server.RequestTimeoutD)
+	r := requestOf(c)
+	start := r.start // accessLog's
+	if start.IsZero() {
+		start = time.Now()
+	}
+	ctx := &r.ctx
+	ctx.deadline = start.Add(g.Config.Server.RequestTimeoutD)
 	defer ctx.end()
 	c.SetUserContext(ctx)
 	return c.Next()
@@ -214,29 +219,43 @@ type seriesKey struct {
 	longPoll      bool
 }
 
+// seriesBy holds the series made so far, as a map that is replaced, never
+// changed: a request reads it without a lock (a read-locked RWMutex is an
+// atomic write that every request's core fights over).
 var (
-	seriesMu sync.RWMutex
-	seriesBy = map[seriesKey]*series{} // as many as the metrics have series
+	seriesMu sync.Mutex // makers of new series
+	seriesBy atomic.Pointer[map[seriesKey]*series]
 )
 
 func seriesOf(method, route string, status int, longPoll bool) *series {
 	k := seriesKey{method, route, status, longPoll}
-	seriesMu.RLock()
-	m := seriesBy[k]
-	seriesMu.RUnlock()
-	if m != nil {
+	if p := seriesBy.Load(); p != nil {
+		if m := (*p)[k]; m != nil {
+			return m
+		}
+	}
+	seriesMu.Lock()
+	defer seriesMu.Unlock()
+	var old map[seriesKey]*series
+	if p := seriesBy.Load(); p != nil {
+		old = *p
+	}
+	if m := old[k]; m != nil {
 		return m
 	}
 	// fiber's strings alias fasthttp's reused buffers: copy what outlives the request.
 	k.method, k.route = strings.Clone(method), strings.Clone(route)
-	m = &series{count: metrics.HTTPRequests.WithLabelValues(k.method, k.route, strconv.Itoa(status))}
+	m := &series{count: metrics.HTTPRequests.WithLabelValues(k.method, k.route, strconv.Itoa(status))}
 	if longPoll {
 		m.duration = metrics.HTTPLongPoll.WithLabelValues(k.method, k.route)
 	} else {
 		m.duration = metrics.HTTPDuration.WithLabelValues(k.method, k.route)
 	}
-	seriesMu.Lock()
-	seriesBy[k] = m
-	seriesMu.Unlock()
+	next := make(map[seriesKey]*series, len(old)+1) // as many as the metrics have series
+	for k, v := range old {
+		next[k] = v
+	}
+	next[k] = m
+	seriesBy.Store(&next)
 	return m
 }

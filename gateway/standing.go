@@ -3,7 +3,6 @@ package gateway
 import (
 	"context"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,22 +23,33 @@ type queueStanding interface {
 // gateway's copy of it, standingCache), never stored: a queued job's record is
 // not rewritten while others move ahead of it (docs/scheduling.md).
 func (g *Gateway) standingOf(ctx context.Context, j *mj.Job) (string, bool) {
+	if len(j.Awaits) > 0 && j.Status == mj.StatusQueued && j.NomadJobID == "" {
+		return j.StatusDetail, true // as appendStanding words it, without a copy
+	}
+	var buf [192]byte
+	b, ok := g.appendStanding(ctx, buf[:0], j)
+	return string(b), ok
+}
+
+// appendStanding appends what standingOf returns, without making a string:
+// GET /api/jobs/{id} writes it into the answer.
+func (g *Gateway) appendStanding(ctx context.Context, b []byte, j *mj.Job) ([]byte, bool) {
 	if j.Status != mj.StatusQueued || j.NomadJobID != "" {
-		return "", false
+		return b, false
 	}
 	if len(j.Awaits) > 0 { // not in the queue yet: what it awaits (references.go)
-		return j.StatusDetail, true
+		return append(b, j.StatusDetail...), true
 	}
 	h, err := g.queueHead(ctx, j.Machine, j.AccountID)
 	if err != nil {
-		return "", false
+		return b, false
 	}
 	st := h.Standing(j)
 	limit := g.Config.Limits.MaxRunningPerAccount
 	if st.Schedule != nil && st.Schedule.MaxRunningPerPool != nil {
 		limit = *st.Schedule.MaxRunningPerPool
 	}
-	return standingDetail(j.Machine, st.Ahead, st.InFlight, limit, j.StatusDetail), true
+	return appendStandingDetail(b, j.Machine, st.Ahead, st.InFlight, limit, j.StatusDetail), true
 }
 
 // standingTTL bounds how long a head of a queue is kept: the account's
@@ -180,41 +190,41 @@ func (g *Gateway) queueHead(ctx context.Context, pool, account string) (*store.Q
 
 // standingDetail words a queued job's standing (docs/scheduling.md).
 func standingDetail(pool string, ahead, inFlight, limit int, stored string) string {
-	var b strings.Builder
-	b.Grow(len("waiting: more than 100 of your jobs are ahead in pool ; account limit 1000 running reached (1000 running); ") + len(pool) + len(stored))
-	num := func(n int) {
-		var d [20]byte
-		b.Write(strconv.AppendInt(d[:0], int64(n), 10))
-	}
+	var buf [192]byte
+	return string(appendStandingDetail(buf[:0], pool, ahead, inFlight, limit, stored))
+}
+
+// appendStandingDetail appends standingDetail's words.
+func appendStandingDetail(b []byte, pool string, ahead, inFlight, limit int, stored string) []byte {
 	switch {
 	case ahead > store.StandingAheadMax:
-		b.WriteString("waiting: more than ")
-		num(store.StandingAheadMax)
-		b.WriteString(" of your jobs are ahead in pool ")
-		b.WriteString(pool)
+		b = append(b, "waiting: more than "...)
+		b = strconv.AppendInt(b, store.StandingAheadMax, 10)
+		b = append(b, " of your jobs are ahead in pool "...)
+		b = append(b, pool...)
 	case ahead == 0:
-		b.WriteString("waiting: your next job in pool ")
-		b.WriteString(pool)
-		b.WriteString("; dispatched when the pool has room and it is your account's turn")
+		b = append(b, "waiting: your next job in pool "...)
+		b = append(b, pool...)
+		b = append(b, "; dispatched when the pool has room and it is your account's turn"...)
 	case ahead == 1:
-		b.WriteString("waiting: 1 of your jobs is ahead in pool ")
-		b.WriteString(pool)
+		b = append(b, "waiting: 1 of your jobs is ahead in pool "...)
+		b = append(b, pool...)
 	default:
-		b.WriteString("waiting: ")
-		num(ahead)
-		b.WriteString(" of your jobs are ahead in pool ")
-		b.WriteString(pool)
+		b = append(b, "waiting: "...)
+		b = strconv.AppendInt(b, int64(ahead), 10)
+		b = append(b, " of your jobs are ahead in pool "...)
+		b = append(b, pool...)
 	}
 	if limit > 0 && inFlight >= limit {
-		b.WriteString("; account limit ")
-		num(limit)
-		b.WriteString(" running reached (")
-		num(inFlight)
-		b.WriteString(" running)")
+		b = append(b, "; account limit "...)
+		b = strconv.AppendInt(b, int64(limit), 10)
+		b = append(b, " running reached ("...)
+		b = strconv.AppendInt(b, int64(inFlight), 10)
+		b = append(b, " running)"...)
 	}
 	if stored != "" {
-		b.WriteString("; ")
-		b.WriteString(stored)
+		b = append(b, "; "...)
+		b = append(b, stored...)
 	}
-	return b.String()
+	return b
 }

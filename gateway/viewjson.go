@@ -42,9 +42,59 @@ func sendView(c *fiber.Ctx, v *mj.JobView) error {
 
 var viewBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
 
+// encodedView is the answer to GET of a cached job that is not terminal,
+// written once (a job's record changes a few times, and is polled many), kept
+// beside the job in the cache (jobCache.views): all of {"data":<view>} but
+// status_detail's value, which a queued job's standing changes without the
+// job. A terminal job's view is written at each GET: its links are signed
+// with an expiry from now.
+type encodedView struct {
+	job        *mj.Job // the cached job it was written from
+	head, tail []byte  // around the status_detail's value
+}
+
+// size is what the cache counts for it.
+func (v *encodedView) size() int64 { return int64(64 + len(v.head) + len(v.tail)) }
+
+// viewCacheable reports whether j's answer may be kept (encodedView): not
+// terminal (no links), and without progress (merged into a copy at each get).
+func viewCacheable(j *mj.Job) bool { return !j.Status.Terminal() && j.Progress == nil }
+
+// encodeView writes j's answer, split at status_detail; nil when a time is
+// one encoding/json cannot write (sendView answers its error).
+func (g *Gateway) encodeView(j *mj.Job) *encodedView {
+	v := g.view(j)
+	head, ok := appendJobDataHead(nil, &v)
+	if !ok {
+		return nil
+	}
+	return &encodedView{job: j, head: head, tail: appendJobDataTail(nil, &v)}
+}
+
+// sendEncoded answers {"data": <the view>} from ev with detail as its
+// status_detail: the bytes sendView writes for the same job and detail.
+func sendEncoded(c *fiber.Ctx, ev *encodedView, detail []byte) {
+	resp := c.Response()
+	resp.Header.SetContentType(fiber.MIMEApplicationJSON)
+	var buf [256]byte
+	resp.ResetBody()
+	resp.AppendBody(ev.head)
+	resp.AppendBody(appendJSONString(buf[:0], detail))
+	resp.AppendBody(ev.tail)
+}
+
 // appendJobData appends {"data":<v>}; false when a time is one encoding/json
 // cannot write (year outside 0-9999, or an offset of a day or more).
 func appendJobData(b []byte, v *mj.JobView) ([]byte, bool) {
+	b, ok := appendJobDataHead(b, v)
+	b = appendJSONString(b, v.StatusDetail)
+	return appendJobDataTail(b, v), ok
+}
+
+// appendJobDataHead appends {"data":<v>} up to the status_detail's value,
+// and appendJobDataTail what follows it: a cached answer (encodedView) is
+// written in two parts, around a detail that changes without the job.
+func appendJobDataHead(b []byte, v *mj.JobView) ([]byte, bool) {
 	ok := true
 	tm := func(b []byte, t time.Time) []byte {
 		if y := t.Year(); y < 0 || y > 9999 {
@@ -119,7 +169,10 @@ func appendJobData(b []byte, v *mj.JobView) ([]byte, bool) {
 		b = appendValue(b, v.Outputs == nil, v.Outputs)
 	}
 	b = append(b, `,"status_detail":`...)
-	b = appendJSONString(b, v.StatusDetail)
+	return b, ok
+}
+
+func appendJobDataTail(b []byte, v *mj.JobView) []byte {
 	b = append(b, `,"webhook":`...)
 	b = appendValue(b, v.Webhook == nil, v.Webhook)
 	b = append(b, `,"total_input_bytes":`...)
@@ -142,8 +195,7 @@ func appendJobData(b []byte, v *mj.JobView) ([]byte, bool) {
 		b = append(b, `,"pipeline":`...)
 		b = appendValue(b, false, v.Pipeline)
 	}
-	b = append(b, "}}"...)
-	return b, ok
+	return append(b, "}}"...)
 }
 
 // appendValue appends null, or x as encoding/json writes it (these types
@@ -169,10 +221,10 @@ func appendInt64p(b []byte, n *int64) []byte {
 // appendJSONString appends s quoted as encoding/json does: plain printable
 // ASCII as it is, anything else (quotes, backslashes, <, >, &, controls,
 // non-ASCII) through encoding/json itself.
-func appendJSONString(b []byte, s string) []byte {
+func appendJSONString[S ~string | ~[]byte](b []byte, s S) []byte {
 	for i := 0; i < len(s); i++ {
 		if !plainJSON[s[i]] {
-			raw, _ := json.Marshal(s)
+			raw, _ := json.Marshal(string(s))
 			return append(b, raw...)
 		}
 	}

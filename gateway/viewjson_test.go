@@ -15,10 +15,31 @@ import (
 // (fiber's c.JSON) writes for {"data": view}, for jobs in every status, with
 // every field set and unset, and strings that need escaping.
 func TestJobViewJSON(t *testing.T) {
+	sign := func(key string) string { return "https://gw.example/files/" + key + "?sig=a&b<c>" }
+	for _, j := range viewTestJobs() {
+		v := mj.View(j, sign)
+		want, err := json.Marshal(fiber.Map{"data": v})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := appendJobData(nil, &v)
+		if !ok || string(got) != string(want) {
+			t.Errorf("job %s (%s):\ngot  %s\nwant %s", j.ID, j.Status, got, want)
+		}
+	}
+	// A time encoding/json refuses is left to it (its error, as before).
+	v := mj.View(&mj.Job{ID: "y", CreatedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, sign)
+	if _, ok := appendJobData(nil, &v); ok {
+		t.Error("a year past 9999 was written")
+	}
+}
+
+// viewTestJobs are jobs in every status, with every field set and unset, and
+// strings that need escaping.
+func viewTestJobs() []*mj.Job {
 	at := time.Date(2026, 11, 28, 8, 27, 19, 123456789, time.UTC)
 	local := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 5*3600+30*60))
 	pct, eta, dur := 42.5, 3.0, 12.25
-	sign := func(key string) string { return "https://gw.example/files/" + key + "?sig=a&b<c>" }
 	bare := &mj.Job{ID: "j0", Status: mj.StatusQueued, CreatedAt: at}
 	full := func(st mj.Status) *mj.Job {
 		return &mj.Job{
@@ -57,22 +78,7 @@ func TestJobViewJSON(t *testing.T) {
 		j.InputFiles, j.Metadata, j.FFmpegCommands, j.Outputs, j.Analysis = nil, nil, nil, nil, nil
 		jobs = append(jobs, j)
 	}
-	for _, j := range jobs {
-		v := mj.View(j, sign)
-		want, err := json.Marshal(fiber.Map{"data": v})
-		if err != nil {
-			t.Fatal(err)
-		}
-		got, ok := appendJobData(nil, &v)
-		if !ok || string(got) != string(want) {
-			t.Errorf("job %s (%s):\ngot  %s\nwant %s", j.ID, j.Status, got, want)
-		}
-	}
-	// A time encoding/json refuses is left to it (its error, as before).
-	v := mj.View(&mj.Job{ID: "y", CreatedAt: time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC)}, sign)
-	if _, ok := appendJobData(nil, &v); ok {
-		t.Error("a year past 9999 was written")
-	}
+	return jobs
 }
 
 // The view's fields, in order, are the ones appendJobData writes: a field
