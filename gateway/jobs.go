@@ -264,19 +264,38 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 // serve a page.
 const maxListOffset = 10_000
 
-func (g *Gateway) listJobs(c *fiber.Ctx) error {
-	limit, err := intQuery(c, "limit", 50, 1, 100)
-	if err != nil {
-		return err
+// pageQuery reads a list's ?limit= (1–100, default def) and ?offset=
+// (at most maxListOffset; hint says how else to narrow the list).
+func pageQuery(c *fiber.Ctx, def int, hint string) (limit, offset int, err error) {
+	if limit, err = intQuery(c, "limit", def, 1, 100); err != nil {
+		return 0, 0, err
 	}
-	offset, err := intQuery(c, "offset", 0, 0, math.MaxInt)
-	if err != nil {
-		return err
+	if offset, err = intQuery(c, "offset", 0, 0, math.MaxInt); err != nil {
+		return 0, 0, err
 	}
 	if offset > maxListOffset {
-		e := mj.Errorf(mj.EValidation, "offset must be at most %d; use a smaller offset, or narrow the list with ?status=", maxListOffset)
+		e := mj.Errorf(mj.EValidation, "offset must be at most %d%s", maxListOffset, hint)
 		e.Details = map[string]string{"offset": "too large"}
-		return e
+		return 0, 0, e
+	}
+	return limit, offset, nil
+}
+
+// sendPage answers a list: its page of views, and where it stands in total.
+func sendPage[V any](c *fiber.Ctx, views []V, limit, offset, total int) error {
+	return c.JSON(fiber.Map{
+		"data": views,
+		"pagingParams": fiber.Map{
+			"limit": limit, "offset": offset, "total": total,
+			"hasMore": offset+len(views) < total,
+		},
+	})
+}
+
+func (g *Gateway) listJobs(c *fiber.Ctx) error {
+	limit, offset, err := pageQuery(c, 50, "; use a smaller offset, or narrow the list with ?status=")
+	if err != nil {
+		return err
 	}
 	status := mj.Status(c.Query("status"))
 	if status != "" && !status.Valid() {
@@ -292,13 +311,7 @@ func (g *Gateway) listJobs(c *fiber.Ctx) error {
 	for i, j := range page.Jobs {
 		views[i] = g.view(j)
 	}
-	return c.JSON(fiber.Map{
-		"data": views,
-		"pagingParams": fiber.Map{
-			"limit": limit, "offset": offset, "total": page.Total,
-			"hasMore": offset+len(views) < page.Total,
-		},
-	})
+	return sendPage(c, views, limit, offset, page.Total)
 }
 
 func intQuery(c *fiber.Ctx, name string, def, min, max int) (int, error) {

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"math"
 	"strings"
 	"time"
 
@@ -293,18 +292,9 @@ func (g *Gateway) getPipeline(c *fiber.Ctx) error {
 }
 
 func (g *Gateway) listPipelines(c *fiber.Ctx) error {
-	limit, err := intQuery(c, "limit", 20, 1, 100)
+	limit, offset, err := pageQuery(c, 20, "")
 	if err != nil {
 		return err
-	}
-	offset, err := intQuery(c, "offset", 0, 0, math.MaxInt)
-	if err != nil {
-		return err
-	}
-	if offset > maxListOffset {
-		e := mj.Errorf(mj.EValidation, "offset must be at most %d", maxListOffset)
-		e.Details = map[string]string{"offset": "too large"}
-		return e
 	}
 	ps, total, err := g.Store.ListPipelines(c.UserContext(), account(c), limit, offset)
 	if err != nil {
@@ -316,13 +306,7 @@ func (g *Gateway) listPipelines(c *fiber.Ctx) error {
 			return err
 		}
 	}
-	return c.JSON(fiber.Map{
-		"data": views,
-		"pagingParams": fiber.Map{
-			"limit": limit, "offset": offset, "total": total,
-			"hasMore": offset+len(views) < total,
-		},
-	})
+	return sendPage(c, views, limit, offset, total)
 }
 
 // cancelPipeline records the pipeline's stop (its jobs not stored yet are
