@@ -336,7 +336,7 @@ func httpStatus(code string) int {
 
 var errStoreBusy = mj.Errorf(mj.EUnavailable, "the job store (etcd) is electing a leader or lost a member; try again in a moment")
 
-var errSlowBody = mj.Errorf(mj.EValidation, "the request did not arrive within server.upload_timeout; send it faster, or in smaller files")
+var errSlowBody = mj.Errorf(mj.EValidation, "the request did not arrive in time (its headers within server.header_timeout, its body within server.upload_timeout); send it faster, or in smaller files")
 
 func fiberError(fe *fiber.Error) *mj.Error {
 	switch fe.Code {

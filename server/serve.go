@@ -47,7 +47,7 @@ func ServeSide(addr, what string, h http.Handler, log *slog.Logger) (stop func()
 // then is cut off. Each step is logged.
 func Serve(ctx context.Context, app *fiber.App, ln net.Listener, timeout time.Duration, log *slog.Logger) error {
 	errc := make(chan error, 1)
-	go func() { errc <- app.Listener(ln) }()
+	go func() { errc <- app.Listener(quietListener{ln}) }()
 	select {
 	case err := <-errc:
 		return err

@@ -87,3 +87,43 @@ func TestServeShutsDownGracefully(t *testing.T) {
 		})
 	}
 }
+
+// TestServeClosesAnUnusedConnectionQuietly: a connection that sends nothing
+// before the read timeout is closed without an answer; one whose request
+// started and stalled still gets its error.
+func TestServeClosesAnUnusedConnectionQuietly(t *testing.T) {
+	app := fiber.New(fiber.Config{DisableStartupMessage: true, ReadTimeout: 300 * time.Millisecond})
+	app.Get("/", func(c *fiber.Ctx) error { return c.SendString("ok") })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- Serve(ctx, app, ln, time.Second, slog.New(slog.DiscardHandler)) }()
+	defer func() { cancel(); <-served }()
+	read := func(send string) string {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(30 * time.Second))
+		if send != "" {
+			if _, err := io.WriteString(c, send); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b, err := io.ReadAll(c) // until the server closes it
+		if err != nil {
+			t.Fatalf("reading the answer: %v", err)
+		}
+		return string(b)
+	}
+	if got := read(""); got != "" {
+		t.Fatalf("an unused connection got an answer: %q", got)
+	}
+	if got := read("GET / HTTP/1.1\r\nHost: x\r\n"); !strings.Contains(got, "408") {
+		t.Fatalf("a stalled request got %q, want its timeout", got)
+	}
+}

@@ -452,13 +452,19 @@ func (e *env) phases(s sample) ([3]time.Duration, error) {
 
 // execJob is the same ffmpeg command run directly, in a fresh directory.
 func (e *env) execJob(ctx context.Context) (time.Duration, error) {
+	return e.execArgs(ctx, append(append([]string{}, ffmpegWork...), "o.wav"))
+}
+
+// execArgs times ffmpeg alone on args (its flags as the runner's), in a
+// directory of its own.
+func (e *env) execArgs(ctx context.Context, args []string) (time.Duration, error) {
 	dir, err := os.MkdirTemp(e.dir, "exec-")
 	if err != nil {
 		return 0, err
 	}
 	defer os.RemoveAll(dir)
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, e.ffmpeg, append(append(append([]string{}, ffmpegFlags...), ffmpegWork...), "o.wav")...)
+	cmd := exec.CommandContext(ctx, e.ffmpeg, append(append([]string{}, ffmpegFlags...), args...)...)
 	cmd.Dir = dir
 	out, err := cmd.CombinedOutput()
 	took := time.Since(start)

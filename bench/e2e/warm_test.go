@@ -136,10 +136,15 @@ func (e *env) waitWarmIdle(ctx context.Context, n int) error {
 // times one (POST, then an etcd watch on the job until it is terminal), with the
 // path that ran it (job.worker.path: "warm" or "dispatch").
 func (e *env) warmSample(ctx context.Context) (sample, string, error) {
+	return e.bodySample(ctx, warmBody)
+}
+
+// bodySample is warmSample for a job body of its own.
+func (e *env) bodySample(ctx context.Context, body []byte) (sample, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	start := time.Now()
-	id, err := e.create(ctx, warmBody)
+	id, err := e.create(ctx, body)
 	if err != nil {
 		return sample{}, "", err
 	}
@@ -218,6 +223,59 @@ func BenchmarkWarmLatency(b *testing.B) {
 	b.ReportMetric(quantile(warms, 0.95).Seconds(), "warm-p95-s")
 	b.ReportMetric(quantile(raws, 0.5).Seconds(), "nomad-p50-s")
 	b.ReportMetric(quantile(raws, 0.95).Seconds(), "nomad-p95-s")
+}
+
+// trivialBody is issue 32's trivial job as Very Good FFmpeg's docs send it:
+// no timeout_seconds, one PNG. trivialArgs is the same command for ffmpeg alone.
+var (
+	trivialBody = []byte(`{"machine":"` + warmPool + `","output_files":["o.png"],"ffmpeg_commands":["-f lavfi -i color=c=black:s=16x16:d=0.1 -frames:v 1 {{o.png}}"]}`)
+	trivialArgs = []string{"-f", "lavfi", "-i", "color=c=black:s=16x16:d=0.1", "-frames:v", "1", "o.png"}
+)
+
+// BenchmarkTrivialLatency is BenchmarkWarmLatency for the trivial job without
+// a timeout (it runs warm when a runner is idle, docs/warm.md), beside raw
+// Nomad's dispatch and the same command run by ffmpeg alone, each in turn.
+// Reports the medians and 95th percentiles, and the median's ratios to both.
+func BenchmarkTrivialLatency(b *testing.B) {
+	e := getEnv(b)
+	ctx := context.Background()
+	warmUp(b, e)
+	var mjs, raws, execs []time.Duration
+	b.ResetTimer()
+	for range b.N {
+		for range *samples {
+			b.StopTimer()
+			if err := e.waitWarmIdle(ctx, *warmRunners); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			s, path, err := e.bodySample(ctx, trivialBody)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if path != mj.WorkerWarm {
+				b.Fatalf("the trivial job without a timeout ran on worker path %q (%s), not %q", path, s.child, mj.WorkerWarm)
+			}
+			mjs = append(mjs, s.took())
+			if s, err = e.rawSample(ctx); err != nil {
+				b.Fatal(err)
+			}
+			raws = append(raws, s.took())
+			d, err := e.execArgs(ctx, trivialArgs)
+			if err != nil {
+				b.Fatal(err)
+			}
+			execs = append(execs, d)
+		}
+	}
+	b.StopTimer()
+	p50, raw, ex := quantile(mjs, 0.5), quantile(raws, 0.5), quantile(execs, 0.5)
+	b.ReportMetric(p50.Seconds(), "mj-p50-s")
+	b.ReportMetric(quantile(mjs, 0.95).Seconds(), "mj-p95-s")
+	b.ReportMetric(raw.Seconds(), "nomad-p50-s")
+	b.ReportMetric(ex.Seconds(), "exec-p50-s")
+	b.ReportMetric(p50.Seconds()/raw.Seconds(), "x-nomad")
+	b.ReportMetric(p50.Seconds()/ex.Seconds(), "x-exec")
 }
 
 // BenchmarkWarmBurst creates *batch* trivial jobs at once on the warm pool and
