@@ -155,7 +155,9 @@ func (r *Runner) startJobSandbox(ctx context.Context, diskLimit int64) (*jobSand
 	}
 	late := time.AfterFunc(driverStartTimeout, func() { cancel(errDriverLate) })
 	kind, hello, err := driver.ReadFrame(sb.ev)
-	late.Stop()
+	if !late.Stop() && err == nil {
+		err = errDriverLate // the timer fired as the hello came: the sandbox is being cancelled
+	}
 	sb.wall = time.Since(start)
 	if err == nil && (kind != driver.FrameHello || string(hello) != driver.Hello) {
 		err = fmt.Errorf("it answered %q", hello)
@@ -255,8 +257,10 @@ func (sb *jobSandbox) close(r *Runner) {
 		if ps := sb.cmd.ProcessState; r.usage != nil && ps != nil {
 			// bwrap's rusage holds the driver's, which reaped every process of
 			// the job: each command and what it left.
+			r.usageMu.Lock()
 			r.usage.WallSeconds += sb.wall.Seconds()
 			r.usage.CPUSeconds += (ps.UserTime() + ps.SystemTime()).Seconds()
+			r.usageMu.Unlock()
 		}
 	})
 }

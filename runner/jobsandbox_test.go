@@ -304,6 +304,25 @@ func TestOneSandboxNamesAKilledCommand(t *testing.T) {
 	}
 }
 
+// TestOneSandboxDriverOutlivesSignals: a command that signals the driver (its
+// sandbox's PID 1) with what would end a Go program cannot end the job's
+// sandbox: the command's own exit is reported, and the next command runs.
+func TestOneSandboxDriverOutlivesSignals(t *testing.T) {
+	testenv.Binary(t, "bwrap")
+	srv, _ := newServer(t, nil)
+	ff := fakeBinary(t, "ffmpeg", "for s in ABRT SEGV BUS FPE ILL TRAP SYS HUP TERM USR1; do kill -$s 1; done\necho signalled >&2\nexit 3\n")
+	m := mj.Manifest{JobID: "job-1", Attempt: 1, OutputNames: []string{"o.wav"}, FFmpegCommands: []string{"-f lavfi -i sine=d=0.1 {{o.wav}}", "-f lavfi -i sine=d=0.1 {{o.wav}}"},
+		UploadURL: srv.URL + "/up/%7Bpath%7D?sig=ok"}
+	var log bytes.Buffer
+	res, err := (&Runner{WorkDir: t.TempDir(), Log: &log, FFmpeg: ff, Sandbox: &sandbox.Bwrap{}, OneSandbox: true}).Run(context.Background(), &m)
+	if !strings.Contains(log.String(), "commands in one sandbox") {
+		t.Fatalf("the job did not run in one sandbox:\n%s", log.String())
+	}
+	if err != nil || res.Succeeded || !strings.Contains(res.ErrorMessage, "command 1 of 2 failed") || !strings.Contains(res.ErrorMessage, "signalled") {
+		t.Fatalf("result %+v, %v\n%s", res, err, log.String())
+	}
+}
+
 // TestOneSandboxFallsBackWithoutItsDriver: when the runner's binary does not
 // answer as the driver (replaced under a running runner by another version),
 // the job runs with a sandbox per command, and says so in the task log.

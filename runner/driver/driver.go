@@ -151,11 +151,13 @@ func ReadFrame(r *bufio.Reader) (byte, []byte, error) {
 // Main runs inside the sandbox, as its PID 1, until fd 3 ends.
 func Main() int {
 	// Not dumpable: the job's commands (the same user) can neither ptrace it
-	// nor read its memory. Signals they send it are caught and dropped; a
-	// caught signal, unlike an ignored one, is not inherited by the commands.
+	// nor read its memory. Every signal they send it is caught and dropped
+	// (SIGABRT, SIGSEGV... sent with kill would otherwise end it, and the
+	// job's outcome with it); a caught signal, unlike an ignored one, is not
+	// inherited by the commands. Its own faults still end it.
 	syscall.RawSyscall6(syscall.SYS_PRCTL, syscall.PR_SET_DUMPABLE, 0, 0, 0, 0, 0)
 	sigs := make(chan os.Signal, 16)
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGALRM)
+	signal.Notify(sigs)
 	go func() {
 		for range sigs {
 		}
