@@ -146,11 +146,13 @@ func inputsFrom(j, dep *mj.Job) (keys map[string]string, wait bool, never string
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	named := false
 	for _, name := range names {
 		id, output, ok := mj.ParseJobRef(j.InputFiles[name])
 		if !ok || id != dep.ID {
 			continue
 		}
+		named = true
 		key, w, n := mj.ResolveRef(dep, output)
 		switch {
 		case n != "":
@@ -160,6 +162,11 @@ func inputsFrom(j, dep *mj.Job) (keys map[string]string, wait bool, never string
 		default:
 			keys[name] = key
 		}
+	}
+	if !named && !dep.Status.Terminal() {
+		// An await no input names orders j after dep (a chunked job's
+		// max_workers, mj.ExtendChunked): j waits until dep ended, however.
+		return nil, true, ""
 	}
 	if wait {
 		return nil, true, ""

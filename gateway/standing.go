@@ -27,7 +27,7 @@ func (g *Gateway) standingOf(ctx context.Context, j *mj.Job) (string, bool) {
 	if j.Status != mj.StatusQueued || j.NomadJobID != "" {
 		return "", false
 	}
-	if len(j.Awaits) > 0 { // not in the queue yet: what it awaits (references.go)
+	if len(j.Awaits) > 0 || j.ChunkedParent() { // not in the queue: what it awaits (references.go), or its chunks (parallel.go)
 		return j.StatusDetail, true
 	}
 	h, err := g.queueHead(ctx, j.Machine, j.AccountID)

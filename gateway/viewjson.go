@@ -142,6 +142,10 @@ func appendJobData(b []byte, v *mj.JobView) ([]byte, bool) {
 		b = append(b, `,"pipeline":`...)
 		b = appendValue(b, false, v.Pipeline)
 	}
+	if v.Parallel != nil { // omitempty: only jobs that asked for chunked encoding have it
+		b = append(b, `,"parallel":`...)
+		b = appendValue(b, false, v.Parallel)
+	}
 	b = append(b, "}}"...)
 	return b, ok
 }
