@@ -47,9 +47,22 @@ func (r *Runner) Exec(ctx context.Context, m *mj.Manifest, st *State) {
 }
 
 func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
-	argvs, err := r.commands(m)
-	if err != nil {
-		return err
+	var argvs [][]string
+	var after func(context.Context) error
+	if m.Chunk != nil { // a phase of a chunked job (chunked.go)
+		ph, err := r.chunkPhase(ctx, m)
+		if err != nil {
+			if ctx.Err() != nil {
+				return interrupted(ctx, m, st, "while planning the chunked phase")
+			}
+			return err
+		}
+		argvs, after = ph.argvs, ph.after
+	} else {
+		var err error
+		if argvs, err = r.commands(m); err != nil {
+			return err
+		}
 	}
 	for i, argv := range argvs {
 		fmt.Fprintf(r.Log, "running command %d of %d: ffmpeg %s\n", i+1, len(argvs), strings.Join(argv, " "))
@@ -81,6 +94,17 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 				return interrupted(ctx, m, st, fmt.Sprintf("while running command %d of %d", i+1, len(argvs)))
 			}
 			return fmt.Errorf("command %d of %d failed: %v", i+1, len(argvs), err)
+		}
+	}
+	if after != nil {
+		if err := after(ctx); err != nil {
+			if ctx.Err() != nil {
+				return interrupted(ctx, m, st, "after the commands")
+			}
+			return err
+		}
+		if err := sweep(r.WorkDir); err != nil {
+			return err
 		}
 	}
 	files, err := collectOutputs(r.WorkDir, m.OutputNames)
