@@ -34,7 +34,9 @@ func TestChunkedPhases(t *testing.T) {
 	inputs := map[string][]byte{"src.mp4": chunkSource(t)}
 	srv, up := newServer(t, inputs)
 	user := "-i {{video}} -c:v libx264 -preset veryfast -crf 30 -c:a aac -b:a 64k -movflags +faststart {{out.mp4}}"
-	task := func(phase string) *mj.ChunkTask { return &mj.ChunkTask{Phase: phase, Input: "video", Output: "out.mp4"} }
+	task := func(phase string) *mj.ChunkTask {
+		return &mj.ChunkTask{Phase: phase, Input: "video", Output: "out.mp4"}
+	}
 	in := func(name string) string { return srv.URL + "/in/" + name }
 	// take moves what the last run uploaded to the inputs the next runs fetch.
 	take := func(prefix string, names ...string) {
