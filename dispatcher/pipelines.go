@@ -44,6 +44,7 @@ type pipelinesStore interface {
 	MaterialisePipeline(ctx context.Context, id string, now time.Time) (*mj.Pipeline, error)
 	PendingPipelines(ctx context.Context) (map[string]time.Time, error)
 	PipelineIDs(ctx context.Context, prefix string) ([]string, error)
+	ExtendPipeline(ctx context.Context, id string, steps []mj.PipelineStep, jobs []*mj.Job) (*mj.Pipeline, bool, error)
 	PipelineRunningPrefix() string
 	PipelineOutboxPrefix() string
 }
@@ -59,6 +60,8 @@ type pipelines struct {
 	sender  *webhook.Sender
 	secrets AccountSecrets
 	links   blob.Links
+	// read reads a small blob: a chunked plan's chunks.json, a report (chunked.go).
+	read func(ctx context.Context, key string) ([]byte, error)
 	// grace: how old a pipeline whose jobs are not all stored must be before
 	// the leader stores them (its gateway is storing them meanwhile).
 	grace time.Duration
@@ -73,6 +76,7 @@ type pipelines struct {
 
 func (d *Dispatcher) newPipelines() *pipelines {
 	return &pipelines{store: d.st(), log: d.Log, now: d.now, cfg: d.Config, sender: d.Webhook, secrets: d.Accounts, links: d.links(),
+		read:  func(ctx context.Context, key string) ([]byte, error) { return d.storage().ReadAll(ctx, key) },
 		grace: 30 * time.Second, tick: 5 * time.Second, resync: time.Minute}
 }
 
@@ -168,6 +172,9 @@ func (p *pipelines) settle(ctx context.Context, id string) {
 		if pl.Webhook != nil && pl.Webhook.Status == mj.WebhookPending {
 			p.deliver(ctx, id)
 		}
+		if pl.Kind == mj.PipelineKindChunked {
+			p.finishParent(ctx, id) // a leader that died between the two writes
+		}
 		return
 	}
 	if len(pl.Plan) > 0 {
@@ -186,6 +193,9 @@ func (p *pipelines) settle(ctx context.Context, id string) {
 		if j != nil {
 			jobs[ids[i]] = j
 		}
+	}
+	if pl.Kind == mj.PipelineKindChunked && !p.chunked(ctx, pl, jobs) {
+		return
 	}
 	switch {
 	case pl.Stop != "":
@@ -223,6 +233,9 @@ func (p *pipelines) settle(ctx context.Context, id string) {
 	p.log.Info("pipeline ended", "pipeline", id, "status", st)
 	if ended.Webhook != nil {
 		p.deliver(ctx, id)
+	}
+	if ended.Kind == mj.PipelineKindChunked {
+		p.finishParent(ctx, id)
 	}
 }
 

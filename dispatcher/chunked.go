@@ -1,0 +1,209 @@
+package dispatcher
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	mj "github.com/mediajobs/mediajobs"
+)
+
+// A chunked job's pipeline (docs/chunked.md, mj.ExtendChunked) is settled as
+// any pipeline, and more, by the same service:
+//
+//   - when its plan job succeeded, the leader reads the plan's chunks.json and
+//     extends the pipeline, in one write of its record, with the steps encode
+//     (a job per chunk), audio and stitch; the store then stores their jobs
+//     as it stores any pipeline's (MaterialisePipeline: each once, by id,
+//     and again past the grace if this leader dies first). The jobs' ids
+//     derive from the pipeline's, so a second extension names the same jobs;
+//     a record that holds the encode step already is not extended again;
+//   - its owner, the user's job, follows it: running once one of its jobs
+//     started, then ended as the pipeline ended, once: succeeded with the
+//     stitch's outputs and the verification report, failed naming the step,
+//     or cancelled. That write arms the owner's webhook, as any job's end.
+
+// chunked does what is a chunked pipeline's own, before settle looks at its
+// end: it tells whether settle goes on (false: the pipeline was extended, or
+// is being).
+func (p *pipelines) chunked(ctx context.Context, pl *mj.Pipeline, jobs map[string]*mj.Job) bool {
+	parent, err := p.store.Job(ctx, pl.Owner)
+	if err != nil {
+		if mj.ErrorCode(err) != mj.ENotFound {
+			p.log.Warn("reading a chunked job failed; the next resync looks again", "job", pl.Owner, "err", err)
+			return false
+		}
+		parent = nil // deleted by the retention: nothing follows the pipeline
+	}
+	if parent != nil {
+		p.startParent(ctx, parent, jobs)
+	}
+	if len(pl.Steps) != 1 || pl.Stop != "" || parent == nil || parent.Status.Terminal() {
+		return true
+	}
+	plan := jobs[pl.Steps[0].Jobs[0]]
+	if plan == nil || plan.Status != mj.StatusSucceeded {
+		return true // running, or failed: the pipeline ends as any
+	}
+	if err := p.extend(ctx, pl, parent, plan); err != nil {
+		p.log.Warn("extending a chunked job's pipeline failed; the next resync tries again", "pipeline", pl.ID, "err", err)
+	}
+	return false
+}
+
+// startParent marks parent running once a job of its pipeline started.
+func (p *pipelines) startParent(ctx context.Context, parent *mj.Job, jobs map[string]*mj.Job) {
+	if parent.Status != mj.StatusQueued {
+		return
+	}
+	var started *time.Time
+	for _, j := range jobs {
+		if j.StartedAt != nil && (started == nil || j.StartedAt.Before(*started)) {
+			started = j.StartedAt
+		}
+	}
+	if started == nil {
+		return
+	}
+	_, err := p.store.UpdateJob(ctx, parent.ID, func(j *mj.Job) error {
+		if j.Status != mj.StatusQueued {
+			return errSkip
+		}
+		t := *started
+		j.StartedAt = &t
+		j.Run("encoding in chunks")
+		return nil
+	})
+	if err != nil && err != errSkip {
+		p.log.Warn("marking a chunked job running failed; the next look tries again", "job", parent.ID, "err", err)
+	}
+}
+
+// extend adds the steps after plan to pl, then stores their jobs. A plan
+// that cannot be extended (no chunks, a list that does not read) ends the
+// pipeline failed.
+func (p *pipelines) extend(ctx context.Context, pl *mj.Pipeline, parent, plan *mj.Job) error {
+	key := ""
+	for _, o := range plan.Outputs {
+		if o.Name == mj.ChunkListFile {
+			key = o.Key
+		}
+	}
+	var list mj.ChunkList
+	var steps []mj.PipelineStep
+	var jobs []*mj.Job
+	failed := ""
+	if key == "" {
+		failed = "the plan step made no " + mj.ChunkListFile
+	} else {
+		b, err := p.read(ctx, key)
+		if err != nil {
+			return fmt.Errorf("read the plan's %s: %w", mj.ChunkListFile, err)
+		}
+		if err := json.Unmarshal(b, &list); err != nil {
+			failed = "the plan step's " + mj.ChunkListFile + " does not read: " + err.Error()
+		} else if steps, jobs, err = mj.ExtendChunked(pl, parent, plan, &list, p.now()); err != nil {
+			failed = err.Error()
+		}
+	}
+	if failed != "" {
+		_, err := p.store.UpdatePipeline(ctx, pl.ID, func(pl *mj.Pipeline) error {
+			if pl.Status.Terminal() || len(pl.Steps) != 1 {
+				return errSkip
+			}
+			now := p.now().UTC()
+			pl.Status, pl.ErrorMessage, pl.FinishedAt = mj.StatusFailed, "step plan failed: "+failed, &now
+			return nil
+		})
+		if err != nil && err != errSkip {
+			return err
+		}
+		p.finishParent(ctx, pl.ID)
+		return nil
+	}
+	if _, extended, err := p.store.ExtendPipeline(ctx, pl.ID, steps, jobs); err != nil {
+		return err
+	} else if extended {
+		p.log.Info("extended a chunked job's pipeline", "pipeline", pl.ID, "job", parent.ID, "chunks", len(list.Chunks))
+	}
+	_, err := p.store.MaterialisePipeline(ctx, pl.ID, p.now())
+	return err
+}
+
+// finishParent ends pipeline id's owner as the pipeline ended, once.
+func (p *pipelines) finishParent(ctx context.Context, id string) {
+	pl, err := p.store.Pipeline(ctx, id)
+	if err != nil || pl.Kind != mj.PipelineKindChunked || !pl.Status.Terminal() {
+		return
+	}
+	parent, err := p.store.Job(ctx, pl.Owner)
+	if err != nil || parent.Status.Terminal() {
+		return
+	}
+	var outputs []mj.Output
+	var report json.RawMessage
+	if pl.Status == mj.StatusSucceeded {
+		var stitch *mj.Job
+		for _, s := range pl.Steps {
+			if s.Name == mj.ChunkStepStitch && len(s.Jobs) == 1 {
+				stitch, err = p.store.Job(ctx, s.Jobs[0])
+				if err != nil {
+					p.log.Warn("reading a chunked job's stitch failed; the next resync tries again", "pipeline", id, "err", err)
+					return
+				}
+			}
+		}
+		if stitch == nil {
+			return // cannot be: it succeeded with its last step
+		}
+		outputs = stitch.Outputs
+		for _, o := range stitch.Outputs {
+			if o.Name == mj.ChunkVerification && o.Key != "" {
+				b, err := p.read(ctx, o.Key)
+				if err != nil {
+					p.log.Warn("reading a chunked job's verification failed; the next resync tries again", "pipeline", id, "err", err)
+					return
+				}
+				report = mj.BoundVerification(b)
+			}
+		}
+	}
+	_, err = p.store.UpdateJob(ctx, parent.ID, func(j *mj.Job) error {
+		if j.Status.Terminal() {
+			return errSkip
+		}
+		now := p.now().UTC()
+		if j.StartedAt == nil && pl.Status != mj.StatusCancelled {
+			j.StartedAt = &now
+		}
+		if j.Status == mj.StatusQueued && pl.Status == mj.StatusSucceeded {
+			j.Run("encoding in chunks")
+		}
+		switch pl.Status {
+		case mj.StatusSucceeded:
+			// The stitch's files: counted against storage on the stitch
+			// (TotalOutputBytes stays 0 here), metered there too.
+			j.Outputs = outputs
+			par := *j.Parallel
+			par.Verification = report
+			j.Parallel = &par
+			j.Succeed(now, "")
+		case mj.StatusFailed:
+			j.Fail(now, pl.ErrorMessage)
+		default:
+			msg := pl.ErrorMessage
+			if msg == "" {
+				msg = "cancelled"
+			}
+			j.Cancel(now, msg)
+		}
+		return nil
+	})
+	switch {
+	case err == nil:
+		p.log.Info("chunked job ended", "job", parent.ID, "status", pl.Status)
+	case err != errSkip:
+		p.log.Warn("ending a chunked job failed; the next resync tries again", "job", parent.ID, "err", err)
+	}
+}
