@@ -240,4 +240,18 @@ func (g *Gateway) parallelSteps(ctx context.Context, v *mj.JobView) {
 	links := g.links()
 	pv := mj.ViewPipeline(p, jobs, func(key string) string { return links.Download(ctx, key, exp) })
 	v.Parallel.Steps = pv.Steps
+	// Its usage is its jobs': each is metered as the account's job, and the
+	// parent's record holds none (so nothing counts twice).
+	var sum *mj.Usage
+	for _, j := range jobs {
+		if j.Usage != nil {
+			if sum == nil {
+				sum = &mj.Usage{}
+			}
+			*sum = sum.Add(*j.Usage)
+		}
+	}
+	if sum != nil {
+		v.Usage = sum
+	}
 }
