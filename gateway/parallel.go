@@ -148,6 +148,13 @@ var _ chunkedStore = (*store.Store)(nil)
 // pipeline's planned jobs past a grace).
 func (g *Gateway) createChunked(c *fiber.Ctx, j *mj.Job, idem *store.Idempotency) (*mj.Job, error) {
 	ctx := c.UserContext()
+	// The account's max_input_bytes, which the create would set on j, goes
+	// to the plan job too: its runner fetches the source.
+	l, _, _, err := g.Store.AccountLimits(ctx, j.AccountID, g.limitDefaults())
+	if err != nil {
+		return nil, err
+	}
+	j.MaxInputBytes = l.MaxInputBytes
 	p := mj.NewChunkedPipeline(j, g.Now())
 	stored, err := g.Store.CreateChunkedJob(ctx, j, p, idem, g.limitDefaults())
 	var e *mj.Error

@@ -128,6 +128,8 @@ func TestParallelDryRun(t *testing.T) {
 func TestParallelCreateAndCancel(t *testing.T) {
 	h := newHarness(t)
 	ctx := context.Background()
+	maxIn := int64(1 << 30)
+	h.gw.Config.Limits.MaxInputBytes = &maxIn
 	status, body, _ := h.do("POST", "/api/ffmpeg", "alice", chunkable())
 	data, _ := body["data"].(map[string]any)
 	p, _ := data["parallel"].(map[string]any)
@@ -147,6 +149,9 @@ func TestParallelCreateAndCancel(t *testing.T) {
 	if err != nil || plan.Chunk == nil || plan.Chunk.Phase != mj.PhasePlan || plan.Chunk.ChunkSeconds != 2 || plan.InputFiles["video"] != "https://media.example/a.mp4" ||
 		!slices.Contains(plan.OutputNames, mj.ChunkSplitPattern) || plan.Pipeline == nil || plan.Pipeline.ID != pid {
 		t.Fatalf("plan job %+v, %v", plan, err)
+	}
+	if plan.MaxInputBytes != j.MaxInputBytes || plan.MaxInputBytes == 0 {
+		t.Fatalf("the plan job fetches up to %d bytes, its parent %d: want the account's max_input_bytes", plan.MaxInputBytes, j.MaxInputBytes)
 	}
 	if q := h.keys2("queue/"); len(q) != 1 || !strings.HasSuffix(q[0], plan.ID) {
 		t.Fatalf("queue keys %v: want the plan job's alone (a parent is never queued)", q)
