@@ -108,27 +108,39 @@ func (p *pipelines) extend(ctx context.Context, pl *mj.Pipeline, parent, plan *m
 		}
 	}
 	if failed != "" {
-		_, err := p.store.UpdatePipeline(ctx, pl.ID, func(pl *mj.Pipeline) error {
-			if pl.Status.Terminal() || len(pl.Steps) != 1 {
-				return errSkip
-			}
-			now := p.now().UTC()
-			pl.Status, pl.ErrorMessage, pl.FinishedAt = mj.StatusFailed, "step plan failed: "+failed, &now
-			return nil
-		})
-		if err != nil && err != errSkip {
-			return err
-		}
-		p.finishParent(ctx, pl.ID)
-		return nil
+		return p.failPlan(ctx, pl.ID, failed)
 	}
-	if _, extended, err := p.store.ExtendPipeline(ctx, pl.ID, steps, jobs); err != nil {
+	_, extended, err := p.store.ExtendPipeline(ctx, pl.ID, steps, jobs)
+	if mj.ErrorCode(err) == mj.EValidation {
+		return p.failPlan(ctx, pl.ID, err.Error())
+	}
+	if err != nil {
 		return err
-	} else if extended {
+	}
+	if extended {
 		p.log.Info("extended a chunked job's pipeline", "pipeline", pl.ID, "job", parent.ID, "chunks", len(list.Chunks))
 	}
-	_, err := p.store.MaterialisePipeline(ctx, pl.ID, p.now())
+	_, err = p.store.MaterialisePipeline(ctx, pl.ID, p.now())
 	return err
+}
+
+// failPlan ends pipeline id, whose plan cannot be extended for why, failed,
+// and its owner with it.
+func (p *pipelines) failPlan(ctx context.Context, id, why string) error {
+	_, err := p.store.UpdatePipeline(ctx, id, func(pl *mj.Pipeline) error {
+		if pl.Status.Terminal() || len(pl.Steps) != 1 {
+			return errSkip
+		}
+		now := p.now().UTC()
+		pl.Status, pl.ErrorMessage, pl.FinishedAt = mj.StatusFailed, "step plan failed: "+why, &now
+		return nil
+	})
+	if err != nil && err != errSkip {
+		return err
+	}
+	p.log.Info("a chunked job's plan cannot be carried out", "pipeline", id, "why", why)
+	p.finishParent(ctx, id)
+	return nil
 }
 
 // finishParent ends pipeline id's owner as the pipeline ended, once.

@@ -50,7 +50,8 @@ func (s *Store) CreateChunkedJob(ctx context.Context, j *mj.Job, p *mj.Pipeline,
 // ExtendPipeline appends steps to pipeline id and plans their jobs, in one
 // write of its record unless done already (its steps hold steps[0]'s name):
 // MaterialisePipeline then stores the jobs, each once. Returns the pipeline
-// as stored, and whether this call extended it.
+// as stored, and whether this call extended it; a validation error when the
+// record would grow past what one pipeline holds (it never will fit).
 func (s *Store) ExtendPipeline(ctx context.Context, id string, steps []mj.PipelineStep, jobs []*mj.Job) (*mj.Pipeline, bool, error) {
 	extended := false
 	p, err := s.UpdatePipeline(ctx, id, func(p *mj.Pipeline) error {
@@ -65,6 +66,11 @@ func (s *Store) ExtendPipeline(ctx context.Context, id string, steps []mj.Pipeli
 		}
 		p.Steps = append(p.Steps, steps...)
 		p.Plan = append(p.Plan, jobs...)
+		if b, err := json.Marshal(p); err != nil {
+			return err
+		} else if len(b) > maxPipelineRecord {
+			return mj.Errorf(mj.EValidation, "its %d jobs take %d bytes as planned, over the %d one pipeline's record holds: fewer chunks (a longer chunk_seconds, a lower chunked.max_chunks) or a shorter command", len(p.Plan), len(b), maxPipelineRecord)
+		}
 		extended = true
 		return nil
 	})
