@@ -7,6 +7,7 @@ import (
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/store"
 )
 
 // A chunked job's pipeline (docs/chunked.md, mj.ExtendChunked) is settled as
@@ -110,9 +111,16 @@ func (p *pipelines) extend(ctx context.Context, pl *mj.Pipeline, parent, plan *m
 	if failed != "" {
 		return p.failPlan(ctx, pl.ID, failed)
 	}
-	_, extended, err := p.store.ExtendPipeline(ctx, pl.ID, steps, jobs)
-	if mj.ErrorCode(err) == mj.EValidation {
+	var defaults store.Limits
+	if q := p.cfg.Limits.MaxQueuedJobs; q != nil {
+		defaults.MaxQueuedJobs = *q
+	}
+	_, extended, err := p.store.ExtendPipeline(ctx, pl.ID, steps, jobs, defaults)
+	switch mj.ErrorCode(err) {
+	case mj.EValidation:
 		return p.failPlan(ctx, pl.ID, err.Error())
+	case mj.EQuotaExceeded:
+		return p.failPlan(ctx, pl.ID, fmt.Sprintf("its %d jobs (a chunk each, the audio, the stitch) would take the account past a limit: %v", len(jobs), err))
 	}
 	if err != nil {
 		return err

@@ -44,7 +44,7 @@ type pipelinesStore interface {
 	MaterialisePipeline(ctx context.Context, id string, now time.Time) (*mj.Pipeline, error)
 	PendingPipelines(ctx context.Context) (map[string]time.Time, error)
 	PipelineIDs(ctx context.Context, prefix string) ([]string, error)
-	ExtendPipeline(ctx context.Context, id string, steps []mj.PipelineStep, jobs []*mj.Job) (*mj.Pipeline, bool, error)
+	ExtendPipeline(ctx context.Context, id string, steps []mj.PipelineStep, jobs []*mj.Job, defaults store.Limits) (*mj.Pipeline, bool, error)
 	PipelineRunningPrefix() string
 	PipelineOutboxPrefix() string
 }

@@ -51,8 +51,29 @@ func (s *Store) CreateChunkedJob(ctx context.Context, j *mj.Job, p *mj.Pipeline,
 // write of its record unless done already (its steps hold steps[0]'s name):
 // MaterialisePipeline then stores the jobs, each once. Returns the pipeline
 // as stored, and whether this call extended it; a validation error when the
-// record would grow past what one pipeline holds (it never will fit).
-func (s *Store) ExtendPipeline(ctx context.Context, id string, steps []mj.PipelineStep, jobs []*mj.Job) (*mj.Pipeline, bool, error) {
+// record would grow past what one pipeline holds (it never will fit), a
+// quotaExceeded one when the jobs would take the account past its
+// max_queued_jobs (defaults, replaced by the account's own).
+func (s *Store) ExtendPipeline(ctx context.Context, id string, steps []mj.PipelineStep, jobs []*mj.Job, defaults Limits) (*mj.Pipeline, bool, error) {
+	cur, err := s.Pipeline(ctx, id)
+	if err != nil {
+		return nil, false, err
+	}
+	for _, st := range cur.Steps {
+		if st.Name == steps[0].Name {
+			return cur, false, nil // done already
+		}
+	}
+	// The jobs count as queued: the account's max_queued_jobs bounds them,
+	// read now (not in the write's transaction: a race of the account's
+	// creates may take it past by a few, as a create's margin allows).
+	u, err := retryTransient(ctx, func(bool) (usageRead, error) { return s.readUsage(ctx, cur.AccountID) })
+	if err != nil {
+		return nil, false, err
+	}
+	if l := u.overrides.Apply(defaults); l.MaxQueuedJobs > 0 && u.queued+int64(len(jobs)) > l.MaxQueuedJobs {
+		return nil, false, QuotaError("max_queued_jobs", l.MaxQueuedJobs, u.queued)
+	}
 	extended := false
 	p, err := s.UpdatePipeline(ctx, id, func(p *mj.Pipeline) error {
 		extended = false

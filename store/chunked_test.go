@@ -60,8 +60,8 @@ func TestChunkedParentIsNeverQueued(t *testing.T) {
 }
 
 // Extending a pipeline is one write, done once: again, the record is left as
-// it is; a plan whose record would outgrow one pipeline's is refused as a
-// validation error, and nothing is written.
+// it is; jobs past the account's max_queued_jobs, or a plan whose record
+// would outgrow one pipeline's, are refused, and nothing is written.
 func TestExtendPipelineOnce(t *testing.T) {
 	s, _ := testenv.Etcd(t)
 	ctx := context.Background()
@@ -87,12 +87,20 @@ func TestExtendPipelineOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, extended, err := s.ExtendPipeline(ctx, p.ID, steps, jobs)
+	// The account's max_queued_jobs bounds the jobs: the parent and 5 more
+	// do not fit in 5; nothing is written.
+	if _, _, err := s.ExtendPipeline(ctx, p.ID, steps, jobs, store.Limits{MaxQueuedJobs: 5}); mj.ErrorCode(err) != mj.EQuotaExceeded {
+		t.Fatalf("over max_queued_jobs: %v, want quotaExceeded", err)
+	}
+	if after, _ := s.Pipeline(ctx, p.ID); len(after.Steps) != 1 || after.Revision != pl.Revision {
+		t.Fatalf("a refused extension wrote: %+v", after)
+	}
+	got, extended, err := s.ExtendPipeline(ctx, p.ID, steps, jobs, store.Limits{MaxQueuedJobs: 7})
 	if err != nil || !extended || len(got.Steps) != 3 || len(got.Plan) != 4 {
 		t.Fatalf("extend: %v %v %+v", extended, err, got)
 	}
 	rev := got.Revision
-	got, extended, err = s.ExtendPipeline(ctx, p.ID, steps, jobs)
+	got, extended, err = s.ExtendPipeline(ctx, p.ID, steps, jobs, store.Limits{})
 	if err != nil || extended || got.Revision != rev {
 		t.Fatalf("a second extend: extended %v, %v, revision %d -> %d", extended, err, rev, got.Revision)
 	}
@@ -120,7 +128,7 @@ func TestExtendPipelineOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := s.ExtendPipeline(ctx, bp.ID, steps, jobs); mj.ErrorCode(err) != mj.EValidation {
+	if _, _, err := s.ExtendPipeline(ctx, bp.ID, steps, jobs, store.Limits{}); mj.ErrorCode(err) != mj.EValidation {
 		t.Fatalf("a plan over one record: %v, want a validation error", err)
 	}
 	if after, _ := s.Pipeline(ctx, bp.ID); len(after.Steps) != 1 || after.Revision != bpl.Revision {
