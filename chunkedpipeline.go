@@ -107,7 +107,7 @@ func AuxFileName(out string) string { return "aux" + path.Ext(out) }
 // ExtendChunked is what pipeline p (of parent j) gains once its plan job
 // succeeded with list: the steps encode (a job per chunk, at most
 // j.Parallel.MaxWorkers at once: encode i also awaits encode i-MaxWorkers,
-// ended, without taking its file), audio (if list.Aux) and stitch, and their
+// succeeded, without taking its file), audio (if list.Aux) and stitch, and their
 // jobs, every id derived (ChunkedJobID). planKeys are the blob keys of the
 // plan job's outputs, by name: the jobs are created with them resolved.
 func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Time) ([]PipelineStep, []*Job, error) {

@@ -70,7 +70,7 @@ func (j *Job) AwaitingDetail() string {
 	}
 	for _, id := range j.Awaits {
 		if !named[id] { // an order only (mj.ExtendChunked's max_workers)
-			parts = append(parts, "job "+id+" to end")
+			parts = append(parts, "job "+id+" to succeed")
 		}
 	}
 	return "waiting for " + strings.Join(parts, ", ")

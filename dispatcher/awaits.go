@@ -163,9 +163,16 @@ func inputsFrom(j, dep *mj.Job) (keys map[string]string, wait bool, never string
 			keys[name] = key
 		}
 	}
-	if !named && !dep.Status.Terminal() {
+	if !named {
 		// An await no input names orders j after dep (a chunked job's
-		// max_workers, mj.ExtendChunked): j waits until dep ended, however.
+		// max_workers, mj.ExtendChunked): j waits until dep succeeded, and
+		// fails if it will not (its pipeline stops at that failure anyway).
+		switch dep.Status {
+		case mj.StatusSucceeded:
+			return keys, false, ""
+		case mj.StatusFailed, mj.StatusCancelled:
+			return nil, false, "job " + dep.ID + ", which this job runs after, " + string(dep.Status)
+		}
 		return nil, true, ""
 	}
 	if wait {
