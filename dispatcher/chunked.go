@@ -37,9 +37,7 @@ func (p *pipelines) chunked(ctx context.Context, pl *mj.Pipeline, jobs map[strin
 		}
 		parent = nil // deleted by the retention: nothing follows the pipeline
 	}
-	if parent != nil {
-		p.startParent(ctx, parent, jobs)
-	}
+	p.watchStart(pl.ID, parent != nil && !p.startParent(ctx, parent, jobs))
 	if len(pl.Steps) != 1 || pl.Stop != "" || parent == nil || parent.Status.Terminal() {
 		return true
 	}
@@ -53,10 +51,41 @@ func (p *pipelines) chunked(ctx context.Context, pl *mj.Pipeline, jobs map[strin
 	return false
 }
 
-// startParent marks parent running once a job of its pipeline started.
-func (p *pipelines) startParent(ctx context.Context, parent *mj.Job, jobs map[string]*mj.Job) {
+// maxStarting bounds the chunked pipelines a tick looks at for their first
+// start; past it, the minute's resync (or the plan's end) marks them.
+const maxStarting = 64
+
+// watchStart adds pipeline id to those each tick looks at until its owner
+// runs (on), or takes it off.
+func (p *pipelines) watchStart(id string, on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.starting == nil {
+		return // not running (a test calling settle by itself)
+	}
+	if on && len(p.starting) < maxStarting {
+		p.starting[id] = true
+	} else if !on {
+		delete(p.starting, id)
+	}
+}
+
+// startingNow lists the pipelines watchStart holds.
+func (p *pipelines) startingNow() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ids := make([]string, 0, len(p.starting))
+	for id := range p.starting {
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// startParent marks parent running once a job of its pipeline started, and
+// tells whether it is past queued (it runs, or ended).
+func (p *pipelines) startParent(ctx context.Context, parent *mj.Job, jobs map[string]*mj.Job) bool {
 	if parent.Status != mj.StatusQueued {
-		return
+		return true
 	}
 	var started *time.Time
 	for _, j := range jobs {
@@ -65,7 +94,7 @@ func (p *pipelines) startParent(ctx context.Context, parent *mj.Job, jobs map[st
 		}
 	}
 	if started == nil {
-		return
+		return false
 	}
 	_, err := p.store.UpdateJob(ctx, parent.ID, func(j *mj.Job) error {
 		if j.Status != mj.StatusQueued {
@@ -78,7 +107,9 @@ func (p *pipelines) startParent(ctx context.Context, parent *mj.Job, jobs map[st
 	})
 	if err != nil && err != errSkip {
 		p.log.Warn("marking a chunked job running failed; the next look tries again", "job", parent.ID, "err", err)
+		return false
 	}
+	return true
 }
 
 // extend adds the steps after plan to pl, then stores their jobs. A plan

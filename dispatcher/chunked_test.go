@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
 )
@@ -182,5 +184,37 @@ func TestChunkedFailedChunkFailsParent(t *testing.T) {
 		if st := r.job(id).Status; !st.Terminal() {
 			t.Fatalf("job %s is %s after the pipeline failed", id, st)
 		}
+	}
+}
+
+// The parent runs as soon as its plan job started, seen at the next tick
+// (pass without all): not at a resync, nor when a job ends (none did). The
+// service is driven by hand here, so that nothing else settles the pipeline.
+func TestChunkedParentRunsAtItsPlansStart(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	cfg := config.Default()
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	b := &blobMap{m: map[string][]byte{}}
+	svc := &pipelines{store: s, log: slog.Default(), now: time.Now, cfg: cfg, read: b.read, grace: time.Hour,
+		inflight: map[string]bool{}, starting: map[string]bool{}}
+	r := &pipelineRig{t: t, ctx: context.Background(), s: s, svc: svc}
+	parent, p := r.newChunkedJob()
+	svc.settle(r.ctx, p.ID) // as the materialiser's delete of pmat/ makes it
+	if !slices.Contains(svc.startingNow(), p.ID) || r.job(parent.ID).Status != mj.StatusQueued {
+		t.Fatalf("watched %v, parent %s: want the pipeline watched, the parent queued", svc.startingNow(), r.job(parent.ID).Status)
+	}
+	svc.pass(r.ctx, false)
+	if st := r.job(parent.ID).Status; st != mj.StatusQueued {
+		t.Fatalf("the parent is %s before any job started", st)
+	}
+	r.end(p.Steps[0].Jobs[0], func(j *mj.Job) { now := time.Now(); j.StartedAt = &now; j.Run("") })
+	svc.pass(r.ctx, false)
+	if st := r.job(parent.ID).Status; st != mj.StatusRunning {
+		t.Fatalf("the parent is %s after a tick with its plan job running", st)
+	}
+	if slices.Contains(svc.startingNow(), p.ID) {
+		t.Fatal("the pipeline is still watched after its parent runs")
 	}
 }

@@ -69,8 +69,11 @@ type pipelines struct {
 	// resync: how often every unfinished pipeline is looked at again.
 	tick, resync time.Duration
 
-	mu        sync.Mutex
-	inflight  map[string]bool // pipelines whose webhook is being delivered
+	mu       sync.Mutex
+	inflight map[string]bool // pipelines whose webhook is being delivered
+	// starting: chunked pipelines whose owner waits to be marked running,
+	// looked at each tick (chunked.go).
+	starting  map[string]bool
 	deliverer sync.WaitGroup
 }
 
@@ -84,7 +87,9 @@ func (d *Dispatcher) newPipelines() *pipelines {
 func (d *Dispatcher) pipelinesLoop(ctx context.Context) { d.newPipelines().run(ctx) }
 
 func (p *pipelines) run(ctx context.Context) {
-	p.inflight = map[string]bool{}
+	p.mu.Lock()
+	p.inflight, p.starting = map[string]bool{}, map[string]bool{}
+	p.mu.Unlock()
 	defer p.deliverer.Wait()
 	var tails sync.WaitGroup
 	tails.Add(2)
@@ -148,6 +153,9 @@ func (p *pipelines) pass(ctx context.Context, all bool) {
 			p.settle(ctx, id)
 		}
 	}
+	for _, id := range p.startingNow() {
+		p.settle(ctx, id)
+	}
 	due, err := p.store.PipelineIDs(ctx, p.store.PipelineOutboxPrefix())
 	if err != nil {
 		p.log.Warn("listing pipeline webhooks failed", "err", err)
@@ -165,10 +173,13 @@ func (p *pipelines) settle(ctx context.Context, id string) {
 	if err != nil {
 		if mj.ErrorCode(err) != mj.ENotFound {
 			p.log.Warn("reading a pipeline failed; the next resync looks again", "pipeline", id, "err", err)
+		} else {
+			p.watchStart(id, false)
 		}
 		return
 	}
 	if pl.Status.Terminal() {
+		p.watchStart(id, false)
 		if pl.Webhook != nil && pl.Webhook.Status == mj.WebhookPending {
 			p.deliver(ctx, id)
 		}
