@@ -274,3 +274,34 @@ func TestChunkedCancelStopsEveryChunk(t *testing.T) {
 	}
 	oneHook(t, id, "job.cancelled")
 }
+
+// The source may be another job's output (job:<id>/<output>), that job still
+// running when the chunked job is created: the plan step waits for it, and
+// the chunked job succeeds with the whole source's frames.
+func TestChunkedFromAnotherJobsOutput(t *testing.T) {
+	e2e.NeedStack(t)
+	t.Parallel()
+	src := chunkedSource(t, "160x120")
+	r := e2e.Call(t, "POST", "/api/ffmpeg", e2e.Stack.APIKey, map[string]any{
+		"input_files": map[string]string{"in": src}, "output_files": []string{"copy.mp4"},
+		"ffmpeg_commands": []string{"-re -i {{in}} -c copy {{copy.mp4}}"}})
+	if r.Status != 200 {
+		t.Fatalf("create the source's job: HTTP %d %s", r.Status, r.Body)
+	}
+	dep := r.Data(t)["id"].(string)
+	id := createChunked(t, "job:"+dep+"/copy.mp4", "-i {{src}} -c:v libx264 -preset veryfast -crf 30 -c:a aac {{out.mp4}}", 4)
+	if j := getJob(t, id); j["status"] == "succeeded" || len(j["input_files"].(map[string]any)) != 1 {
+		t.Fatalf("created: %v", j)
+	}
+	j := waitChunked(t, id)
+	if j["status"] != "succeeded" {
+		t.Fatalf("chunked job %v: %v", j["status"], j["error_message"])
+	}
+	if v, _ := j["parallel"].(map[string]any)["verification"].(map[string]any); v == nil || v["pass"] != true || v["decoded_frames"] != 150.0 {
+		t.Fatalf("verification %v", j["parallel"])
+	}
+	plan := stepJobs(parallelStep(t, j, "plan"))[0]
+	if s := plan["status_detail"]; s != "" {
+		t.Fatalf("plan job's detail after it ran: %v", s)
+	}
+}
