@@ -192,3 +192,22 @@ func (h *harness) keys2(rel string) []string {
 	}
 	return out
 }
+
+// A retried create of a chunked job with the same Idempotency-Key answers
+// the job stored the first time: one parent, one pipeline.
+func TestParallelCreateIdempotent(t *testing.T) {
+	h := newHarness(t)
+	s1, b1, _ := h.do("POST", "/api/ffmpeg", "alice", chunkable(), "Idempotency-Key", "chunked-1")
+	s2, b2, _ := h.do("POST", "/api/ffmpeg", "alice", chunkable(), "Idempotency-Key", "chunked-1")
+	d1, _ := b1["data"].(map[string]any)
+	d2, _ := b2["data"].(map[string]any)
+	if s1 != 200 || s2 != 200 || d1["id"] != d2["id"] {
+		t.Fatalf("creates: %d %v; %d %v", s1, b1, s2, b2)
+	}
+	if n := h.total("alice"); n != 2 { // the parent and its plan job
+		t.Fatalf("%d jobs stored, want the parent and its plan job", n)
+	}
+	if _, pipelines := h.counts("alice"); pipelines != 1 {
+		t.Fatalf("%v pipelines", pipelines)
+	}
+}
