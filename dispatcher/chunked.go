@@ -38,6 +38,23 @@ func (p *pipelines) chunked(ctx context.Context, pl *mj.Pipeline, jobs map[strin
 		parent = nil // deleted by the retention: nothing follows the pipeline
 	}
 	p.watchStart(pl.ID, parent != nil && !p.startParent(ctx, parent, jobs))
+	if parent != nil && parent.Status.Terminal() && pl.Stop == "" {
+		// Cancelled by the client, its pipeline not stopped (the gateway's
+		// stop failed): stopped here, as the gateway would have.
+		stopped, err := p.store.UpdatePipeline(ctx, pl.ID, func(pl *mj.Pipeline) error {
+			if pl.Stop != "" || pl.Status.Terminal() {
+				return errSkip
+			}
+			pl.Cancelled, pl.Stop = true, "its chunked job "+parent.ID+" was "+string(parent.Status)
+			return nil
+		})
+		if err == nil {
+			p.cancelRest(ctx, stopped, jobs, stopped.Stop)
+		} else if err != errSkip {
+			p.log.Warn("stopping an ended chunked job's pipeline failed; the next resync tries again", "pipeline", pl.ID, "err", err)
+		}
+		return false
+	}
 	if len(pl.Steps) != 1 || pl.Stop != "" || parent == nil || parent.Status.Terminal() {
 		return true
 	}

@@ -218,3 +218,19 @@ func TestChunkedParentRunsAtItsPlansStart(t *testing.T) {
 		t.Fatal("the pipeline is still watched after its parent runs")
 	}
 }
+
+// A parent cancelled without its pipeline's stop (the gateway failed to
+// record it): the leader stops the pipeline and cancels its jobs.
+func TestChunkedParentCancelledAloneStopsItsPipeline(t *testing.T) {
+	b := &blobMap{m: map[string][]byte{}}
+	r := newPipelineRig(t, func(p *pipelines) { p.read = b.read })
+	parent, p := r.newChunkedJob()
+	r.end(parent.ID, func(j *mj.Job) { j.Cancel(time.Now(), "cancelled by the client") })
+	testenv.Eventually(t, time.Minute, "the pipeline cancelled", func() bool { return r.pipeline(p.ID).Status == mj.StatusCancelled })
+	if j := r.job(p.Steps[0].Jobs[0]); j.Status != mj.StatusCancelled {
+		t.Fatalf("the plan job is %s", j.Status)
+	}
+	if j := r.job(parent.ID); j.Status != mj.StatusCancelled || j.ErrorMessage != "" {
+		t.Fatalf("the parent %s %q", j.Status, j.ErrorMessage)
+	}
+}
