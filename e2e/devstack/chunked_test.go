@@ -24,17 +24,7 @@ import (
 // size wxh and uploads it as a temporary file; it returns its download link.
 func chunkedSource(t *testing.T, size string) string {
 	t.Helper()
-	ff, err := exec.LookPath("ffmpeg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(t.TempDir(), "src.mp4")
-	out, err := exec.Command(ff, "-v", "error", "-f", "lavfi", "-i", "testsrc=s="+size+":r=25:d=6", "-f", "lavfi", "-i", "sine=f=440:r=48000:d=6",
-		"-c:v", "libx264", "-preset", "veryfast", "-g", "25", "-keyint_min", "25", "-sc_threshold", "0", "-c:a", "aac", "-b:a", "64k", p).CombinedOutput()
-	if err != nil {
-		t.Fatalf("make the source: %v %s", err, out)
-	}
-	b, _ := os.ReadFile(p)
+	b, _ := os.ReadFile(chunkedSourceFile(t, size))
 	r := e2e.Call(t, "POST", "/api/tmp-file", e2e.Stack.APIKey, nil)
 	if r.Status != 200 {
 		t.Fatalf("tmp-file: HTTP %d %s", r.Status, r.Body)
@@ -50,6 +40,22 @@ func chunkedSource(t *testing.T, size string) string {
 		t.Fatalf("upload: HTTP %d", resp.StatusCode)
 	}
 	return d["download_url"].(string)
+}
+
+// chunkedSourceFile makes the source in a local file.
+func chunkedSourceFile(t *testing.T, size string) string {
+	t.Helper()
+	ff, err := exec.LookPath("ffmpeg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "src.mp4")
+	out, err := exec.Command(ff, "-v", "error", "-f", "lavfi", "-i", "testsrc=s="+size+":r=25:d=6", "-f", "lavfi", "-i", "sine=f=440:r=48000:d=6",
+		"-c:v", "libx264", "-preset", "veryfast", "-g", "25", "-keyint_min", "25", "-sc_threshold", "0", "-c:a", "aac", "-b:a", "64k", p).CombinedOutput()
+	if err != nil {
+		t.Fatalf("make the source: %v %s", err, out)
+	}
+	return p
 }
 
 func createChunked(t *testing.T, src, cmd string, workers int) string {
@@ -303,5 +309,32 @@ func TestChunkedFromAnotherJobsOutput(t *testing.T) {
 	plan := stepJobs(parallelStep(t, j, "plan"))[0]
 	if s := plan["status_detail"]; s != "" {
 		t.Fatalf("plan job's detail after it ran: %v", s)
+	}
+}
+
+// `mediajobs run --chunk-seconds 2` with a local file: a dry run says how it
+// would be split; the run uploads the file, follows the chunked job and
+// saves a stitched file with every frame of the source.
+func TestCLIRunParallel(t *testing.T) {
+	e2e.NeedStack(t)
+	in := chunkedSourceFile(t, "160x120")
+	outDir := filepath.Join(t.TempDir(), "out")
+	args := []string{"-i", "src=" + in, "-o", "out.mp4", "-d", outDir, "--chunk-seconds", "2", "--max-workers", "2", "--",
+		"-i", "{{src}}", "-c:v", "libx264", "-preset", "veryfast", "-c:a", "aac", "{{out.mp4}}"}
+	code, stdout, stderr := cli(t, append([]string{"run", "--dry-run"}, args...)...)
+	if code != 0 || !strings.Contains(stdout, "in chunks of about 2 s, at most 2 at once") || !strings.Contains(stdout, "stitch: ") {
+		t.Fatalf("run --dry-run: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	code, stdout, stderr = cli(t, append([]string{"run"}, args...)...)
+	if code != 0 {
+		t.Fatalf("run: exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if n := frames(t, filepath.Join(outDir, "out.mp4")); n != 150 {
+		t.Fatalf("the saved output has %d frames, the source 150\n%s", n, stdout)
+	}
+	// A command that cannot be split is refused, naming why.
+	code, stdout, stderr = cli(t, "run", "--parallel", "-i", "src="+in, "-o", "out.mp4", "-d", outDir, "--", "-i", "{{src}}", "-vf", "fade=t=in:st=0:d=1", "-c:v", "libx264", "{{out.mp4}}")
+	if code != 1 || !strings.Contains(stderr, "fade") {
+		t.Fatalf("run of an unsplittable command: exit %d\n%s\n%s", code, stdout, stderr)
 	}
 }
