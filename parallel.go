@@ -31,6 +31,11 @@ type Parallel struct {
 	Verification json.RawMessage `json:"verification,omitempty"`
 }
 
+// ChunkVerifyFilter names, in a stitch job's analysis, the report of a
+// verification that failed (its file, not published, has no report beside
+// it): the parent's view carries it.
+const ChunkVerifyFilter = "chunked-verify"
+
 // MaxVerificationBytes bounds the report a parent's record keeps.
 const MaxVerificationBytes = 8 << 10
 

@@ -211,6 +211,22 @@ func (p *pipelines) finishParent(ctx context.Context, id string) {
 	}
 	var outputs []mj.Output
 	var report json.RawMessage
+	if pl.Status == mj.StatusFailed {
+		// A stitch that failed its verification left the report in its
+		// analysis (the runner's verifyAnalysis).
+		for _, s := range pl.Steps {
+			if s.Name != mj.ChunkStepStitch || len(s.Jobs) != 1 {
+				continue
+			}
+			if stitch, err := p.store.Job(ctx, s.Jobs[0]); err == nil {
+				for _, a := range stitch.Analysis {
+					if a.Filter == mj.ChunkVerifyFilter {
+						report = a.Data
+					}
+				}
+			}
+		}
+	}
 	if pl.Status == mj.StatusSucceeded {
 		var stitch *mj.Job
 		for _, s := range pl.Steps {
@@ -258,6 +274,11 @@ func (p *pipelines) finishParent(ctx context.Context, id string) {
 			j.Parallel = &par
 			j.Succeed(now, "")
 		case mj.StatusFailed:
+			if report != nil {
+				par := *j.Parallel
+				par.Verification = report
+				j.Parallel = &par
+			}
 			j.Fail(now, pl.ErrorMessage)
 		default:
 			msg := pl.ErrorMessage

@@ -234,3 +234,32 @@ func TestChunkedParentCancelledAloneStopsItsPipeline(t *testing.T) {
 		t.Fatalf("the parent %s %q", j.Status, j.ErrorMessage)
 	}
 }
+
+// A stitch whose file failed its verification fails the parent, which keeps
+// the report its analysis holds.
+func TestChunkedFailedVerificationReachesParent(t *testing.T) {
+	b := &blobMap{m: map[string][]byte{}}
+	r := newPipelineRig(t, func(p *pipelines) { p.read = b.read })
+	parent, p := r.newChunkedJob()
+	r.succeedPlan(b, p.Steps[0].Jobs[0], 1)
+	testenv.Eventually(t, time.Minute, "extended", func() bool { pl := r.pipeline(p.ID); return len(pl.Steps) == 4 && len(pl.Plan) == 0 })
+	pl := r.pipeline(p.ID)
+	ok := func(j *mj.Job) {
+		j.Outputs = []mj.Output{{Name: j.OutputNames[0], Key: "k/" + j.ID}}
+		j.Succeed(time.Now(), "")
+	}
+	r.end(pl.Steps[1].Jobs[0], ok)
+	r.end(pl.Steps[2].Jobs[0], ok)
+	stitch := pl.Steps[3].Jobs[0]
+	testenv.Eventually(t, time.Minute, "the stitch released", func() bool { return len(r.job(stitch).Awaits) == 0 })
+	report := `{"pass":false,"failures":["the stitched video has 74 frames, the plan 75"]}`
+	r.end(stitch, func(j *mj.Job) {
+		j.Analysis = []mj.Analysis{{Command: 1, Filter: mj.ChunkVerifyFilter, Instance: "verification", Data: json.RawMessage(report)}}
+		j.Fail(time.Now(), "the stitched file failed its verification, so it is not published: the stitched video has 74 frames, the plan 75")
+	})
+	testenv.Eventually(t, time.Minute, "the parent failed", func() bool { return r.job(parent.ID).Status == mj.StatusFailed })
+	j := r.job(parent.ID)
+	if string(j.Parallel.Verification) != report || !strings.Contains(j.ErrorMessage, "step stitch failed: the stitched file failed its verification") || len(j.Outputs) != 0 {
+		t.Fatalf("parent: %q, %s, outputs %v", j.ErrorMessage, j.Parallel.Verification, j.Outputs)
+	}
+}

@@ -170,10 +170,14 @@ func (e *verifyError) Error() string {
 	return "the stitched file failed its verification, so it is not published: " + strings.Join(e.rep.Failures, "; ")
 }
 
-// IsVerifyError tells a stitch's failed verification.
-func IsVerifyError(err error) bool {
+// verifyAnalysis is the report of err, a failed verification, as the job's
+// analysis keeps it (mj.ChunkVerifyFilter); false for any other error.
+func verifyAnalysis(err error) (mj.Analysis, bool) {
 	var v *verifyError
-	return errors.As(err, &v)
+	if !errors.As(err, &v) {
+		return mj.Analysis{}, false
+	}
+	return mj.Analysis{Command: 1, Filter: mj.ChunkVerifyFilter, Instance: "verification", Data: mj.BoundVerification(v.rep.JSON())}, true
 }
 
 // writeJobFile writes v as JSON at rel in the job's directory, from outside

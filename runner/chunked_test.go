@@ -118,6 +118,14 @@ func TestChunkedPhases(t *testing.T) {
 	if _, ok := up.files["outputs/out.mp4"]; ok {
 		t.Fatal("a file that failed its verification was uploaded")
 	}
+	// Its report comes back in the job's analysis.
+	var failed struct {
+		Pass     bool     `json:"pass"`
+		Failures []string `json:"failures"`
+	}
+	if len(res.Analysis) != 1 || res.Analysis[0].Filter != mj.ChunkVerifyFilter || json.Unmarshal(res.Analysis[0].Data, &failed) != nil || failed.Pass || len(failed.Failures) == 0 {
+		t.Fatalf("the failed verification's analysis: %+v", res.Analysis)
+	}
 }
 
 func uploadNames(m map[string][]byte) []string {

@@ -101,6 +101,9 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 			if ctx.Err() != nil {
 				return interrupted(ctx, m, st, "after the commands")
 			}
+			if a, ok := verifyAnalysis(err); ok { // the report, in the job's view
+				st.Analysis = mj.BoundAnalysis(append(st.Analysis, a))
+			}
 			return err
 		}
 		if err := sweep(r.WorkDir); err != nil {
