@@ -56,6 +56,12 @@ type Job struct {
 	InputKeys map[string]string `json:"input_keys,omitempty"`
 	// Pipeline: the pipeline and step this job is one of (docs/pipelines.md).
 	Pipeline *PipelineRef `json:"pipeline,omitempty"`
+	// Parallel: what the job's "parallel" asked for and what became of it
+	// (parallel.go); a chunked parent is never dispatched itself.
+	Parallel *Parallel `json:"parallel,omitempty"`
+	// Chunk: the phase of a chunked pipeline this job runs instead of its
+	// commands (parallel.go).
+	Chunk *ChunkTask `json:"chunk,omitempty"`
 
 	// Outputs are the files the runner uploaded, in the order it found them.
 	Outputs []Output `json:"outputs,omitempty"`
@@ -312,6 +318,8 @@ type Manifest struct {
 	// ManifestURL, when set, is all the payload holds: the manifest was over Nomad's
 	// payload limit and waits behind this signed URL.
 	ManifestURL string `json:"manifest_url,omitempty"`
+	// Chunk: the chunked phase the runner runs instead of FFmpegCommands.
+	Chunk *ChunkTask `json:"chunk,omitempty"`
 }
 
 // Account owns jobs and API keys.

@@ -53,6 +53,10 @@ type Pipeline struct {
 	// Plan holds every job not yet stored, until all are (store/pipelines.go).
 	Plan     []*Job `json:"plan,omitempty"`
 	IdemHash string `json:"idem_hash,omitempty"`
+	// Kind is "" for a pipeline a client sent, PipelineKindChunked for a
+	// chunked job's (parallel.go): Owner is that job, which follows it.
+	Kind  string `json:"kind,omitempty"`
+	Owner string `json:"owner,omitempty"`
 
 	CreatedAt  time.Time  `json:"created_at"`
 	UpdatedAt  time.Time  `json:"updated_at"`

@@ -73,9 +73,16 @@ func outputNames(j *Job) string {
 // outputs: which jobs, and for which inputs.
 func (j *Job) AwaitingDetail() string {
 	var parts []string
+	named := map[string]bool{}
 	for _, name := range slices.Sorted(maps.Keys(j.InputFiles)) {
 		if id, output, ok := ParseJobRef(j.InputFiles[name]); ok && slices.Contains(j.Awaits, id) {
 			parts = append(parts, "job "+id+" to make "+output+" (input "+name+")")
+			named[id] = true
+		}
+	}
+	for _, id := range j.Awaits {
+		if !named[id] { // an order only (mj.ExtendChunked's max_workers)
+			parts = append(parts, "job "+id+" to succeed")
 		}
 	}
 	return "waiting for " + strings.Join(parts, ", ")

@@ -47,6 +47,9 @@ type JobView struct {
 	// Pipeline: the pipeline and step the job is one of; absent for a job
 	// created by itself (docs/pipelines.md).
 	Pipeline *PipelineRef `json:"pipeline,omitempty"`
+	// Parallel: a job that asked for chunked encoding (docs/chunked.md): how
+	// it runs, its chunks and, once stitched, the verification report.
+	Parallel *ParallelView `json:"parallel,omitempty"`
 }
 
 // OutputView describes one produced file: its size and what ffprobe says of it.
@@ -75,7 +78,7 @@ func View(j *Job, sign func(key string) string) JobView {
 		InputFiles: nonNil(j.InputFiles), Metadata: nonNil(j.Metadata),
 		OutputFiles: map[string]string{}, Outputs: map[string]OutputView{}, Logs: map[string]string{},
 		Analysis: []Analysis{}, StatusDetail: j.StatusDetail, Webhook: j.Webhook, Usage: j.Usage, Worker: j.Worker,
-		Pipeline: j.Pipeline,
+		Pipeline: j.Pipeline, Parallel: viewParallel(j.Parallel),
 	}
 	if v.FFmpegCommands == nil {
 		v.FFmpegCommands = []string{}

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"os/exec"
 	"sort"
 	"strconv"
 	"strings"
@@ -292,7 +291,10 @@ func decodeHashes(ctx context.Context, ffmpeg, path string, audio bool) ([]strin
 	if audio {
 		args = append(args, "-map", "0:a", "-f", "null", "-")
 	}
-	cmd := exec.CommandContext(ctx, ffmpeg, args...)
+	cmd, err := toolCommand(ctx, ffmpeg, args...)
+	if err != nil {
+		return nil, "", err
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

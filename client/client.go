@@ -211,9 +211,22 @@ type CreateRequest struct {
 	// "Output destinations").
 	OutputDestinations map[string]string `json:"output_destinations,omitempty"`
 	KeepOutputs        *bool             `json:"keep_outputs,omitempty"`
+	// Parallel asks for chunked encoding (docs/chunked.md): the one command's
+	// video encoded in chunks across workers, stitched and verified.
+	Parallel *Parallel `json:"parallel,omitempty"`
 	// IdempotencyKey is sent as Idempotency-Key; empty: a new random one per
 	// Create call, kept across that call's retries.
 	IdempotencyKey string `json:"-"`
+}
+
+// Parallel is a create's "parallel"; zero values take the service's
+// defaults (configuration block chunked).
+type Parallel struct {
+	ChunkSeconds float64 `json:"chunk_seconds,omitempty"`
+	MaxWorkers   int     `json:"max_workers,omitempty"`
+	// Fallback runs a command that cannot be split as one job instead of
+	// refusing it.
+	Fallback bool `json:"fallback,omitempty"`
 }
 
 // Create submits a job and returns it as stored (status "queued").

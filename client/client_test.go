@@ -167,3 +167,30 @@ func TestCreateWithoutOutputsSendsAnEmptyList(t *testing.T) {
 		t.Fatalf("output_files sent as %#v, want []", body["output_files"])
 	}
 }
+
+// Parallel is sent as the create's "parallel" (zero values left out, the
+// service's defaults), and a chunked job's view reads back.
+func TestCreateSendsParallel(t *testing.T) {
+	var body map[string]any
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewDecoder(r.Body).Decode(&body)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"data":{"id":"j1","status":"queued","parallel":{"mode":"chunked","chunk_seconds":2,"max_workers":3,"pipeline_id":"p1"}}}`))
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	j, err := c.Create(context.Background(), CreateRequest{OutputFiles: []string{"out.mp4"}, FFmpegCommands: []string{"-i inputs/a -c:v libx264 outputs/out.mp4"},
+		Parallel: &Parallel{MaxWorkers: 3, Fallback: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := body["parallel"].(map[string]any); p == nil || p["max_workers"] != 3.0 || p["fallback"] != true || p["chunk_seconds"] != nil {
+		t.Fatalf("parallel sent as %#v", body["parallel"])
+	}
+	if j.Parallel == nil || j.Parallel.Mode != "chunked" || j.Parallel.PipelineID != "p1" {
+		t.Fatalf("view's parallel %+v", j.Parallel)
+	}
+}

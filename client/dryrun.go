@@ -14,6 +14,24 @@ type DryRun struct {
 		Argv []string `json:"argv"`
 	} `json:"commands"`
 	Placement Placement `json:"placement"`
+	// Parallel: with a create's Parallel, the verdict and the steps that
+	// would run (docs/chunked.md); nil without.
+	Parallel *DryRunParallel `json:"parallel,omitempty"`
+}
+
+// DryRunParallel is a dry run's chunked verdict: mode "chunked" or "single"
+// (with Reason), and the steps; the chunks are decided by the plan step.
+type DryRunParallel struct {
+	Mode         string  `json:"mode"`
+	Reason       string  `json:"reason,omitempty"`
+	ChunkSeconds float64 `json:"chunk_seconds,omitempty"`
+	MaxWorkers   int     `json:"max_workers,omitempty"`
+	MaxChunks    int     `json:"max_chunks,omitempty"`
+	Steps        []struct {
+		Name string `json:"name"`
+		Runs string `json:"runs"`
+	} `json:"steps,omitempty"`
+	Note string `json:"note,omitempty"`
 }
 
 // Placement is where a job's pool runs it: what its Nomad job asks of a node.

@@ -33,6 +33,7 @@ type Config struct {
 	Limits     *Limits     `hcl:"limits,block"`
 	Usage      *Usage      `hcl:"usage,block"`     // usage.go
 	Pipelines  *Pipelines  `hcl:"pipelines,block"` // pipelines.go
+	Chunked    *Chunked    `hcl:"chunked,block"`   // chunked.go
 	Pools      []*Pool     `hcl:"pool,block"`
 
 	file *hcl.File // the parsed file, for the source lines of later diagnostics
@@ -547,6 +548,7 @@ func Default() *Config {
 		Limits:     &Limits{},
 		Usage:      &Usage{RetentionDays: DefaultUsageRetentionDays},
 		Pipelines:  &Pipelines{},
+		Chunked:    &Chunked{},
 		Storage:    &Storage{Type: "local", Path: ".data/blobs", DownloadURLTTL: "24h", OutputRetention: "168h", SweepEvery: "10m", JobRetention: "720h"},
 	}
 }
@@ -732,6 +734,7 @@ func (c *Config) finish() hcl.Diagnostics {
 	c.Usage.check(&ck)
 	c.Limits.check(&ck)
 	c.Pipelines.check(&ck)
+	c.Chunked.check(&ck)
 	c.checkPools(&ck)
 	return ck.diags
 }
@@ -751,6 +754,9 @@ func (c *Config) defaults() {
 	if c.Pipelines == nil {
 		c.Pipelines = &Pipelines{}
 	}
+	if c.Chunked == nil {
+		c.Chunked = &Chunked{}
+	}
 	if len(c.Pools) == 0 {
 		c.Pools = []*Pool{{Name: "cpu"}}
 	}
@@ -760,6 +766,7 @@ func (c *Config) defaults() {
 	c.Webhooks.defaults()
 	c.Limits.defaults()
 	c.Pipelines.defaults()
+	c.Chunked.defaults()
 	for _, p := range c.Pools {
 		p.defaults()
 	}

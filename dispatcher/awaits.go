@@ -146,11 +146,13 @@ func inputsFrom(j, dep *mj.Job) (keys map[string]string, wait bool, never string
 		names = append(names, name)
 	}
 	sort.Strings(names)
+	named := false
 	for _, name := range names {
 		id, output, ok := mj.ParseJobRef(j.InputFiles[name])
 		if !ok || id != dep.ID {
 			continue
 		}
+		named = true
 		key, w, n := mj.ResolveRef(dep, output)
 		switch {
 		case n != "":
@@ -160,6 +162,18 @@ func inputsFrom(j, dep *mj.Job) (keys map[string]string, wait bool, never string
 		default:
 			keys[name] = key
 		}
+	}
+	if !named {
+		// An await no input names orders j after dep (a chunked job's
+		// max_workers, mj.ExtendChunked): j waits until dep succeeded, and
+		// fails if it will not (its pipeline stops at that failure anyway).
+		switch dep.Status {
+		case mj.StatusSucceeded:
+			return keys, false, ""
+		case mj.StatusFailed, mj.StatusCancelled:
+			return nil, false, "job " + dep.ID + ", which this job runs after, " + string(dep.Status)
+		}
+		return nil, true, ""
 	}
 	if wait {
 		return nil, true, ""

@@ -115,3 +115,55 @@ func TestManifestSignsReferencedOutputs(t *testing.T) {
 		t.Fatal("the manifest rewrote the job's own inputs")
 	}
 }
+
+// An await that no input names only orders a job after another (a chunked
+// job's max_workers): the job waits while that one runs, is released with no
+// input keys once it succeeded, and fails, saying so, once it failed.
+func TestAwaiterOrderOnlyAwaits(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	now := time.Now().UTC()
+	job := func(awaits ...string) *mj.Job {
+		j := &mj.Job{ID: uuid.NewString(), AccountID: "acct", Status: mj.StatusQueued, Machine: "cpu",
+			InputFiles: map[string]string{"v": "https://media.example/a.mp4"}, OutputNames: []string{"out.mp4"}, FFmpegCommands: []string{"-i {{v}} {{out.mp4}}"},
+			Awaits: awaits, CreatedAt: now, QueuedAt: now, UpdatedAt: now}
+		if err := s.CreateJob(ctx, j); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	read := func(id string) *mj.Job {
+		j, err := s.Job(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	first, other := job(), job()
+	after, afterBad := job(first.ID), job(other.ID)
+	a := &awaiter{store: s, log: slog.Default(), now: time.Now, resync: 100 * time.Millisecond}
+	go a.run(ctx)
+	if _, err := s.UpdateJob(ctx, first.ID, func(j *mj.Job) error { now := time.Now(); j.StartedAt = &now; j.Run(""); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	// Settled while first runs: after waits.
+	a.settle(ctx, after.ID)
+	if j := read(after.ID); len(j.Awaits) != 1 || j.Status != mj.StatusQueued || !strings.Contains(j.AwaitingDetail(), first.ID+" to succeed") {
+		t.Fatalf("released while the job it runs after runs: %+v", j)
+	}
+	if _, err := s.UpdateJob(ctx, first.ID, func(j *mj.Job) error { j.Succeed(time.Now(), ""); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.UpdateJob(ctx, other.ID, func(j *mj.Job) error { j.Fail(time.Now(), "ffmpeg exited 1"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, time.Minute, "after released", func() bool { return len(read(after.ID).Awaits) == 0 })
+	if j := read(after.ID); j.Status != mj.StatusQueued || len(j.InputKeys) != 0 {
+		t.Fatalf("released: %+v", j)
+	}
+	testenv.Eventually(t, time.Minute, "afterBad failed", func() bool { return read(afterBad.ID).Status == mj.StatusFailed })
+	if j := read(afterBad.ID); !strings.Contains(j.ErrorMessage, other.ID+", which this job runs after, failed") {
+		t.Fatalf("error %q", j.ErrorMessage)
+	}
+}

@@ -36,6 +36,7 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 		ControlPlane:      d.Config.ControlPlane(),
 		AllowGPU:          pool != nil && pool.GPUs() > 0,
 		MaxInputBytes:     j.MaxInputBytes,
+		Chunk:             j.Chunk,
 	}
 	if pool != nil {
 		m.DiskBytes = int64(pool.Disk) << 20 // Nomad's MB are MiB

@@ -46,6 +46,7 @@ type pipelinesStore interface {
 	ExpireOutputs(ctx context.Context, j *mj.Job, now time.Time) error
 	PendingPipelines(ctx context.Context) (map[string]time.Time, error)
 	PipelineIDs(ctx context.Context, prefix string) ([]string, error)
+	ExtendPipeline(ctx context.Context, id string, steps []mj.PipelineStep, jobs []*mj.Job, defaults store.Limits) (*mj.Pipeline, bool, error)
 	PipelineRunningPrefix() string
 	PipelineOutboxPrefix() string
 }
@@ -64,6 +65,8 @@ type pipelines struct {
 	// blobs deletes the intermediate outputs of a pipeline that ends (nil:
 	// they are left to output_retention).
 	blobs Blobs
+	// read reads a small blob: a chunked plan's chunks.json, a report (chunked.go).
+	read func(ctx context.Context, key string) ([]byte, error)
 	// grace: how old a pipeline whose jobs are not all stored must be before
 	// the leader stores them (its gateway is storing them meanwhile).
 	grace time.Duration
@@ -71,13 +74,17 @@ type pipelines struct {
 	// resync: how often every unfinished pipeline is looked at again.
 	tick, resync time.Duration
 
-	mu        sync.Mutex
-	inflight  map[string]bool // pipelines whose webhook is being delivered
+	mu       sync.Mutex
+	inflight map[string]bool // pipelines whose webhook is being delivered
+	// starting: chunked pipelines whose owner waits to be marked running,
+	// looked at each tick (chunked.go).
+	starting  map[string]bool
 	deliverer sync.WaitGroup
 }
 
 func (d *Dispatcher) newPipelines() *pipelines {
 	p := &pipelines{store: d.st(), log: d.Log, now: d.now, cfg: d.Config, sender: d.Webhook, secrets: d.Accounts, links: d.links(),
+		read:  func(ctx context.Context, key string) ([]byte, error) { return d.storage().ReadAll(ctx, key) },
 		grace: 30 * time.Second, tick: 5 * time.Second, resync: time.Minute}
 	if d.Blobs != nil {
 		p.blobs = d.storage()
@@ -89,7 +96,9 @@ func (d *Dispatcher) newPipelines() *pipelines {
 func (d *Dispatcher) pipelinesLoop(ctx context.Context) { d.newPipelines().run(ctx) }
 
 func (p *pipelines) run(ctx context.Context) {
-	p.inflight = map[string]bool{}
+	p.mu.Lock()
+	p.inflight, p.starting = map[string]bool{}, map[string]bool{}
+	p.mu.Unlock()
 	defer p.deliverer.Wait()
 	var tails sync.WaitGroup
 	tails.Add(2)
@@ -153,6 +162,9 @@ func (p *pipelines) pass(ctx context.Context, all bool) {
 			p.settle(ctx, id)
 		}
 	}
+	for _, id := range p.startingNow() {
+		p.settle(ctx, id)
+	}
 	due, err := p.store.PipelineIDs(ctx, p.store.PipelineOutboxPrefix())
 	if err != nil {
 		p.log.Warn("listing pipeline webhooks failed", "err", err)
@@ -170,12 +182,18 @@ func (p *pipelines) settle(ctx context.Context, id string) {
 	if err != nil {
 		if mj.ErrorCode(err) != mj.ENotFound {
 			p.log.Warn("reading a pipeline failed; the next resync looks again", "pipeline", id, "err", err)
+		} else {
+			p.watchStart(id, false)
 		}
 		return
 	}
 	if pl.Status.Terminal() {
+		p.watchStart(id, false)
 		if pl.Webhook != nil && pl.Webhook.Status == mj.WebhookPending {
 			p.deliver(ctx, id)
+		}
+		if pl.Kind == mj.PipelineKindChunked {
+			p.finishParent(ctx, id) // a leader that died between the two writes
 		}
 		return
 	}
@@ -195,6 +213,9 @@ func (p *pipelines) settle(ctx context.Context, id string) {
 		if j != nil {
 			jobs[ids[i]] = j
 		}
+	}
+	if pl.Kind == mj.PipelineKindChunked && !p.chunked(ctx, pl, jobs) {
+		return
 	}
 	switch {
 	case pl.Stop != "":
@@ -236,6 +257,9 @@ func (p *pipelines) settle(ctx context.Context, id string) {
 	p.log.Info("pipeline ended", "pipeline", id, "status", st)
 	if ended.Webhook != nil {
 		p.deliver(ctx, id)
+	}
+	if ended.Kind == mj.PipelineKindChunked {
+		p.finishParent(ctx, id)
 	}
 }
 

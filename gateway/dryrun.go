@@ -25,6 +25,8 @@ type dryRunView struct {
 	// Commands: each command as the worker runs it, ffmpeg's argv in full.
 	Commands  []dryRunCommand `json:"commands"`
 	Placement placement       `json:"placement"`
+	// Parallel: the chunked verdict and the steps that would run (parallel.go).
+	Parallel *dryRunParallel `json:"parallel,omitempty"`
 }
 
 type dryRunCommand struct {
@@ -72,7 +74,7 @@ func (g *Gateway) dryRun(c *fiber.Ctx, j *mj.Job) error {
 	}
 	v := g.view(j)
 	v.ID = "" // nothing was stored: there is no job to ask for
-	return c.JSON(fiber.Map{"data": dryRunView{DryRun: true, Job: v, Commands: cmds, Placement: poolPlacement(pool)}})
+	return c.JSON(fiber.Map{"data": dryRunView{DryRun: true, Job: v, Commands: cmds, Placement: poolPlacement(pool), Parallel: parallelDryRun(j.Parallel)}})
 }
 
 // commandSpec is the command.Spec newJob checked j's commands against.

@@ -41,6 +41,7 @@ type Store interface {
 	streamLimiter
 	idempotentJobs
 	pipelineStore // pipelines.go
+	chunkedStore  // parallel.go
 }
 
 // jobStore keeps jobs, keys, sessions and progress.

@@ -40,6 +40,9 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 	if err != nil {
 		return err
 	}
+	if err := decideParallel(req, g.Config, j); err != nil {
+		return err
+	}
 	if err := g.checkHosts(c.UserContext(), j, dry); err != nil {
 		return err
 	}
@@ -75,7 +78,12 @@ func (g *Gateway) createJob(c *fiber.Ctx) error {
 		if err := g.claimInputs(c.UserContext(), j); err != nil { // temporary files' first use
 			return err
 		}
-		if j, err = g.createWithin(c, j, idem); err != nil {
+		if j.ChunkedParent() {
+			j, err = g.createChunked(c, j, idem)
+		} else {
+			j, err = g.createWithin(c, j, idem)
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -222,6 +230,7 @@ func (g *Gateway) getJob(c *fiber.Ctx) error {
 	if d, ok := g.standingOf(c.UserContext(), j); ok {
 		v.StatusDetail = d
 	}
+	g.parallelSteps(c.UserContext(), &v)
 	return sendView(c, &v)
 }
 
@@ -233,8 +242,12 @@ func notFound(err error, id string) error {
 }
 
 func (g *Gateway) cancelJob(c *fiber.Ctx) error {
-	if _, err := g.ownJob(c); err != nil {
+	own, err := g.ownJob(c)
+	if err != nil {
 		return notFound(err, c.Params("id"))
+	}
+	if own.ChunkedParent() && !own.Status.Terminal() {
+		g.stopChunked(c.UserContext(), own) // its pipeline first: the leader finishes what this leaves
 	}
 	j, err := g.Store.UpdateJob(c.UserContext(), c.Params("id"), func(j *mj.Job) error {
 		if j.Status.Terminal() {
@@ -242,6 +255,9 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 		}
 		now := g.Now().UTC()
 		j.Cancel(now, "cancelled by the client")
+		if j.ChunkedParent() {
+			return nil // its pipeline's jobs are metered, each as it ends
+		}
 		// What the running attempt held until now counts (docs/usage.md); the
 		// store meters it with this write.
 		gpus := 0

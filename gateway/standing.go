@@ -23,7 +23,7 @@ type queueStanding interface {
 // gateway's copy of it, standingCache), never stored: a queued job's record is
 // not rewritten while others move ahead of it (docs/scheduling.md).
 func (g *Gateway) standingOf(ctx context.Context, j *mj.Job) (string, bool) {
-	if len(j.Awaits) > 0 && j.Status == mj.StatusQueued && j.NomadJobID == "" {
+	if (len(j.Awaits) > 0 || j.ChunkedParent()) && j.Status == mj.StatusQueued && j.NomadJobID == "" {
 		return j.StatusDetail, true // as appendStanding words it, without a copy
 	}
 	var buf [192]byte
@@ -37,7 +37,7 @@ func (g *Gateway) appendStanding(ctx context.Context, b []byte, j *mj.Job) ([]by
 	if j.Status != mj.StatusQueued || j.NomadJobID != "" {
 		return b, false
 	}
-	if len(j.Awaits) > 0 { // not in the queue yet: what it awaits (references.go)
+	if len(j.Awaits) > 0 || j.ChunkedParent() { // not in the queue: what it awaits (references.go), or its chunks (parallel.go)
 		return append(b, j.StatusDetail...), true
 	}
 	h, err := g.queueHead(ctx, j.Machine, j.AccountID)

@@ -30,6 +30,8 @@ type createRequest struct {
 	// service keeps its own copy (destinations.go).
 	OutputDestinations map[string]string `json:"output_destinations,omitempty"`
 	KeepOutputs        *bool             `json:"keep_outputs,omitempty"`
+	// Parallel asks for chunked encoding (parallel.go).
+	Parallel *parallelRequest `json:"parallel,omitempty"`
 }
 
 // decodeCreate parses a create body whatever its Content-Type says (VGF's

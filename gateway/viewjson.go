@@ -195,6 +195,10 @@ func appendJobDataTail(b []byte, v *mj.JobView) []byte {
 		b = append(b, `,"pipeline":`...)
 		b = appendValue(b, false, v.Pipeline)
 	}
+	if v.Parallel != nil { // omitempty: only jobs that asked for chunked encoding have it
+		b = append(b, `,"parallel":`...)
+		b = appendValue(b, false, v.Parallel)
+	}
 	return append(b, "}}"...)
 }
 

@@ -70,7 +70,10 @@ func viewTestJobs() []*mj.Job {
 	}
 	item := 2
 	step := &mj.Job{ID: "p", Status: mj.StatusQueued, CreatedAt: at, Pipeline: &mj.PipelineRef{ID: "pl", Step: "encode", Item: &item}}
-	jobs := []*mj.Job{bare, many, step}
+	parent := &mj.Job{ID: "c", Status: mj.StatusSucceeded, CreatedAt: at, Parallel: &mj.Parallel{Mode: mj.ParallelChunked, ChunkSeconds: 2, MaxWorkers: 4,
+		PipelineID: "pl", Verification: json.RawMessage(`{"pass":true}`)}}
+	single := &mj.Job{ID: "s", Status: mj.StatusQueued, CreatedAt: at, Parallel: &mj.Parallel{Mode: mj.ParallelSingle, Reason: "fade <in>"}}
+	jobs := []*mj.Job{bare, many, step, parent, single}
 	for _, st := range []mj.Status{mj.StatusQueued, mj.StatusRunning, mj.StatusSucceeded, mj.StatusFailed, mj.StatusCancelled} {
 		jobs = append(jobs, full(st))
 		j := full(st)
@@ -87,7 +90,7 @@ func TestJobViewFields(t *testing.T) {
 	want := []string{"id", "status", "output_files", "error_message", "created_at", "queued_at", "updated_at",
 		"started_at", "finished_at", "machine", "input_files", "ffmpeg_commands", "webhook_url", "timeout_seconds",
 		"metadata", "progress", "outputs", "status_detail", "webhook", "total_input_bytes", "total_output_bytes",
-		"logs", "analysis", "usage", "worker", "pipeline"}
+		"logs", "analysis", "usage", "worker", "pipeline", "parallel"}
 	var got []string
 	vt := reflect.TypeOf(mj.JobView{})
 	for i := range vt.NumField() {

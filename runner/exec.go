@@ -49,13 +49,27 @@ func (r *Runner) Exec(ctx context.Context, m *mj.Manifest, st *State) {
 }
 
 func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
-	argvs, err := r.commands(m)
-	if err != nil {
-		return err
+	var argvs [][]string
+	var after func(context.Context) error
+	if m.Chunk != nil { // a phase of a chunked job (chunked.go)
+		ph, err := r.chunkPhase(ctx, m)
+		if err != nil {
+			if ctx.Err() != nil {
+				return interrupted(ctx, m, st, "while planning the chunked phase")
+			}
+			return err
+		}
+		argvs, after = ph.argvs, ph.after
+	} else {
+		var err error
+		if argvs, err = r.commands(m); err != nil {
+			return err
+		}
 	}
 	var sb *jobSandbox
 	if r.OneSandbox && r.Sandbox != nil && len(argvs) >= oneSandboxFrom {
 		var noDriver *driverError
+		var err error
 		sb, err = r.startJobSandbox(ctx, m.DiskBytes)
 		switch {
 		case err == nil:
@@ -110,6 +124,20 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 	}
 	if sb != nil {
 		sb.close(r) // nothing of the job runs while its outputs are read
+	}
+	if after != nil {
+		if err := after(ctx); err != nil {
+			if ctx.Err() != nil {
+				return interrupted(ctx, m, st, "after the commands")
+			}
+			if a, ok := verifyAnalysis(err); ok { // the report, in the job's view
+				st.Analysis = mj.BoundAnalysis(append(st.Analysis, a))
+			}
+			return err
+		}
+		if err := sweep(r.WorkDir); err != nil {
+			return err
+		}
 	}
 	files, err := collectOutputs(r.WorkDir, m.OutputNames)
 	if err != nil {

@@ -48,7 +48,11 @@ func (r *Runner) fetch(ctx context.Context, m *mj.Manifest, st *State) error {
 			return fmt.Errorf("prepare working directory: %w", err)
 		}
 	}
-	if _, err := r.commands(m); err != nil {
+	if m.Chunk != nil { // a chunked phase: the user's command, with its own names
+		if _, err := r.chunkCommand(m); err != nil {
+			return err
+		}
+	} else if _, err := r.commands(m); err != nil {
 		return err
 	}
 	// Inputs are user URLs: they may not reach private or link-local addresses.

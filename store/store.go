@@ -131,7 +131,10 @@ func (s *Store) statusIndexPrefix(account string, st mj.Status) string {
 // real changes only.
 func (s *Store) derivedOps(old, j *mj.Job) []clientv3.Op {
 	var ops []clientv3.Op
-	queued := func(j *mj.Job) bool { return j != nil && !j.Status.Terminal() && j.NomadJobID == "" && !awaiting(j) }
+	// A chunked job's parent is never queued: its pipeline's jobs run (store/chunked.go).
+	queued := func(j *mj.Job) bool {
+		return j != nil && !j.Status.Terminal() && j.NomadJobID == "" && !awaiting(j) && !j.ChunkedParent()
+	}
 	active := func(j *mj.Job) string {
 		if j != nil && !j.Status.Terminal() {
 			return j.NomadJobID
@@ -259,7 +262,7 @@ func (s *Store) CreateJobWithin(ctx context.Context, j *mj.Job, idem *Idempotenc
 // createAlone is CreateJobWithin for one create by itself: a reading of the
 // account's usage, then the create's transaction conditioned on it, again
 // while the usage moves in between.
-func (s *Store) createAlone(ctx context.Context, j *mj.Job, b []byte, beside int64, idem *Idempotency, defaults Limits) (*mj.Job, error) {
+func (s *Store) createAlone(ctx context.Context, j *mj.Job, b []byte, beside int64, idem *Idempotency, defaults Limits, extra ...clientv3.Op) (*mj.Job, error) {
 	for attempt := 0; ; attempt++ {
 		u, err := s.readCreateUsage(ctx, j.AccountID, defaults, s.jobBytesKey(j.AccountID, j.ID))
 		if err != nil {
@@ -281,7 +284,7 @@ func (s *Store) createAlone(ctx context.Context, j *mj.Job, b []byte, beside int
 			}
 			return nil, err
 		}
-		job, again, err := s.createOnce(ctx, j, b, idem, u, limits)
+		job, again, err := s.createOnce(ctx, j, b, idem, u, limits, extra...)
 		if !again {
 			return job, err
 		}
@@ -316,7 +319,8 @@ func (s *Store) idemJob(ctx context.Context, account string, idem *Idempotency) 
 
 // createOnce tries the create's transaction once, conditioned on the account's
 // usage being what u read; again reports that it changed in between.
-func (s *Store) createOnce(ctx context.Context, j *mj.Job, b []byte, idem *Idempotency, u usageRead, limits Limits) (_ *mj.Job, again bool, _ error) {
+// extra are written with it (a chunked job's pipeline, store/chunked.go).
+func (s *Store) createOnce(ctx context.Context, j *mj.Job, b []byte, idem *Idempotency, u usageRead, limits Limits, extra ...clientv3.Op) (_ *mj.Job, again bool, _ error) {
 	shardKey := s.jobBytesKey(j.AccountID, j.ID)
 	shard := u.shards[shardKey]
 	ops := append([]clientv3.Op{
@@ -329,6 +333,7 @@ func (s *Store) createOnce(ctx context.Context, j *mj.Job, b []byte, idem *Idemp
 		return nil, false, err
 	}
 	ops = append(ops, dops...)
+	ops = append(ops, extra...)
 	conds := []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(s.jobKey(j.ID)), "=", 0)}
 	var ik string
 	if idem != nil {

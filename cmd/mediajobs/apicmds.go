@@ -77,7 +77,9 @@ func runCmd(api *apiFlags) *cobra.Command {
 	var inputs, outputs []string
 	var machine, outDir string
 	var timeout time.Duration
-	var asJSON, dryRun bool
+	var asJSON, dryRun, parallel, fallback bool
+	var chunkSeconds float64
+	var maxWorkers int
 	cmd := &cobra.Command{
 		Use:   "run -i NAME=FILE|URL ... -o OUTPUT ... [flags] -- FFMPEG ARGS",
 		Short: "run one ffmpeg command on the service: upload local inputs, wait with progress, download the outputs",
@@ -115,6 +117,9 @@ exits 0 when the job would be accepted, 1 with the service's error when not.`,
 				InputFiles: map[string]string{}, OutputFiles: outputs, Machine: machine,
 				FFmpegCommands: []string{shellJoin(args)}, TimeoutSeconds: int(timeout / time.Second),
 			}
+			if parallel || chunkSeconds > 0 || maxWorkers > 0 || fallback {
+				req.Parallel = &client.Parallel{ChunkSeconds: chunkSeconds, MaxWorkers: maxWorkers, Fallback: fallback}
+			}
 			local := map[string]string{}
 			for _, in := range inputs {
 				name, src, ok := strings.Cut(in, "=")
@@ -141,6 +146,10 @@ exits 0 when the job would be accepted, 1 with the service's error when not.`,
 	f.StringVarP(&outDir, "dir", "d", ".", "where the outputs are saved")
 	f.BoolVar(&asJSON, "json", false, "print the final job as JSON on stdout (progress goes to stderr)")
 	f.BoolVar(&dryRun, "dry-run", false, "check the job without running it: nothing is uploaded or stored")
+	f.BoolVar(&parallel, "parallel", false, "encode the video in chunks across workers, stitched and verified (docs/chunked.md); implied by the next three")
+	f.Float64Var(&chunkSeconds, "chunk-seconds", 0, "with --parallel: the chunks' length (default: the service's)")
+	f.IntVar(&maxWorkers, "max-workers", 0, "with --parallel: how many chunks encode at once (default: the service's)")
+	f.BoolVar(&fallback, "fallback", false, "with --parallel: run a command that cannot be split as one job instead of refusing it")
 	return cmd
 }
 
@@ -167,6 +176,15 @@ func dryRunJob(ctx context.Context, c *client.Client, req client.CreateRequest, 
 		p.Machine, p.NomadJob, p.Driver, p.CPUMHz, p.MemoryMB, p.DiskMB, p.GPUs, d.Job.TimeoutSeconds)
 	for i, cmd := range d.Commands {
 		fmt.Fprintf(stdout, "command %d: %s\n", i+1, shellJoin(cmd.Argv))
+	}
+	if pr := d.Parallel; pr != nil && pr.Mode == "chunked" {
+		fmt.Fprintf(stdout, "in chunks of about %g s, at most %d at once:\n", pr.ChunkSeconds, pr.MaxWorkers)
+		for _, s := range pr.Steps {
+			fmt.Fprintf(stdout, "  %s: %s\n", s.Name, s.Runs)
+		}
+		fmt.Fprintf(stdout, "  (%s)\n", pr.Note)
+	} else if pr != nil {
+		fmt.Fprintf(stdout, "as one job, not in chunks: %s\n", pr.Reason)
 	}
 	return nil
 }

@@ -1,0 +1,57 @@
+package mediajobs
+
+import (
+	"encoding/json"
+	"reflect"
+	"testing"
+	"time"
+)
+
+// A chunked pipeline's jobs are named by its id and their places: planned
+// twice (a leader that died half-way), the same jobs; the parent keeps no
+// awaits (its plan job takes them), encode i waits for encode i-max_workers
+// without taking its file, and the stitch takes every chunk, the plan and
+// the audio.
+func TestExtendChunkedIsDeterministic(t *testing.T) {
+	now := time.Unix(1000, 0)
+	parent := func() *Job {
+		return &Job{ID: "11111111-2222-3333-4444-555555555555", AccountID: "a", Machine: "cpu", TimeoutSeconds: 60,
+			InputFiles: map[string]string{"v": "job:99999999-2222-3333-4444-555555555555/src.mp4"}, Awaits: []string{"99999999-2222-3333-4444-555555555555"},
+			OutputNames: []string{"out.mkv"}, FFmpegCommands: []string{"-i {{v}} -c:v libx264 {{out.mkv}}"},
+			Parallel: &Parallel{Mode: ParallelChunked, ChunkSeconds: 2, MaxWorkers: 2, MaxChunks: 64}}
+	}
+	plan := func(p *Pipeline) *Job {
+		j := *p.Plan[0]
+		j.Status, j.Awaits, j.InputKeys = StatusSucceeded, nil, map[string]string{"v": "src-key"}
+		for _, n := range []string{ChunkPlanFile, ChunkListFile, ChunkFileName(0), ChunkFileName(1), ChunkFileName(2)} {
+			j.Outputs = append(j.Outputs, Output{Name: n, Key: "k/" + n})
+		}
+		return &j
+	}
+	list := &ChunkList{Aux: true, Chunks: []json.RawMessage{[]byte(`{"start":0,"end":2}`), []byte(`{"start":2,"end":4}`), []byte(`{"start":4,"end":5}`)}}
+	var runs [2][]*Job
+	for k := range runs {
+		j := parent()
+		p := NewChunkedPipeline(j, now)
+		if j.Awaits != nil || j.Parallel.PipelineID != p.ID || p.Plan[0].Awaits[0] != "99999999-2222-3333-4444-555555555555" {
+			t.Fatalf("parent %+v, plan job %+v", j, p.Plan[0])
+		}
+		steps, jobs, err := ExtendChunked(p, j, plan(p), list, now)
+		if err != nil || len(steps) != 3 || len(jobs) != 5 {
+			t.Fatalf("extend: %d steps, %d jobs, %v", len(steps), len(jobs), err)
+		}
+		runs[k] = jobs
+	}
+	if !reflect.DeepEqual(runs[0], runs[1]) {
+		t.Fatal("two extensions of the same plan differ")
+	}
+	jobs := runs[0]
+	if jobs[0].Awaits != nil || jobs[1].Awaits != nil || !reflect.DeepEqual(jobs[2].Awaits, []string{jobs[0].ID}) || jobs[2].InputFiles["chunk"] != "job:"+jobs[2].InputFiles["chunk"][4:] {
+		t.Fatalf("encode awaits: %v %v %v", jobs[0].Awaits, jobs[1].Awaits, jobs[2].Awaits)
+	}
+	audio, stitch := jobs[3], jobs[4]
+	if audio.OutputNames[0] != "aux.mkv" || audio.InputKeys["v"] != "src-key" || len(stitch.Awaits) != 4 || stitch.InputKeys["plan"] != "k/plan.json" ||
+		stitch.InputFiles["aux"] != "job:"+audio.ID+"/aux.mkv" || stitch.OutputNames[0] != "out.mkv" {
+		t.Fatalf("audio %+v\nstitch %+v", audio, stitch)
+	}
+}

@@ -1,0 +1,234 @@
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path"
+	"strings"
+
+	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/chunked"
+	"github.com/mediajobs/mediajobs/command"
+	"golang.org/x/sys/unix"
+)
+
+// A job of a chunked pipeline (docs/chunked.md) runs a phase over the user's
+// command instead of its commands: the command is checked as any (prepare,
+// with the user's own input and output names), read by chunked.Parse, and
+// turned into the phase's ffmpeg runs. Probes and the verification's decodes
+// run in the sandbox as ffmpeg does.
+
+// The job's directories, relative to its working directory.
+const (
+	jobInputs  = "inputs/"
+	jobOutputs = "outputs/"
+)
+
+// planFile is the plan step's plan.json: the source's index and the chunks,
+// what the stitch needs to join and verify.
+type planFile struct {
+	Source *chunked.Source `json:"source"`
+	Chunks []chunked.Chunk `json:"chunks"`
+}
+
+// chunkPhase is what a phase runs: its ffmpeg argvs, in the job's directory,
+// then after (a probe's files, the verification), once they all succeeded.
+type chunkPhase struct {
+	argvs [][]string
+	after func(ctx context.Context) error
+}
+
+// chunkCommand is the user's command of chunk job m, as chunked reads it.
+func (r *Runner) chunkCommand(m *mj.Manifest) (*chunked.Command, error) {
+	t := m.Chunk
+	if len(m.FFmpegCommands) != 1 {
+		return nil, fmt.Errorf("a chunked job's step has one command, not %d", len(m.FFmpegCommands))
+	}
+	spec := command.Spec{Inputs: map[string]bool{t.Input: true}, Outputs: map[string]bool{t.Output: true}, AllowGPU: r.AllowGPU, Worker: command.WorkerOptions(r.FFmpeg)}
+	argv, err := prepare(m.FFmpegCommands[0], spec)
+	if err != nil {
+		return nil, fmt.Errorf("command 1: %v", err)
+	}
+	return chunked.Parse(argv)
+}
+
+// chunkContext makes chunked's probes and decodes run as the runner's tools.
+func (r *Runner) chunkContext(ctx context.Context) context.Context {
+	return chunked.WithCommander(ctx, func(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
+		return r.readOnlyCommand(ctx, name, args...)
+	})
+}
+
+func (r *Runner) ffmpegBin() string {
+	if r.FFmpeg == "" {
+		return "ffmpeg"
+	}
+	return r.FFmpeg
+}
+
+// chunkPhase plans what phase m.Chunk runs.
+func (r *Runner) chunkPhase(ctx context.Context, m *mj.Manifest) (*chunkPhase, error) {
+	t := m.Chunk
+	cmd, err := r.chunkCommand(m)
+	if err != nil {
+		return nil, err
+	}
+	ctx = r.chunkContext(ctx)
+	switch t.Phase {
+	case mj.PhasePlan:
+		src, err := chunked.Probe(ctx, r.ffprobe(), cmd.Input)
+		if err != nil {
+			return nil, err
+		}
+		chunks, err := src.Plan(t.ChunkSeconds, t.MaxChunks)
+		if err != nil {
+			return nil, err
+		}
+		ph := &chunkPhase{}
+		for i, c := range chunks {
+			ph.argvs = append(ph.argvs, chunked.SplitArgs(src, cmd, c, jobOutputs+mj.ChunkFileName(i)))
+		}
+		ph.after = func(context.Context) error {
+			list := mj.ChunkList{Aux: cmd.NeedsAux(src)}
+			for _, c := range chunks {
+				b, _ := json.Marshal(c)
+				list.Chunks = append(list.Chunks, b)
+			}
+			if err := r.writeJobFile(jobOutputs+mj.ChunkListFile, list); err != nil {
+				return err
+			}
+			return r.writeJobFile(jobOutputs+mj.ChunkPlanFile, planFile{Source: src, Chunks: chunks})
+		}
+		fmt.Fprintf(r.Log, "planned %d chunks of the source\n", len(chunks))
+		return ph, nil
+	case mj.PhaseEncode:
+		var c chunked.Chunk
+		if err := json.Unmarshal(t.Chunk, &c); err != nil {
+			return nil, fmt.Errorf("the chunk to encode: %v", err)
+		}
+		return &chunkPhase{argvs: [][]string{chunked.EncodeArgs(cmd, c, jobInputs+"chunk", jobOutputs+mj.ChunkFileName(c.Index))}}, nil
+	case mj.PhaseAudio:
+		return &chunkPhase{argvs: [][]string{chunked.AuxArgs(cmd, jobOutputs+mj.AuxFileName(t.Output))}}, nil
+	case mj.PhaseStitch:
+		return r.stitchPhase(ctx, m, cmd)
+	}
+	return nil, fmt.Errorf("unknown chunked phase %q", t.Phase)
+}
+
+// stitchPhase joins the encoded chunks (inputs c0000...) with the rest (aux)
+// and verifies the result: a file that fails is removed, and the job fails
+// with the report's failures, so a wrong file is never published.
+func (r *Runner) stitchPhase(ctx context.Context, m *mj.Manifest, cmd *chunked.Command) (*chunkPhase, error) {
+	var plan planFile
+	if err := r.readJobFile(jobInputs+"plan", &plan); err != nil {
+		return nil, fmt.Errorf("the plan: %v", err)
+	}
+	if plan.Source == nil || len(plan.Chunks) != m.Chunk.Chunks {
+		return nil, fmt.Errorf("the plan has %d chunks, the step %d", len(plan.Chunks), m.Chunk.Chunks)
+	}
+	names, encoded := make([]string, len(plan.Chunks)), make([]string, len(plan.Chunks))
+	for i := range plan.Chunks {
+		names[i] = mj.ChunkInputName(i)
+		encoded[i] = jobInputs + names[i]
+	}
+	// The list sits beside the chunks: its names are relative to it.
+	list := jobInputs + "chunks.ffconcat"
+	if err := r.writeJobText(list, chunked.ConcatList(plan.Chunks, names)); err != nil {
+		return nil, err
+	}
+	aux := ""
+	if _, ok := m.InputFiles["aux"]; ok {
+		aux = jobInputs + "aux"
+	}
+	ph := &chunkPhase{argvs: [][]string{chunked.StitchArgs(plan.Source, cmd, list, aux)}}
+	ph.after = func(context.Context) error {
+		rep, err := chunked.Verify(ctx, r.ffmpegBin(), r.ffprobe(), plan.Source, plan.Chunks, encoded, cmd.Output)
+		if err != nil {
+			return fmt.Errorf("verifying the stitched file: %v", err)
+		}
+		if err := r.writeJobFile(jobOutputs+mj.ChunkVerification, rep); err != nil {
+			return err
+		}
+		if !rep.Pass {
+			r.removeJobFile(cmd.Output) // "outputs/<name>", as Parse read it
+			return &verifyError{rep}
+		}
+		fmt.Fprintf(r.Log, "the stitched file passed its verification: %d frames\n", rep.DecodedFrames)
+		return nil
+	}
+	return ph, nil
+}
+
+// verifyError fails a stitch whose file failed its verification.
+type verifyError struct{ rep *chunked.Report }
+
+func (e *verifyError) Error() string {
+	return "the stitched file failed its verification, so it is not published: " + strings.Join(e.rep.Failures, "; ")
+}
+
+// verifyAnalysis is the report of err, a failed verification, as the job's
+// analysis keeps it (mj.ChunkVerifyFilter); false for any other error.
+func verifyAnalysis(err error) (mj.Analysis, bool) {
+	var v *verifyError
+	if !errors.As(err, &v) {
+		return mj.Analysis{}, false
+	}
+	return mj.Analysis{Command: 1, Filter: mj.ChunkVerifyFilter, Instance: "verification", Data: mj.BoundVerification(v.rep.JSON())}, true
+}
+
+// writeJobFile writes v as JSON at rel in the job's directory, from outside
+// the sandbox: through an os.Root, never through a link.
+func (r *Runner) writeJobFile(rel string, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return r.writeJobText(rel, string(b))
+}
+
+func (r *Runner) writeJobText(rel, s string) error {
+	root, err := os.OpenRoot(r.WorkDir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if err := root.MkdirAll(path.Dir(rel), 0o755); err != nil {
+		return err
+	}
+	f, err := root.OpenFile(rel, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(s); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (r *Runner) readJobFile(rel string, v any) error {
+	root, err := os.OpenRoot(r.WorkDir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	f, err := root.OpenFile(rel, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return json.NewDecoder(f).Decode(v)
+}
+
+func (r *Runner) removeJobFile(rel string) {
+	root, err := os.OpenRoot(r.WorkDir)
+	if err != nil {
+		return
+	}
+	defer root.Close()
+	root.Remove(rel)
+}
