@@ -199,15 +199,45 @@ func (p *pipelines) failPlan(ctx context.Context, id, why string) error {
 	return nil
 }
 
-// finishParent ends pipeline id's owner as the pipeline ended, once.
+// finishParent ends pipeline id's owner as the pipeline ended, once, then
+// deletes pfollow/<id>; what fails leaves pfollow/<id>, listed again at each
+// resync (pass), so that the owner always ends.
 func (p *pipelines) finishParent(ctx context.Context, id string) {
+	if p.endParent(ctx, id) {
+		if err := p.store.FollowedPipeline(ctx, id); err != nil {
+			p.log.Warn("deleting a chunked pipeline's follow key failed; the next resync looks again", "pipeline", id, "err", err)
+		}
+	}
+}
+
+// endParent ends pipeline id's owner as the pipeline ended, and tells
+// whether nothing is left to do: the owner ended (now or before) or is gone,
+// or the pipeline is.
+func (p *pipelines) endParent(ctx context.Context, id string) bool {
 	pl, err := p.store.Pipeline(ctx, id)
-	if err != nil || pl.Kind != mj.PipelineKindChunked || !pl.Status.Terminal() {
-		return
+	if err != nil {
+		if mj.ErrorCode(err) == mj.ENotFound {
+			return true
+		}
+		p.log.Warn("reading a chunked pipeline failed; the next resync tries again", "pipeline", id, "err", err)
+		return false
+	}
+	if pl.Kind != mj.PipelineKindChunked {
+		return true
+	}
+	if !pl.Status.Terminal() {
+		return false
 	}
 	parent, err := p.store.Job(ctx, pl.Owner)
-	if err != nil || parent.Status.Terminal() {
-		return
+	if err != nil {
+		if mj.ErrorCode(err) == mj.ENotFound {
+			return true
+		}
+		p.log.Warn("reading a chunked job failed; the next resync tries again", "job", pl.Owner, "err", err)
+		return false
+	}
+	if parent.Status.Terminal() {
+		return true
 	}
 	var outputs []mj.Output
 	var report json.RawMessage
@@ -234,12 +264,12 @@ func (p *pipelines) finishParent(ctx context.Context, id string) {
 				stitch, err = p.store.Job(ctx, s.Jobs[0])
 				if err != nil {
 					p.log.Warn("reading a chunked job's stitch failed; the next resync tries again", "pipeline", id, "err", err)
-					return
+					return false
 				}
 			}
 		}
 		if stitch == nil {
-			return // cannot be: it succeeded with its last step
+			return true // cannot be: it succeeded with its last step
 		}
 		outputs = stitch.Outputs
 		for _, o := range stitch.Outputs {
@@ -247,7 +277,7 @@ func (p *pipelines) finishParent(ctx context.Context, id string) {
 				b, err := p.read(ctx, o.Key)
 				if err != nil {
 					p.log.Warn("reading a chunked job's verification failed; the next resync tries again", "pipeline", id, "err", err)
-					return
+					return false
 				}
 				report = mj.BoundVerification(b)
 			}
@@ -292,7 +322,10 @@ func (p *pipelines) finishParent(ctx context.Context, id string) {
 	switch {
 	case err == nil:
 		p.log.Info("chunked job ended", "job", parent.ID, "status", pl.Status)
-	case err != errSkip:
+	case err == errSkip || mj.ErrorCode(err) == mj.ENotFound:
+	default:
 		p.log.Warn("ending a chunked job failed; the next resync tries again", "job", parent.ID, "err", err)
+		return false
 	}
+	return true
 }

@@ -263,3 +263,85 @@ func TestChunkedFailedVerificationReachesParent(t *testing.T) {
 		t.Fatalf("parent: %q, %s, outputs %v", j.ErrorMessage, j.Parallel.Verification, j.Outputs)
 	}
 }
+
+// A leader that dies between the pipeline's end and its owner's: the next
+// leader's resync ends the owner (pfollow/<id>), and then forgets it.
+func TestChunkedParentEndsAfterLeaderDiedBetweenTheWrites(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	cfg := config.Default()
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	b := &blobMap{m: map[string][]byte{}}
+	fresh := func() *pipelines {
+		return &pipelines{store: s, log: slog.Default(), now: time.Now, cfg: cfg, read: b.read, grace: time.Hour,
+			inflight: map[string]bool{}, starting: map[string]bool{}}
+	}
+	r := &pipelineRig{t: t, ctx: context.Background(), s: s, svc: fresh()}
+	parent, p := r.newChunkedJob()
+	r.end(p.Steps[0].Jobs[0], func(j *mj.Job) { now := time.Now(); j.StartedAt = &now; j.Fail(now, "probe failed") })
+	// The old leader's settle wrote the pipeline's end, then died.
+	if _, err := s.UpdatePipeline(r.ctx, p.ID, func(pl *mj.Pipeline) error {
+		now := time.Now().UTC()
+		pl.Status, pl.ErrorMessage, pl.FinishedAt = mj.StatusFailed, "step plan failed: probe failed", &now
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	follow := func() []string {
+		ids, err := s.PipelineIDs(r.ctx, s.PipelineFollowPrefix())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ids
+	}
+	if f := follow(); !slices.Equal(f, []string{p.ID}) {
+		t.Fatalf("pfollow/ %v: want the ended pipeline %s", f, p.ID)
+	}
+	fresh().pass(r.ctx, true) // a new leader's first pass
+	j := r.job(parent.ID)
+	if j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "probe failed") {
+		t.Fatalf("parent %s %q: want failed as its pipeline", j.Status, j.ErrorMessage)
+	}
+	if f := follow(); len(f) != 0 {
+		t.Fatalf("pfollow/ %v after the parent ended", f)
+	}
+}
+
+// A verification that cannot be read when the pipeline ends leaves the
+// parent to the next resync, which ends it once the read works.
+func TestChunkedParentEndsAfterAFailedVerificationRead(t *testing.T) {
+	b := &blobMap{m: map[string][]byte{}}
+	r := newPipelineRig(t, func(p *pipelines) { p.read = b.read })
+	parent, p := r.newChunkedJob()
+	planID := p.Steps[0].Jobs[0]
+	r.succeedPlan(b, planID, 1)
+	testenv.Eventually(t, time.Minute, "the pipeline extended", func() bool {
+		pl := r.pipeline(p.ID)
+		return len(pl.Steps) == 4 && len(pl.Plan) == 0
+	})
+	pl := r.pipeline(p.ID)
+	ok := func(j *mj.Job) {
+		j.Outputs = []mj.Output{{Name: j.OutputNames[0], Key: "k/" + j.ID}}
+		j.Succeed(time.Now(), "")
+	}
+	r.end(pl.Steps[1].Jobs[0], ok)
+	r.end(pl.Steps[2].Jobs[0], ok)
+	stitch := pl.Steps[3].Jobs[0]
+	testenv.Eventually(t, time.Minute, "the stitch released", func() bool { return len(r.job(stitch).Awaits) == 0 })
+	verKey := "k/" + stitch + "/verification.json" // not readable yet
+	r.end(stitch, func(j *mj.Job) {
+		j.Outputs = []mj.Output{{Name: "out.mp4", Key: "k/" + stitch + "/out.mp4"}, {Name: mj.ChunkVerification, Key: verKey}}
+		j.Succeed(time.Now(), "")
+	})
+	testenv.Eventually(t, time.Minute, "the pipeline ended", func() bool { return r.pipeline(p.ID).Status == mj.StatusSucceeded })
+	r.svc.pass(r.ctx, true)
+	if st := r.job(parent.ID).Status; st.Terminal() {
+		t.Fatalf("parent %s without its verification", st)
+	}
+	b.put(verKey, []byte(`{"pass":true}`))
+	testenv.Eventually(t, time.Minute, "the parent succeeded at a resync", func() bool { return r.job(parent.ID).Status == mj.StatusSucceeded })
+	if j := r.job(parent.ID); !strings.Contains(string(j.Parallel.Verification), "pass") {
+		t.Fatalf("parent's verification %s", j.Parallel.Verification)
+	}
+}

@@ -49,6 +49,8 @@ type pipelinesStore interface {
 	ExtendPipeline(ctx context.Context, id string, steps []mj.PipelineStep, jobs []*mj.Job, defaults store.Limits) (*mj.Pipeline, bool, error)
 	PipelineRunningPrefix() string
 	PipelineOutboxPrefix() string
+	PipelineFollowPrefix() string
+	FollowedPipeline(ctx context.Context, id string) error
 }
 
 var _ pipelinesStore = (*store.Store)(nil)
@@ -160,6 +162,15 @@ func (p *pipelines) pass(ctx context.Context, all bool) {
 		}
 		for _, id := range ids {
 			p.settle(ctx, id)
+		}
+		// Chunked pipelines that ended before their owner did (a leader
+		// that died between the two writes, a write or read that failed).
+		follow, err := p.store.PipelineIDs(ctx, p.store.PipelineFollowPrefix())
+		if err != nil {
+			p.log.Warn("listing chunked pipelines to follow failed", "err", err)
+		}
+		for _, id := range follow {
+			p.finishParent(ctx, id)
 		}
 	}
 	for _, id := range p.startingNow() {

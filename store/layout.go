@@ -97,6 +97,11 @@ package store
 //	poutbox/<id> = the terminal status                           [pipelines.go]
 //	    Derived: put by the write that ends a pipeline with a webhook_url,
 //	    deleted by the write that records the delivery's outcome.
+//	pfollow/<id> = ""                                            [pipelines.go]
+//	    Derived: put by the write that ends a chunked pipeline; L deletes it
+//	    once the pipeline's owner (the user's job) ended as it (or is gone),
+//	    and ends the owner of each it lists (dispatcher/chunked.go), so that
+//	    a leader dying between the two writes leaves the owner to the next.
 //	idem/<account>/<sha256("pipeline\x00" + Idempotency-Key)> = idemRecord [pipelines.go]
 //	    G, with the pipeline's record (its idem_hash names it); J after 24 h,
 //	    or with the pipeline (DeleteEndedPipelines).

@@ -73,6 +73,21 @@ func (s *Store) PipelineRunningPrefix() string { return s.p + "prun/" }
 // PipelineOutboxPrefix holds poutbox/<id> = status: pipeline webhooks to deliver.
 func (s *Store) PipelineOutboxPrefix() string { return s.p + "poutbox/" }
 
+// PipelineFollowPrefix holds pfollow/<id>: chunked pipelines that ended
+// whose owner may not have followed yet (docs/chunked.md). Put by the write
+// that ends the pipeline; deleted once its owner ended (or is gone), by
+// FollowedPipeline, so that a leader dying between the two writes leaves its
+// successor the owner to end.
+func (s *Store) PipelineFollowPrefix() string { return s.p + "pfollow/" }
+
+// FollowedPipeline deletes pfollow/<id>: pipeline id's owner has ended.
+func (s *Store) FollowedPipeline(ctx context.Context, id string) error {
+	_, err := retryTransient(ctx, func(bool) (*clientv3.DeleteResponse, error) {
+		return s.cli.Delete(ctx, s.PipelineFollowPrefix()+id)
+	})
+	return err
+}
+
 // pipelineIdemKey is the Idempotency-Key record of a pipeline create: beside
 // the jobs' (swept with them), never equal to one.
 func (s *Store) pipelineIdemKey(account, key string) string {
@@ -106,6 +121,9 @@ func (s *Store) pipelineDerivedOps(old, p *mj.Pipeline) []clientv3.Op {
 	case !running(p) && running(old):
 		ops = append(ops, clientv3.OpDelete(s.PipelineRunningPrefix()+p.ID))
 		ops = append(ops, clientv3.OpPut(s.pipelineDoneKey(p), p.ID)) // for the retention
+		if p.Kind == mj.PipelineKindChunked {
+			ops = append(ops, clientv3.OpPut(s.PipelineFollowPrefix()+p.ID, ""))
+		}
 	}
 	switch {
 	case due(p) && !due(old):
@@ -587,6 +605,7 @@ func (s *Store) deleteEndedPipeline(ctx context.Context, id, doneKey string) (bo
 		clientv3.OpDelete(s.pipelineKey(id)),
 		clientv3.OpDelete(s.pipelineIndexKey(&p)),
 		clientv3.OpDelete(s.PipelineOutboxPrefix() + id),
+		clientv3.OpDelete(s.PipelineFollowPrefix() + id),
 		clientv3.OpDelete(s.pipelineReserveKey(&p)),
 		clientv3.OpDelete(doneKey),
 	}
