@@ -242,15 +242,14 @@ func notFound(err error, id string) error {
 }
 
 func (g *Gateway) cancelJob(c *fiber.Ctx) error {
-	own, err := g.ownJob(c)
-	if err != nil {
+	if _, err := g.ownJob(c); err != nil {
 		return notFound(err, c.Params("id"))
-	}
-	if own.ChunkedParent() && !own.Status.Terminal() {
-		g.stopChunked(c.UserContext(), own) // its pipeline first: the leader finishes what this leaves
 	}
 	j, err := g.Store.UpdateJob(c.UserContext(), c.Params("id"), func(j *mj.Job) error {
 		if j.Status.Terminal() {
+			if j.ChunkedParent() && j.Status == mj.StatusCancelled {
+				return errEnded // by its pipeline's stop, which may be this client's own
+			}
 			return mj.Errorf(mj.EConflict, "job is already %s", j.Status)
 		}
 		now := g.Now().UTC()
@@ -267,12 +266,27 @@ func (g *Gateway) cancelJob(c *fiber.Ctx) error {
 		j.Usage = mj.CancelledUsage(j, now, gpus)
 		return nil
 	})
+	if err == errEnded {
+		// A chunked job its pipeline ended cancelled: the cancel is done.
+		if j, err = g.Store.Job(c.UserContext(), c.Params("id")); err != nil {
+			return notFound(err, c.Params("id"))
+		}
+		g.jobs.put(j, false)
+		return g.sendJob(c, j)
+	}
 	if err != nil {
 		return err
 	}
 	g.jobs.put(j, false)
 	g.jobChanged(j)
 	metrics.Finished(j)
+	if j.ChunkedParent() {
+		// Its own cancel first, so that the leader ending its pipeline
+		// meanwhile cannot end it otherwise (a 409 to a cancel that won);
+		// then its pipeline's stop and jobs, best effort: the leader stops
+		// the pipeline of a cancelled chunked job (dispatcher/chunked.go).
+		g.stopChunked(c.UserContext(), j)
+	}
 	return g.sendJob(c, j)
 }
 

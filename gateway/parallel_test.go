@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	mj "github.com/mediajobs/mediajobs"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -209,5 +210,61 @@ func TestParallelCreateIdempotent(t *testing.T) {
 	}
 	if _, pipelines := h.counts("alice"); pipelines != 1 {
 		t.Fatalf("%v pipelines", pipelines)
+	}
+}
+
+// leaderEnds stands in for a leader that ends a chunked job's pipeline
+// cancelled, and the job with it, when the first of its jobs is cancelled.
+type leaderEnds struct {
+	Store
+	child, parent string
+	fired         *bool
+}
+
+func (l leaderEnds) UpdateJob(ctx context.Context, id string, fn func(*mj.Job) error) (*mj.Job, error) {
+	if id == l.child && !*l.fired {
+		*l.fired = true
+		if _, err := l.Store.UpdateJob(ctx, l.parent, func(j *mj.Job) error {
+			if j.Status.Terminal() {
+				return errEnded
+			}
+			j.Cancel(time.Now().UTC(), "its chunked job "+j.ID+" was cancelled by the client")
+			return nil
+		}); err != nil && err != errEnded {
+			return nil, err
+		}
+	}
+	return l.Store.UpdateJob(ctx, id, fn)
+}
+
+// A chunked job's cancel answers 200 with the job cancelled even when the
+// leader ends its pipeline (and so the job, cancelled) while the cancel
+// stops the pipeline's jobs, and a second cancel answers 200 as well: its
+// pipeline cancelled it.
+func TestParallelCancelRacesTheLeader(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	status, body, _ := h.do("POST", "/api/ffmpeg", "alice", chunkable())
+	if status != 200 {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	data := body["data"].(map[string]any)
+	id, pid := data["id"].(string), data["parallel"].(map[string]any)["pipeline_id"].(string)
+	pl, err := h.store.Pipeline(ctx, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fired := false
+	h.gw.Store = leaderEnds{Store: h.gw.Store, child: pl.Steps[0].Jobs[0], parent: id, fired: &fired}
+	status, body, _ = h.do("POST", "/api/jobs/"+id+"/cancel", "alice", nil)
+	if data, _ := body["data"].(map[string]any); status != 200 || data["status"] != "cancelled" || !fired {
+		t.Fatalf("cancel racing the leader: %d %v (leader fired: %v)", status, body, fired)
+	}
+	if plan, _ := h.store.Job(ctx, pl.Steps[0].Jobs[0]); plan.Status != mj.StatusCancelled {
+		t.Fatalf("plan job %s after the cancel", plan.Status)
+	}
+	status, body, _ = h.do("POST", "/api/jobs/"+id+"/cancel", "alice", nil)
+	if data, _ := body["data"].(map[string]any); status != 200 || data["status"] != "cancelled" {
+		t.Fatalf("second cancel: %d %v", status, body)
 	}
 }
