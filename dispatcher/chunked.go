@@ -3,10 +3,12 @@ package dispatcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/store"
 )
 
@@ -147,13 +149,21 @@ func (p *pipelines) extend(ctx context.Context, pl *mj.Pipeline, parent, plan *m
 		failed = "the plan step made no " + mj.ChunkListFile
 	} else {
 		b, err := p.read(ctx, key)
-		if err != nil {
+		switch {
+		case errors.Is(err, blob.ErrNotFound):
+			// Reading again will not find it: the plan fails, not retried.
+			failed = "the plan step's " + mj.ChunkListFile + " is not in storage (deleted, or its output_retention passed)"
+		case errors.Is(err, blob.ErrTooLarge):
+			failed = fmt.Sprintf("the plan step's %s is over %d bytes", mj.ChunkListFile, blob.MaxSmall)
+		case err != nil:
 			return fmt.Errorf("read the plan's %s: %w", mj.ChunkListFile, err)
 		}
-		if err := json.Unmarshal(b, &list); err != nil {
-			failed = "the plan step's " + mj.ChunkListFile + " does not read: " + err.Error()
-		} else if steps, jobs, err = mj.ExtendChunked(pl, parent, plan, &list, p.now()); err != nil {
-			failed = err.Error()
+		if failed == "" {
+			if err := json.Unmarshal(b, &list); err != nil {
+				failed = "the plan step's " + mj.ChunkListFile + " does not read: " + err.Error()
+			} else if steps, jobs, err = mj.ExtendChunked(pl, parent, plan, &list, p.now()); err != nil {
+				failed = err.Error()
+			}
 		}
 	}
 	if failed != "" {
@@ -275,11 +285,17 @@ func (p *pipelines) endParent(ctx context.Context, id string) bool {
 		for _, o := range stitch.Outputs {
 			if o.Name == mj.ChunkVerification && o.Key != "" {
 				b, err := p.read(ctx, o.Key)
-				if err != nil {
+				switch {
+				case errors.Is(err, blob.ErrNotFound) || errors.Is(err, blob.ErrTooLarge):
+					// Never readable: J ends without the report (the stitch
+					// succeeded, so its verification passed).
+					p.log.Warn("a chunked job's verification cannot be read; it ends without it", "pipeline", id, "err", err)
+				case err != nil:
 					p.log.Warn("reading a chunked job's verification failed; the next resync tries again", "pipeline", id, "err", err)
 					return false
+				default:
+					report = mj.BoundVerification(b)
 				}
-				report = mj.BoundVerification(b)
 			}
 		}
 	}

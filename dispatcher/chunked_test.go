@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	mj "github.com/mediajobs/mediajobs"
+	"github.com/mediajobs/mediajobs/blob"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/testenv"
@@ -343,5 +344,37 @@ func TestChunkedParentEndsAfterAFailedVerificationRead(t *testing.T) {
 	testenv.Eventually(t, time.Minute, "the parent succeeded at a resync", func() bool { return r.job(parent.ID).Status == mj.StatusSucceeded })
 	if j := r.job(parent.ID); !strings.Contains(string(j.Parallel.Verification), "pass") {
 		t.Fatalf("parent's verification %s", j.Parallel.Verification)
+	}
+}
+
+// A chunks.json that storage no longer holds (or holds over the size a small
+// blob may have) fails the plan, naming why, instead of being read again at
+// each resync.
+func TestChunkedUnreadableChunkListFailsThePlan(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		want string
+	}{
+		"gone":      {blob.ErrNotFound, "not in storage"},
+		"too large": {blob.ErrTooLarge, "over"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := &blobMap{m: map[string][]byte{}}
+			r := newPipelineRig(t, func(p *pipelines) {
+				p.read = func(ctx context.Context, k string) ([]byte, error) {
+					if strings.HasSuffix(k, "/"+mj.ChunkListFile) {
+						return nil, fmt.Errorf("open %s: %w", k, tc.err)
+					}
+					return b.read(ctx, k)
+				}
+			})
+			parent, p := r.newChunkedJob()
+			r.succeedPlan(b, p.Steps[0].Jobs[0], 2)
+			testenv.Eventually(t, time.Minute, "the parent failed", func() bool { return r.job(parent.ID).Status == mj.StatusFailed })
+			j := r.job(parent.ID)
+			if !strings.Contains(j.ErrorMessage, mj.ChunkListFile) || !strings.Contains(j.ErrorMessage, tc.want) {
+				t.Fatalf("parent's message %q: want it to name %s and %q", j.ErrorMessage, mj.ChunkListFile, tc.want)
+			}
+		})
 	}
 }
