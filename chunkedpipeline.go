@@ -59,12 +59,29 @@ func (j *Job) child(p *Pipeline, step string, item *int, now time.Time) *Job {
 	if item != nil {
 		n = *item
 	}
-	return &Job{
+	c := &Job{
 		ID: ChunkedJobID(p.ID, step, n), AccountID: j.AccountID, Status: StatusQueued,
-		Machine: j.Machine, TimeoutSeconds: j.TimeoutSeconds, MaxInputBytes: j.MaxInputBytes,
+		Machine: j.Machine, TimeoutSeconds: j.TimeoutSeconds,
 		FFmpegCommands: j.FFmpegCommands, Pipeline: &PipelineRef{ID: p.ID, Step: step, Item: item},
 		CreatedAt: now, QueuedAt: now, UpdatedAt: now,
 	}
+	if step == ChunkStepPlan {
+		// The plan fetches the user's source: the account's cap applies.
+		// The other steps read the service's own files (chunks, the
+		// source again, every encoded chunk), which it does not cap.
+		c.MaxInputBytes = j.MaxInputBytes
+	}
+	return c
+}
+
+// InputCap is the bytes j's inputs may take in all (0: no cap): the
+// account's max_input_bytes, except for a chunked job's internal steps
+// (encode, audio, stitch), whose inputs are the service's own files.
+func (j *Job) InputCap() int64 {
+	if j.Chunk != nil && j.Chunk.Phase != PhasePlan {
+		return 0
+	}
+	return j.MaxInputBytes
 }
 
 // NewChunkedPipeline makes parent j (a job whose Parallel is chunked, as the

@@ -18,7 +18,7 @@ func TestExtendChunkedIsDeterministic(t *testing.T) {
 		return &Job{ID: "11111111-2222-3333-4444-555555555555", AccountID: "a", Machine: "cpu", TimeoutSeconds: 60,
 			InputFiles: map[string]string{"v": "job:99999999-2222-3333-4444-555555555555/src.mp4"}, Awaits: []string{"99999999-2222-3333-4444-555555555555"},
 			OutputNames: []string{"out.mkv"}, FFmpegCommands: []string{"-i {{v}} -c:v libx264 {{out.mkv}}"},
-			Parallel: &Parallel{Mode: ParallelChunked, ChunkSeconds: 2, MaxWorkers: 2, MaxChunks: 64}}
+			MaxInputBytes: 1 << 30, Parallel: &Parallel{Mode: ParallelChunked, ChunkSeconds: 2, MaxWorkers: 2, MaxChunks: 64}}
 	}
 	plan := func(p *Pipeline) *Job {
 		j := *p.Plan[0]
@@ -53,5 +53,20 @@ func TestExtendChunkedIsDeterministic(t *testing.T) {
 	if audio.OutputNames[0] != "aux.mkv" || audio.InputKeys["v"] != "src-key" || len(stitch.Awaits) != 4 || stitch.InputKeys["plan"] != "k/plan.json" ||
 		stitch.InputFiles["aux"] != "job:"+audio.ID+"/aux.mkv" || stitch.OutputNames[0] != "out.mkv" {
 		t.Fatalf("audio %+v\nstitch %+v", audio, stitch)
+	}
+	// The account's max_input_bytes caps the plan's fetch of the user's
+	// source, not the internal steps' inputs (every chunk, in the stitch).
+	if p := NewChunkedPipeline(parent(), now); p.Plan[0].MaxInputBytes != 1<<30 || p.Plan[0].InputCap() != 1<<30 {
+		t.Fatalf("plan job's cap %d", p.Plan[0].InputCap())
+	}
+	for _, c := range jobs {
+		if c.MaxInputBytes != 0 || c.InputCap() != 0 {
+			t.Fatalf("%s (%s) capped at %d bytes of inputs", c.ID, c.Chunk.Phase, c.MaxInputBytes)
+		}
+		capped := *c
+		capped.MaxInputBytes = 1 << 20 // a record stored before
+		if capped.InputCap() != 0 {
+			t.Fatalf("%s (%s): a stored cap applies", c.ID, c.Chunk.Phase)
+		}
 	}
 }

@@ -35,7 +35,7 @@ func (d *Dispatcher) manifest(ctx context.Context, j *mj.Job, attempt int) ([]by
 		DestAllowHosts:    d.Config.Server.DestinationAllowHosts,
 		ControlPlane:      d.Config.ControlPlane(),
 		AllowGPU:          pool != nil && pool.GPUs() > 0,
-		MaxInputBytes:     j.MaxInputBytes,
+		MaxInputBytes:     j.InputCap(),
 		Chunk:             j.Chunk,
 	}
 	if pool != nil {
