@@ -57,12 +57,24 @@ func (p *pipelines) chunked(ctx context.Context, pl *mj.Pipeline, jobs map[strin
 		}
 		return false
 	}
-	if len(pl.Steps) != 1 || pl.Stop != "" || parent == nil || parent.Status.Terminal() {
+	if len(pl.Steps) != 1 {
 		return true
 	}
 	plan := jobs[pl.Steps[0].Jobs[0]]
 	if plan == nil || plan.Status != mj.StatusSucceeded {
 		return true // running, or failed: the pipeline ends as any
+	}
+	if pl.Stop != "" {
+		// Stopped before its extension: nothing more runs, and its plan
+		// alone succeeding is no success of the pipeline's (failPlan ends
+		// it cancelled).
+		if err := p.failPlan(ctx, pl.ID, pl.Stop); err != nil {
+			p.log.Warn("ending a stopped chunked job's pipeline failed; the next resync tries again", "pipeline", pl.ID, "err", err)
+		}
+		return false
+	}
+	if parent == nil || parent.Status.Terminal() {
+		return true
 	}
 	if err := p.extend(ctx, pl, parent, plan); err != nil {
 		p.log.Warn("extending a chunked job's pipeline failed; the next resync tries again", "pipeline", pl.ID, "err", err)
@@ -191,13 +203,18 @@ func (p *pipelines) extend(ctx context.Context, pl *mj.Pipeline, parent, plan *m
 }
 
 // failPlan ends pipeline id, whose plan cannot be extended for why, failed,
-// and its owner with it.
+// and its owner with it; or cancelled, with its stop's message, when it was
+// stopped meanwhile (its job cancelled: why is then no failure of its own).
 func (p *pipelines) failPlan(ctx context.Context, id, why string) error {
 	_, err := p.store.UpdatePipeline(ctx, id, func(pl *mj.Pipeline) error {
 		if pl.Status.Terminal() || len(pl.Steps) != 1 {
 			return errSkip
 		}
 		now := p.now().UTC()
+		if pl.Stop != "" {
+			pl.Status, pl.ErrorMessage, pl.FinishedAt = mj.StatusCancelled, pl.Stop, &now
+			return nil
+		}
 		pl.Status, pl.ErrorMessage, pl.FinishedAt = mj.StatusFailed, "step plan failed: "+why, &now
 		return nil
 	})

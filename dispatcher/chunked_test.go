@@ -378,3 +378,55 @@ func TestChunkedUnreadableChunkListFailsThePlan(t *testing.T) {
 		})
 	}
 }
+
+// A chunked job cancelled before its pipeline was extended: the pipeline
+// ends cancelled (its plan alone succeeding is no success), unextended, and
+// a plan failure (over a limit) met while it is stopped ends it cancelled
+// too, not failed.
+func TestChunkedStoppedBeforeExtensionEndsCancelled(t *testing.T) {
+	b := &blobMap{m: map[string][]byte{}}
+	r := newPipelineRig(t, func(p *pipelines) { p.read = b.read })
+	parent, p := r.newChunkedJob()
+	// The gateway's cancel: J first, then the stop.
+	r.end(parent.ID, func(j *mj.Job) { j.Cancel(time.Now(), "cancelled by the client") })
+	if _, err := r.s.UpdatePipeline(r.ctx, p.ID, func(pl *mj.Pipeline) error {
+		pl.Cancelled, pl.Stop = true, "its chunked job "+parent.ID+" was cancelled by the client"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r.succeedPlan(b, p.Steps[0].Jobs[0], 2) // it ran to its end all the same
+	testenv.Eventually(t, time.Minute, "the pipeline ended", func() bool { return r.pipeline(p.ID).Status.Terminal() })
+	if pl := r.pipeline(p.ID); pl.Status != mj.StatusCancelled || len(pl.Steps) != 1 || !strings.Contains(pl.ErrorMessage, "cancelled by the client") {
+		t.Fatalf("pipeline %s %q with %d steps: want cancelled, not extended", pl.Status, pl.ErrorMessage, len(pl.Steps))
+	}
+	if j := r.job(parent.ID); j.Status != mj.StatusCancelled {
+		t.Fatalf("parent %s", j.Status)
+	}
+}
+
+func TestChunkedPlanFailureWhileStoppedCancels(t *testing.T) {
+	s, _ := testenv.Etcd(t)
+	cfg := config.Default()
+	if err := cfg.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	svc := &pipelines{store: s, log: slog.Default(), now: time.Now, cfg: cfg, grace: time.Hour}
+	r := &pipelineRig{t: t, ctx: context.Background(), s: s, svc: svc}
+	parent, p := r.newChunkedJob()
+	if _, err := s.UpdatePipeline(r.ctx, p.ID, func(pl *mj.Pipeline) error {
+		pl.Cancelled, pl.Stop = true, "its chunked job "+parent.ID+" was cancelled by the client"
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.failPlan(r.ctx, p.ID, "its 6 jobs would take the account past a limit: max_queued_jobs"); err != nil {
+		t.Fatal(err)
+	}
+	if pl := r.pipeline(p.ID); pl.Status != mj.StatusCancelled || strings.Contains(pl.ErrorMessage, "max_queued_jobs") {
+		t.Fatalf("pipeline %s %q: want cancelled with its stop's message", pl.Status, pl.ErrorMessage)
+	}
+	if j := r.job(parent.ID); j.Status != mj.StatusCancelled {
+		t.Fatalf("parent %s %q: want cancelled", j.Status, j.ErrorMessage)
+	}
+}

@@ -49,8 +49,9 @@ func (s *Store) CreateChunkedJob(ctx context.Context, j *mj.Job, p *mj.Pipeline,
 
 // ExtendPipeline appends steps to pipeline id and plans their jobs, in one
 // write of its record unless done already (its steps hold steps[0]'s name):
-// MaterialisePipeline then stores the jobs, each once. Returns the pipeline
-// as stored, and whether this call extended it; a validation error when the
+// MaterialisePipeline then stores the jobs, each once; a pipeline stopped
+// or ended is not extended. Returns the pipeline as stored, and whether this
+// call extended it; a validation error when the
 // record would grow past what one pipeline holds (it never will fit), a
 // quotaExceeded one when the jobs would take the account past its
 // max_queued_jobs (defaults, replaced by the account's own).
@@ -63,6 +64,9 @@ func (s *Store) ExtendPipeline(ctx context.Context, id string, steps []mj.Pipeli
 		if st.Name == steps[0].Name {
 			return cur, false, nil // done already
 		}
+	}
+	if cur.Stop != "" || cur.Status.Terminal() {
+		return cur, false, nil // stopped (its job cancelled): nothing more runs
 	}
 	// The jobs count as queued: the account's max_queued_jobs bounds them,
 	// read now (not in the write's transaction: a race of the account's
@@ -82,7 +86,7 @@ func (s *Store) ExtendPipeline(ctx context.Context, id string, steps []mj.Pipeli
 				return errNoChange
 			}
 		}
-		if p.Status.Terminal() {
+		if p.Status.Terminal() || p.Stop != "" {
 			return errNoChange
 		}
 		p.Steps = append(p.Steps, steps...)

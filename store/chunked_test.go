@@ -95,6 +95,22 @@ func TestExtendPipelineOnce(t *testing.T) {
 	if after, _ := s.Pipeline(ctx, p.ID); len(after.Steps) != 1 || after.Revision != pl.Revision {
 		t.Fatalf("a refused extension wrote: %+v", after)
 	}
+	pl, _ = s.Pipeline(ctx, p.ID)
+	// A stopped pipeline (its job cancelled) is not extended, whatever the
+	// limits: nothing is written.
+	if _, err := s.UpdatePipeline(ctx, p.ID, func(p *mj.Pipeline) error { p.Stop = "stopped"; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	stopped, _ := s.Pipeline(ctx, p.ID)
+	if got, extended, err := s.ExtendPipeline(ctx, p.ID, steps, jobs, store.Limits{MaxQueuedJobs: 5}); err != nil || extended || len(got.Steps) != 1 {
+		t.Fatalf("extending a stopped pipeline: extended %v, %v, %d steps", extended, err, len(got.Steps))
+	}
+	if after, _ := s.Pipeline(ctx, p.ID); after.Revision != stopped.Revision {
+		t.Fatalf("extending a stopped pipeline wrote: %+v", after)
+	}
+	if _, err := s.UpdatePipeline(ctx, p.ID, func(p *mj.Pipeline) error { p.Stop = ""; return nil }); err != nil {
+		t.Fatal(err)
+	}
 	got, extended, err := s.ExtendPipeline(ctx, p.ID, steps, jobs, store.Limits{MaxQueuedJobs: 7})
 	if err != nil || !extended || len(got.Steps) != 3 || len(got.Plan) != 4 {
 		t.Fatalf("extend: %v %v %+v", extended, err, got)
