@@ -140,6 +140,9 @@ func planPipeline(req *pipelineRequest, cfg *config.Config, account string, now 
 		if !stepNameRe.MatchString(name) {
 			bad(f, "step name must match [A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 		}
+		if s.Parallel != nil {
+			bad(f+".parallel", "chunked encoding (\"parallel\") is for single jobs (POST /api/ffmpeg), not a pipeline's steps; run the encode as a job of its own")
+		}
 		n := 1
 		if s.ForEach != nil {
 			n = len(s.ForEach)

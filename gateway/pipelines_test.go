@@ -84,6 +84,10 @@ func TestPipelineRefusedGraphsStoreNothing(t *testing.T) {
 		{"placeholder without for_each", map[string]any{
 			"a": step(src, []string{"out.mp4"}, "-i {{v}} -s ${item.size} {{out.mp4}}"),
 		}, "steps.a.ffmpeg_commands[0]", "has no for_each"},
+		{"parallel in a step", map[string]any{
+			"a": map[string]any{"input_files": src, "output_files": []string{"out.mp4"}, "ffmpeg_commands": []string{"-i {{v}} -c:v libx264 {{out.mp4}}"},
+				"parallel": map[string]any{"chunk_seconds": 2}},
+		}, "steps.a.parallel", "for single jobs"},
 	}
 	for _, c := range cases {
 		status, body, _ := h.do("POST", "/api/pipelines", "alice", map[string]any{"steps": c.steps})
