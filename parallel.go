@@ -27,7 +27,8 @@ type Parallel struct {
 	PipelineID string `json:"pipeline_id,omitempty"`
 	// Verification is the stitch step's report (chunked.Report), once it
 	// ran, within MaxVerificationBytes (BoundVerification); the whole report
-	// is the job's output ChunkVerification.
+	// is the stitch job's output ChunkVerification (the parent's outputs are
+	// its declared output alone).
 	Verification json.RawMessage `json:"verification,omitempty"`
 }
 
@@ -56,7 +57,7 @@ func BoundVerification(report []byte) json.RawMessage {
 	if err := json.Unmarshal(report, &r); err != nil {
 		return nil
 	}
-	r.Whole = "too long to show here: see the output " + ChunkVerification
+	r.Whole = "too long to show here: see the output " + ChunkVerification + " of the stitch step's job (parallel.steps)"
 	for {
 		b, _ := json.Marshal(r)
 		if len(b) <= MaxVerificationBytes || len(r.Failures) == 0 {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	mj "github.com/mediajobs/mediajobs"
@@ -298,7 +299,13 @@ func (p *pipelines) endParent(ctx context.Context, id string) bool {
 		if stitch == nil {
 			return true // cannot be: it succeeded with its last step
 		}
-		outputs = stitch.Outputs
+		// J's outputs are its declared output alone: the report is in its
+		// parallel.verification (whole in the stitch job's outputs).
+		for _, o := range stitch.Outputs {
+			if slices.Contains(parent.OutputNames, o.Name) {
+				outputs = append(outputs, o)
+			}
+		}
 		for _, o := range stitch.Outputs {
 			if o.Name == mj.ChunkVerification && o.Key != "" {
 				b, err := p.read(ctx, o.Key)

@@ -162,7 +162,7 @@ func TestChunkedPipelineExtendsAndParentFollows(t *testing.T) {
 	})
 	testenv.Eventually(t, time.Minute, "the parent succeeded", func() bool { return r.job(parent.ID).Status == mj.StatusSucceeded })
 	j := r.job(parent.ID)
-	if len(j.Outputs) != 2 || j.Outputs[0].Key != "k/"+stitch+"/out.mp4" || string(j.Parallel.Verification) != `{"pass":true,"expected_frames":150}` || j.Usage != nil || j.TotalOutputBytes != 0 {
+	if len(j.Outputs) != 1 || j.Outputs[0].Key != "k/"+stitch+"/out.mp4" || string(j.Parallel.Verification) != `{"pass":true,"expected_frames":150}` || j.Usage != nil || j.TotalOutputBytes != 0 {
 		t.Fatalf("parent %+v %s", j, j.Parallel.Verification)
 	}
 }

@@ -144,6 +144,9 @@ func TestChunkedEndToEnd(t *testing.T) {
 			t.Fatalf("step %s: %v", name, s)
 		}
 	}
+	if of := j["output_files"].(map[string]any); len(of) != 1 {
+		t.Fatalf("output_files %v: want the declared out.mp4 alone (the report is parallel.verification)", of)
+	}
 	out := e2e.Download(t, j["output_files"].(map[string]any)["out.mp4"].(string))
 	if n := frames(t, out); n != 150 {
 		t.Fatalf("the output has %d frames, the source 150", n)
