@@ -139,6 +139,10 @@ func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Tim
 	if len(list.Chunks) == 0 {
 		return nil, nil, fmt.Errorf("the plan has no chunks")
 	}
+	if m := j.Parallel.MaxChunks; m > 0 && len(list.Chunks) > m {
+		// The plan step honours it; a list past it is not trusted.
+		return nil, nil, fmt.Errorf("the plan has %d chunks, over its max_chunks (%d)", len(list.Chunks), m)
+	}
 	workers := max(j.Parallel.MaxWorkers, 1)
 	var jobs []*Job
 	encode := PipelineStep{Name: ChunkStepEncode, Needs: []string{ChunkStepPlan}}

@@ -3,6 +3,7 @@ package mediajobs
 import (
 	"encoding/json"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -53,6 +54,13 @@ func TestExtendChunkedIsDeterministic(t *testing.T) {
 	if audio.OutputNames[0] != "aux.mkv" || audio.InputKeys["v"] != "src-key" || len(stitch.Awaits) != 4 || stitch.InputKeys["plan"] != "k/plan.json" ||
 		stitch.InputFiles["aux"] != "job:"+audio.ID+"/aux.mkv" || stitch.OutputNames[0] != "out.mkv" {
 		t.Fatalf("audio %+v\nstitch %+v", audio, stitch)
+	}
+	// A list past max_chunks is refused.
+	over := parent()
+	over.Parallel.MaxChunks = 2
+	op := NewChunkedPipeline(over, now)
+	if _, _, err := ExtendChunked(op, over, plan(op), list, now); err == nil || !strings.Contains(err.Error(), "max_chunks (2)") {
+		t.Fatalf("3 chunks over max_chunks 2: %v", err)
 	}
 	// The account's max_input_bytes caps the plan's fetch of the user's
 	// source, not the internal steps' inputs (every chunk, in the stitch).

@@ -361,6 +361,11 @@ func TestProbeRefusesBrokenTimestamps(t *testing.T) {
 	if _, err := Probe(r.ctx, r.ffprobe, filepath.Join(r.dir, "inputs/part.ts")); err != nil {
 		t.Fatalf("Probe(one part) = %v, want nil", err)
 	}
+	// Local files only: a path that names another protocol is not opened.
+	concat := "concat:" + filepath.Join(r.dir, "inputs/part.ts") + "|" + filepath.Join(r.dir, "inputs/part.ts")
+	if _, err := Probe(r.ctx, r.ffprobe, concat); err == nil || !strings.Contains(err.Error(), "whitelist") {
+		t.Fatalf("Probe(%s) = %v, want a refusal of the concat protocol", concat, err)
+	}
 	_, err = Probe(r.ctx, r.ffprobe, filepath.Join(r.dir, "inputs/broken.ts"))
 	if err == nil || !strings.Contains(err.Error(), "broken timestamps") {
 		t.Fatalf("Probe = %v, want a refusal naming broken timestamps", err)

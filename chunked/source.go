@@ -78,7 +78,9 @@ type probeOut struct {
 // a packet without a PTS, decode timestamps that do not increase, two frames
 // at one time, a first packet that is not a keyframe, rotation metadata.
 func Probe(ctx context.Context, ffprobe, path string) (*Source, error) {
-	out, err := run(ctx, ffprobe, "-v", "error", "-show_entries",
+	// "-protocol_whitelist file" (each probe here): local files only,
+	// whatever the path says (concat:, subfile:, http:), as runner/progress.go.
+	out, err := run(ctx, ffprobe, "-v", "error", "-protocol_whitelist", "file", "-show_entries",
 		"stream=index,codec_type,codec_name,time_base,start_time,duration:stream_disposition=attached_pic:stream_side_data=rotation:format=start_time,duration",
 		"-of", "json", path)
 	if err != nil {
@@ -198,7 +200,7 @@ func (s *Source) index(lastDur int64) error {
 // probePackets reads a stream's packets from the container's index: PTS or DTS
 // NoDTS where there is none, and the last packet's duration.
 func probePackets(ctx context.Context, ffprobe, path string, index int) ([]Packet, int64, error) {
-	out, err := run(ctx, ffprobe, "-v", "error", "-select_streams", strconv.Itoa(index),
+	out, err := run(ctx, ffprobe, "-v", "error", "-protocol_whitelist", "file", "-select_streams", strconv.Itoa(index),
 		"-show_entries", "packet=pts,dts,duration,flags", "-of", "csv=p=0", path)
 	if err != nil {
 		return nil, 0, fmt.Errorf("reading the packet index of %s: %w", path, err)

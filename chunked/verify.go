@@ -263,7 +263,7 @@ func (r *Report) JSON() []byte {
 }
 
 func probeStreams(ctx context.Context, ffprobe, path string) (*probeOut, error) {
-	out, err := run(ctx, ffprobe, "-v", "error", "-show_entries",
+	out, err := run(ctx, ffprobe, "-v", "error", "-protocol_whitelist", "file", "-show_entries",
 		"stream=index,codec_type,codec_name,time_base,start_time,duration:format=start_time,duration", "-of", "json", path)
 	if err != nil {
 		return nil, fmt.Errorf("probing %s: %w", path, err)
