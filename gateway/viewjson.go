@@ -57,8 +57,11 @@ type encodedView struct {
 func (v *encodedView) size() int64 { return int64(64 + len(v.head) + len(v.tail)) }
 
 // viewCacheable reports whether j's answer may be kept (encodedView): not
-// terminal (no links), and without progress (merged into a copy at each get).
-func viewCacheable(j *mj.Job) bool { return !j.Status.Terminal() && j.Progress == nil }
+// terminal (no links), without progress (merged into a copy at each get), and
+// not a chunked job (its steps are read at each get).
+func viewCacheable(j *mj.Job) bool {
+	return !j.Status.Terminal() && j.Progress == nil && !j.ChunkedParent()
+}
 
 // encodeView writes j's answer, split at status_detail; nil when a time is
 // one encoding/json cannot write (sendView answers its error).
