@@ -222,9 +222,10 @@ func pipelineStepJobs(t *testing.T, p map[string]any, name string) []map[string]
 	return nil
 }
 
-// pipelineWaitEnd waits until pipeline id has ended and no pipeline webhook is
-// due (the outbox entry is written with the end and removed with the
-// delivery's outcome), and returns its view.
+// pipelineWaitEnd waits until pipeline id's end is recorded (finished_at; its
+// status shows ended as soon as its jobs have, before that) and no pipeline
+// webhook is due (the outbox entry is written with the end and removed with
+// the delivery's outcome), and returns its view.
 func pipelineWaitEnd(t *testing.T, c *e2e.Cluster, id string) map[string]any {
 	t.Helper()
 	var p map[string]any
@@ -232,6 +233,9 @@ func pipelineWaitEnd(t *testing.T, c *e2e.Cluster, id string) map[string]any {
 		p = pipelineGet(t, c.APIURL, c.Key, id)
 		switch p["status"] {
 		case "succeeded", "failed", "cancelled":
+			if p["finished_at"] == nil {
+				return false // ended by its jobs, its end (and outbox entry) not recorded yet
+			}
 			n, err := c.Store.Count(context.Background(), c.Store.PipelineOutboxPrefix())
 			return err == nil && n == 0
 		}
