@@ -126,12 +126,19 @@ func WalkGraph(w, g string, fn func(name, args string, hasArgs bool) error) erro
 // filterNameRe is the form of a filter name: what may be deferred to the worker.
 var filterNameRe = regexp.MustCompile(`^[A-Za-z0-9_]{1,64}$`)
 
+// instanceNameRe is the form of a filter's @instance name (a label for
+// commands such as sendcmd's; ffmpeg takes any text, the checker a plain one).
+var instanceNameRe = regexp.MustCompile(`^[A-Za-z0-9_.-]{1,64}$`)
+
 // checkFilter checks one filter: name (with an optional @instance) and its
 // arguments, already unescaped once by the graph parser. A filter the service's
 // table does not know is checked against the worker's ffmpeg (Spec.Worker); at
 // the gateway it is deferred to the worker when its name is well-formed.
 func checkFilter(w, name, args string, hasArgs bool, spec Spec) error {
-	class, _, _ := strings.Cut(name, "@")
+	class, inst, hasInst := strings.Cut(name, "@")
+	if hasInst && !instanceNameRe.MatchString(inst) {
+		return fmt.Errorf("%s: filter %q: its instance name %q may hold only letters, digits, \"_\", \".\" and \"-\" (as in drawtext@title)", w, class, inst)
+	}
 	lc := strings.ToLower(class)
 	if r, bad := refusedFilters[lc]; bad {
 		return refuse(fmt.Sprintf("%s: filter %q", w, class), r)

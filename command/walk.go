@@ -394,7 +394,7 @@ func checkTee(w, v string, spec Spec, depth int) error {
 		if strings.HasPrefix(slave, "[") {
 			var ok bool
 			if opts, slave, ok = teeOptions(slave[1:]); !ok {
-				return fmt.Errorf("tee output %q: \"[\" without \"]\"", v)
+				return fmt.Errorf("tee output %q: its options are not key=value pairs in \"[...]\" (as in [f=mp4:onfail=ignore]outputs/out.mp4)", v)
 			}
 			if err := checkDict("tee output", opts, spec, 0); err != nil {
 				return err
@@ -431,8 +431,8 @@ func teeOptions(p string) (opts, name string, ok bool) {
 			j++
 		}
 		t = skipSpace(t[j:])
-		if !strings.HasPrefix(t, "=") {
-			return "", "", false // ffmpeg: "Invalid slave option"
+		if j == 0 || !strings.HasPrefix(t, "=") {
+			return "", "", false // ffmpeg: "Invalid slave option" (an empty key too: av_dict_parse_string)
 		}
 		_, rest = getToken(t[1:], ":]")
 		switch {
