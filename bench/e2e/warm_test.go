@@ -192,10 +192,20 @@ func warmUp(b *testing.B, e *env) {
 // runner (worker.path "dispatch": none was waiting) fails the benchmark rather
 // than count a dispatch as a warm figure.
 func BenchmarkWarmLatency(b *testing.B) {
+	warms, raws, _ := warmRounds(b, warmBody, nil)
+	b.ReportMetric(quantile(warms, 0.5).Seconds(), "warm-p50-s")
+	b.ReportMetric(quantile(warms, 0.95).Seconds(), "warm-p95-s")
+	b.ReportMetric(quantile(raws, 0.5).Seconds(), "nomad-p50-s")
+	b.ReportMetric(quantile(raws, 0.95).Seconds(), "nomad-p95-s")
+}
+
+// warmRounds times *samples* rounds per iteration of: body on the warm pool
+// (every runner waiting first, untimed; a job not run warm fails), one raw
+// Nomad dispatch, and, with execArgs, ffmpeg alone on them.
+func warmRounds(b *testing.B, body []byte, execArgs []string) (warms, raws, execs []time.Duration) {
 	e := getEnv(b)
 	ctx := context.Background()
 	warmUp(b, e)
-	var warms, raws []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		for range *samples {
@@ -204,7 +214,7 @@ func BenchmarkWarmLatency(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StartTimer()
-			s, path, err := e.warmSample(ctx)
+			s, path, err := e.bodySample(ctx, body)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -216,13 +226,17 @@ func BenchmarkWarmLatency(b *testing.B) {
 				b.Fatal(err)
 			}
 			raws = append(raws, s.took())
+			if execArgs != nil {
+				d, err := e.execArgs(ctx, execArgs)
+				if err != nil {
+					b.Fatal(err)
+				}
+				execs = append(execs, d)
+			}
 		}
 	}
 	b.StopTimer()
-	b.ReportMetric(quantile(warms, 0.5).Seconds(), "warm-p50-s")
-	b.ReportMetric(quantile(warms, 0.95).Seconds(), "warm-p95-s")
-	b.ReportMetric(quantile(raws, 0.5).Seconds(), "nomad-p50-s")
-	b.ReportMetric(quantile(raws, 0.95).Seconds(), "nomad-p95-s")
+	return warms, raws, execs
 }
 
 // trivialBody is issue 32's trivial job as Very Good FFmpeg's docs send it:
@@ -237,38 +251,7 @@ var (
 // Nomad's dispatch and the same command run by ffmpeg alone, each in turn.
 // Reports the medians and 95th percentiles, and the median's ratios to both.
 func BenchmarkTrivialLatency(b *testing.B) {
-	e := getEnv(b)
-	ctx := context.Background()
-	warmUp(b, e)
-	var mjs, raws, execs []time.Duration
-	b.ResetTimer()
-	for range b.N {
-		for range *samples {
-			b.StopTimer()
-			if err := e.waitWarmIdle(ctx, *warmRunners); err != nil {
-				b.Fatal(err)
-			}
-			b.StartTimer()
-			s, path, err := e.bodySample(ctx, trivialBody)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if path != mj.WorkerWarm {
-				b.Fatalf("the trivial job without a timeout ran on worker path %q (%s), not %q", path, s.child, mj.WorkerWarm)
-			}
-			mjs = append(mjs, s.took())
-			if s, err = e.rawSample(ctx); err != nil {
-				b.Fatal(err)
-			}
-			raws = append(raws, s.took())
-			d, err := e.execArgs(ctx, trivialArgs)
-			if err != nil {
-				b.Fatal(err)
-			}
-			execs = append(execs, d)
-		}
-	}
-	b.StopTimer()
+	mjs, raws, execs := warmRounds(b, trivialBody, trivialArgs)
 	p50, raw, ex := quantile(mjs, 0.5), quantile(raws, 0.5), quantile(execs, 0.5)
 	b.ReportMetric(p50.Seconds(), "mj-p50-s")
 	b.ReportMetric(quantile(mjs, 0.95).Seconds(), "mj-p95-s")

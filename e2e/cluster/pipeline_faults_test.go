@@ -209,17 +209,7 @@ func pipelineGet(t *testing.T, apiURL, key, id string) map[string]any {
 // pipelineStepJobs are the jobs of step name in pipeline view p, in item order.
 func pipelineStepJobs(t *testing.T, p map[string]any, name string) []map[string]any {
 	t.Helper()
-	for _, s := range p["steps"].([]any) {
-		if s := s.(map[string]any); s["name"] == name {
-			var out []map[string]any
-			for _, j := range s["jobs"].([]any) {
-				out = append(out, j.(map[string]any))
-			}
-			return out
-		}
-	}
-	t.Fatalf("no step %s in %v", name, p["steps"])
-	return nil
+	return e2e.StepJobs(e2e.PipelineStep(t, p, name))
 }
 
 // pipelineWaitEnd waits until pipeline id's end is recorded (finished_at; its

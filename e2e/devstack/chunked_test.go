@@ -135,7 +135,7 @@ func TestChunkedEndToEnd(t *testing.T) {
 	if v == nil || v["pass"] != true || v["decoded_frames"] != 150.0 {
 		t.Fatalf("verification %v", p["verification"])
 	}
-	enc := stepJobs(parallelStep(t, j, "encode"))
+	enc := e2e.StepJobs(parallelStep(t, j, "encode"))
 	if len(enc) != 3 || enc[1]["item"].(map[string]any)["start"] != "2.000000" {
 		t.Fatalf("encode step %v", enc)
 	}
@@ -163,7 +163,7 @@ func TestChunkedEndToEnd(t *testing.T) {
 		t.Fatalf("webhook body %v", hook.Job)
 	}
 	for _, s := range j["parallel"].(map[string]any)["steps"].([]any) {
-		for _, c := range stepJobs(s.(map[string]any)) {
+		for _, c := range e2e.StepJobs(s.(map[string]any)) {
 			if n := len(e2e.Hooks.Calls(c["id"].(string))); n != 0 {
 				t.Fatalf("job %v of step %v sent %d webhooks", c["id"], s.(map[string]any)["name"], n)
 			}
@@ -188,7 +188,7 @@ func runningEncode(t *testing.T, id string) (string, string) {
 			if s["name"] != "encode" {
 				continue
 			}
-			for _, c := range stepJobs(s) {
+			for _, c := range e2e.StepJobs(s) {
 				if c["status"] != "running" {
 					continue
 				}
@@ -309,7 +309,7 @@ func TestChunkedFromAnotherJobsOutput(t *testing.T) {
 	if v, _ := j["parallel"].(map[string]any)["verification"].(map[string]any); v == nil || v["pass"] != true || v["decoded_frames"] != 150.0 {
 		t.Fatalf("verification %v", j["parallel"])
 	}
-	plan := stepJobs(parallelStep(t, j, "plan"))[0]
+	plan := e2e.StepJobs(parallelStep(t, j, "plan"))[0]
 	if s := plan["status_detail"]; s != "" {
 		t.Fatalf("plan job's detail after it ran: %v", s)
 	}

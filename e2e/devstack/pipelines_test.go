@@ -41,38 +41,7 @@ func getPipeline(t *testing.T, id string) map[string]any {
 // has one, is no longer pending.
 func waitPipeline(t *testing.T, id string) map[string]any {
 	t.Helper()
-	var p map[string]any
-	testenv.Eventually(t, 4*time.Minute, "pipeline "+id+" to end", func() bool {
-		p = getPipeline(t, id)
-		switch p["status"] {
-		case "succeeded", "failed", "cancelled":
-			w, _ := p["webhook"].(map[string]any)
-			return p["webhook_url"] == nil || w != nil && w["status"] != "pending"
-		}
-		return false
-	})
-	return p
-}
-
-// step is a pipeline view's step by name.
-func step(t *testing.T, p map[string]any, name string) map[string]any {
-	t.Helper()
-	for _, s := range p["steps"].([]any) {
-		if s := s.(map[string]any); s["name"] == name {
-			return s
-		}
-	}
-	t.Fatalf("no step %s in %v", name, p["steps"])
-	return nil
-}
-
-// stepJobs are a step's jobs, in item order.
-func stepJobs(s map[string]any) []map[string]any {
-	var out []map[string]any
-	for _, j := range s["jobs"].([]any) {
-		out = append(out, j.(map[string]any))
-	}
-	return out
+	return e2e.WaitPipeline(t, "", e2e.Stack.APIKey, id, 4*time.Minute)
 }
 
 // oneHook waits for the one delivery of webhook id (a job's or a pipeline's)
@@ -108,7 +77,7 @@ func TestPipelineLadderEndToEnd(t *testing.T) {
 	if p["status"] != "queued" && p["status"] != "running" {
 		t.Fatalf("created pipeline: %v", p["status"])
 	}
-	if hls := step(t, p, "hls"); fmt.Sprint(hls["needs"]) != "[rung]" {
+	if hls := e2e.PipelineStep(t, p, "hls"); fmt.Sprint(hls["needs"]) != "[rung]" {
 		t.Fatalf("hls needs %v", hls["needs"])
 	}
 	e2e.CheckLadder(t, e2e.Stack.URL, e2e.Stack.APIKey, waitPipeline(t, id))
@@ -145,12 +114,12 @@ func TestPipelineFailingStepFailsItsDependentsOnly(t *testing.T) {
 	if msg, _ := p["error_message"].(string); p["status"] != "failed" || !strings.Contains(msg, "step bad failed") {
 		t.Fatalf("pipeline %v: %q", p["status"], p["error_message"])
 	}
-	bad := stepJobs(step(t, p, "bad"))[0]
+	bad := e2e.StepJobs(e2e.PipelineStep(t, p, "bad"))[0]
 	if bad["status"] != "failed" || !strings.Contains(bad["error_message"].(string), "matches no streams") {
 		t.Fatalf("bad: %v %q", bad["status"], bad["error_message"])
 	}
-	after := step(t, p, "after")
-	afterJob := stepJobs(after)[0]
+	after := e2e.PipelineStep(t, p, "after")
+	afterJob := e2e.StepJobs(after)[0]
 	if msg, _ := afterJob["error_message"].(string); after["status"] != "failed" || afterJob["status"] != "failed" ||
 		!strings.Contains(msg, "input_files.x") || !strings.Contains(msg, "job "+bad["id"].(string)+" (step bad) failed") || !strings.Contains(msg, "matches no streams") {
 		t.Fatalf("after: step %v, job %v %q; want failed naming bad's job %s", after["status"], afterJob["status"], afterJob["error_message"], bad["id"])
@@ -158,7 +127,7 @@ func TestPipelineFailingStepFailsItsDependentsOnly(t *testing.T) {
 	if afterJob["started_at"] != nil {
 		t.Fatalf("after ran: started at %v", afterJob["started_at"])
 	}
-	side := stepJobs(step(t, p, "side"))[0]
+	side := e2e.StepJobs(e2e.PipelineStep(t, p, "side"))[0]
 	png, ok := side["output_files"].(map[string]any)["side.png"].(string)
 	if side["status"] != "succeeded" || !ok {
 		t.Fatalf("side: %v %q %v", side["status"], side["error_message"], side["output_files"])
@@ -166,7 +135,7 @@ func TestPipelineFailingStepFailsItsDependentsOnly(t *testing.T) {
 	if w := e2e.Probe(t, e2e.Download(t, png))["streams"].([]any)[0].(map[string]any)["width"]; w != float64(64) {
 		t.Fatalf("side.png width %v", w)
 	}
-	if src := step(t, p, "src"); src["status"] != "succeeded" {
+	if src := e2e.PipelineStep(t, p, "src"); src["status"] != "succeeded" {
 		t.Fatalf("src: %v", src["status"])
 	}
 }
@@ -216,7 +185,7 @@ func TestPipelineCancelMidway(t *testing.T) {
 	id := p["id"].(string)
 	var jobIDs []string
 	for _, s := range p["steps"].([]any) {
-		for _, j := range stepJobs(s.(map[string]any)) {
+		for _, j := range e2e.StepJobs(s.(map[string]any)) {
 			jobIDs = append(jobIDs, j["id"].(string))
 		}
 	}
@@ -224,9 +193,9 @@ func TestPipelineCancelMidway(t *testing.T) {
 		t.Fatalf("%d jobs, want 4", len(jobIDs))
 	}
 	testenv.Eventually(t, 2*time.Minute, "step long to run", func() bool {
-		return stepJobs(step(t, getPipeline(t, id), "long"))[0]["status"] == "running"
+		return e2e.StepJobs(e2e.PipelineStep(t, getPipeline(t, id), "long"))[0]["status"] == "running"
 	})
-	longID := stepJobs(step(t, p, "long"))[0]["id"].(string)
+	longID := e2e.StepJobs(e2e.PipelineStep(t, p, "long"))[0]["id"].(string)
 	stored, err := e2e.Stack.Backends.Store.Job(context.Background(), longID)
 	if err != nil || stored.NomadJobID == "" {
 		t.Fatalf("the running job's record: %+v, %v", stored, err)
@@ -239,7 +208,7 @@ func TestPipelineCancelMidway(t *testing.T) {
 		t.Fatalf("cancel: HTTP %d %s", r.Status, r.Body)
 	}
 	for _, s := range r.Data(t)["steps"].([]any) {
-		for _, j := range stepJobs(s.(map[string]any)) {
+		for _, j := range e2e.StepJobs(s.(map[string]any)) {
 			if j["status"] != "cancelled" {
 				t.Fatalf("after the cancel, job %v of step %v is %v", j["id"], s.(map[string]any)["name"], j["status"])
 			}
@@ -342,7 +311,7 @@ func TestPipelineCLIRunWithALocalFile(t *testing.T) {
 	}
 	id := m[1]
 	// The source went up as a temporary file: the step's input is its link.
-	small := e2e.Call(t, "GET", "/api/jobs/"+stepJobs(step(t, getPipeline(t, id), "small"))[0]["id"].(string), e2e.Stack.APIKey, nil).Data(t)
+	small := e2e.Call(t, "GET", "/api/jobs/"+e2e.StepJobs(e2e.PipelineStep(t, getPipeline(t, id), "small"))[0]["id"].(string), e2e.Stack.APIKey, nil).Data(t)
 	if src, _ := small["input_files"].(map[string]any)["src"].(string); !strings.HasPrefix(src, e2e.Stack.URL+"/files/") {
 		t.Fatalf("small's input src is %q, not the uploaded file", src)
 	}
@@ -450,12 +419,12 @@ func TestPipelineREADMEWalkthrough(t *testing.T) {
 	if p["status"] != "succeeded" {
 		t.Fatalf("pipeline %v: %v\n%s", p["status"], p["error_message"], mustJSONString(p["steps"]))
 	}
-	master := stepJobs(step(t, p, "hls"))[0]["output_files"].(map[string]any)["master.m3u8"].(string)
+	master := e2e.StepJobs(e2e.PipelineStep(t, p, "hls"))[0]["output_files"].(map[string]any)["master.m3u8"].(string)
 	probe, err := exec.Command(e2e.Ffprobe, "-v", "error", "-show_entries", "stream=height", "-of", "csv=p=0", master).Output()
 	if err != nil || !strings.Contains(string(probe), "90") || !strings.Contains(string(probe), "180") {
 		t.Fatalf("ffprobe of the master playlist: %v %q", err, probe)
 	}
-	if _, ok := stepJobs(step(t, p, "thumbs"))[0]["output_files"].(map[string]any)["strip.jpg"]; !ok {
+	if _, ok := e2e.StepJobs(e2e.PipelineStep(t, p, "thumbs"))[0]["output_files"].(map[string]any)["strip.jpg"]; !ok {
 		t.Fatal("no thumbnail strip")
 	}
 }
@@ -584,8 +553,8 @@ func TestPipelineIntermediateOutputIsNotPublishedAndGoesAtTheEnd(t *testing.T) {
 		},
 	}})
 	id := p["id"].(string)
-	if s := step(t, p, "small"); s["publish"] != false || step(t, p, "thumb")["publish"] != true {
-		t.Fatalf("steps' publish: small %v, thumb %v", s["publish"], step(t, p, "thumb")["publish"])
+	if s := e2e.PipelineStep(t, p, "small"); s["publish"] != false || e2e.PipelineStep(t, p, "thumb")["publish"] != true {
+		t.Fatalf("steps' publish: small %v, thumb %v", s["publish"], e2e.PipelineStep(t, p, "thumb")["publish"])
 	}
 	p = waitPipeline(t, id)
 	if p["status"] != "succeeded" {
@@ -593,7 +562,7 @@ func TestPipelineIntermediateOutputIsNotPublishedAndGoesAtTheEnd(t *testing.T) {
 	}
 
 	// The step after read it: the thumbnail is small.mp4's 48 px frame.
-	thumb := stepJobs(step(t, p, "thumb"))[0]
+	thumb := e2e.StepJobs(e2e.PipelineStep(t, p, "thumb"))[0]
 	png, ok := thumb["output_files"].(map[string]any)["thumb.png"].(string)
 	if !ok {
 		t.Fatalf("thumb's outputs %v", thumb["output_files"])
@@ -603,7 +572,7 @@ func TestPipelineIntermediateOutputIsNotPublishedAndGoesAtTheEnd(t *testing.T) {
 	}
 
 	// No link to it anywhere; the job's outputs say what it was.
-	small := stepJobs(step(t, p, "small"))[0]
+	small := e2e.StepJobs(e2e.PipelineStep(t, p, "small"))[0]
 	smallID := small["id"].(string)
 	if links := small["output_files"].(map[string]any); len(links) != 0 {
 		t.Fatalf("the pipeline view links the intermediate output: %v", links)
