@@ -176,7 +176,7 @@ func (d *Dispatcher) defaults() {
 	}
 	if d.warm == nil {
 		d.warm = &warmBroker{log: d.Log, settle: d.settle, now: d.now, wake: d.sched.wake, timeoutGrace: d.TimeoutGrace,
-			st: func() warmStore { return d.st() }}
+			leaseTTL: d.warmLeaseTTL, st: func() warmStore { return d.st() }}
 	}
 	if d.recon == nil {
 		d.recon = &reconciler{cfg: d.Config, log: d.Log, nomad: d.nomad, allocs: d.Allocs, settle: d.settle, now: d.now,
@@ -266,6 +266,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		sess.Close()
 	}
 	return nil
+}
+
+// warmLeaseTTL is pool's warm lease_ttl, 0 when it has no warm block now.
+func (d *Dispatcher) warmLeaseTTL(pool string) time.Duration {
+	if p := d.Config.Pool(pool); p != nil && p.Warm != nil {
+		return p.Warm.LeaseTTLD
+	}
+	return 0
 }
 
 // st is the store the loops use: the current (or last) term's, which refuses

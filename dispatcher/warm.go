@@ -49,6 +49,11 @@ type warmBroker struct {
 	wake   func() // the scheduler's: a runner waits for work
 	// timeoutGrace: how long past its timeout a warm job may run (TimeoutGrace).
 	timeoutGrace time.Duration
+	// leaseTTL is a pool's warm lease_ttl (config.Warm.LeaseTTLD).
+	leaseTTL func(pool string) time.Duration
+	// overdue holds, per run, when this term's sweeps first saw it live past its
+	// timeout and the grace (warmOverdue); warmLoop alone touches it.
+	overdue map[string]time.Time
 }
 
 // errNotWarm: the job does not fit the pool's warm runners (its timeout is longer
@@ -137,6 +142,7 @@ func (b *warmBroker) warmLoop(ctx context.Context) {
 	ws := b.st()
 	apply, wait := warmWorkers(warmApplyWorkers)
 	defer wait()
+	b.overdue = nil // what an earlier term saw proves nothing now
 	for ctx.Err() == nil {
 		rev := b.warmSweep(ctx, ws)
 		if rev == 0 {
@@ -209,6 +215,10 @@ func warmShard(id string, n int) int {
 // key is gone with no done key (a lapse the watch did not see), and of those past
 // their timeout. It returns the etcd revision it read at, 0 when a read failed.
 func (b *warmBroker) warmSweep(ctx context.Context, ws warmStore) int64 {
+	// What is overdue is counted over sweeps that read everything: a failed
+	// read (etcd away) starts it over.
+	overdue := map[string]time.Time{}
+	defer func() { b.overdue = overdue }()
 	// The watch that follows starts after this revision, before everything read
 	// below: an event in between is seen twice (harmless), never missed.
 	rev, err := b.st().Revision(ctx)
@@ -277,7 +287,9 @@ func (b *warmBroker) warmSweep(ctx context.Context, ws warmStore) int64 {
 		case r.Started && j.AttemptStartedAt == nil: // the watch missed its start
 			b.warmStarted(ctx, r)
 		case attemptStart(j) != nil && timedOut(j, now, b.timeoutGrace):
-			b.warmTimedOut(ctx, j, r)
+			if b.warmOverdue(overdue, r, now) {
+				b.warmTimedOut(ctx, j, r)
+			}
 		}
 	}
 	return rev
@@ -368,21 +380,7 @@ func (b *warmBroker) warmLapsed(ctx context.Context, ws warmStore, r store.WarmR
 		return // it reported after all (applied from its done key), or etcd cannot say
 	}
 	child := mj.WarmChild(r.Run)
-	prefix := mj.RunScope(r.JobID, r.Attempt) + r.Run + "/"
-	res, err := b.settle.res.resultAt(ctx, r.JobID, r.Attempt, prefix)
-	if err != nil {
-		b.settle.resultUnreadable(ctx, r.JobID, r.Attempt, child, err)
-		return // the job stays on the run: the next sweep reads it again
-	}
-	if res != nil {
-		a := allocState{ID: r.Alloc, NomadJobID: child, ClientStatus: api.AllocClientStatusComplete}
-		j, err := b.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
-			if j.Status.Terminal() || j.NomadJobID != child || max(j.Attempt, 1) != r.Attempt {
-				return b.settle.lateUsage(j, child, r.Attempt, res) // a cancelled job's report is still billed
-			}
-			return b.settle.outcome(j, a, res, b.now(), prefix)
-		})
-		b.settle.applied(ctx, r.JobID, child, j, err)
+	if b.settleFromResult(ctx, r) {
 		return
 	}
 	if r.Started {
@@ -411,10 +409,64 @@ func (b *warmBroker) warmLapsed(ctx context.Context, ws warmStore, r store.WarmR
 	b.settle.applied(ctx, r.JobID, child, j, err)
 }
 
-// warmTimedOut fails a warm job still running past its timeout and the grace:
-// its runner should have stopped it and reported. Its lease is then refused.
+// settleFromResult applies run r's result when it is up (its runner ran the job
+// and uploaded it, but its done call never landed), and tells whether it did
+// anything: true also when the result could not be read, so that the job stays
+// on the run for the next sweep.
+func (b *warmBroker) settleFromResult(ctx context.Context, r store.WarmRun) bool {
+	child := mj.WarmChild(r.Run)
+	prefix := mj.RunScope(r.JobID, r.Attempt) + r.Run + "/"
+	res, err := b.settle.res.resultAt(ctx, r.JobID, r.Attempt, prefix)
+	if err != nil {
+		b.settle.resultUnreadable(ctx, r.JobID, r.Attempt, child, err)
+		return true
+	}
+	if res == nil {
+		return false
+	}
+	a := allocState{ID: r.Alloc, NomadJobID: child, ClientStatus: api.AllocClientStatusComplete}
+	j, err := b.st().UpdateJob(ctx, r.JobID, func(j *mj.Job) error {
+		if j.Status.Terminal() || j.NomadJobID != child || max(j.Attempt, 1) != r.Attempt {
+			return b.settle.lateUsage(j, child, r.Attempt, res) // a cancelled job's report is still billed
+		}
+		return b.settle.outcome(j, a, res, b.now(), prefix)
+	})
+	b.settle.applied(ctx, r.JobID, child, j, err)
+	return true
+}
+
+// warmOverdue records that run r is live past its job's timeout and the grace,
+// and tells whether it has been so, as this term's sweeps saw it, for two of its
+// pool's lease TTLs. A live run key alone does not prove a runner: etcd extends
+// every lease by its TTL when it elects a leader, so after an outage longer
+// than the job (the runner, cut off, stopped it or could not report it) the run
+// stays live for a TTL with nobody behind it. A runner that still renews after
+// that holds a job it did not stop; one that does not lets the lease lapse,
+// and the lapse settles the job (warmLapsed): its result, or a retry.
+func (b *warmBroker) warmOverdue(overdue map[string]time.Time, r store.WarmRun, now time.Time) bool {
+	first, seen := b.overdue[r.Run]
+	if !seen {
+		first = now
+	}
+	overdue[r.Run] = first
+	ttl, _ := time.ParseDuration(config.DefaultWarmLeaseTTL) // a pool whose warm block went
+	if b.leaseTTL != nil {
+		if d := b.leaseTTL(r.Pool); d > 0 {
+			ttl = d
+		}
+	}
+	return now.Sub(first) >= 2*ttl
+}
+
+// warmTimedOut fails a warm job still running past its timeout and the grace,
+// its runner still renewing (warmOverdue): it should have stopped the job and
+// reported. A result already up (its done call lost) is applied instead. Its
+// lease is then refused.
 func (b *warmBroker) warmTimedOut(ctx context.Context, j *mj.Job, r store.WarmRun) {
 	child := j.NomadJobID
+	if b.settleFromResult(ctx, r) {
+		return
+	}
 	nj, err := b.st().UpdateJob(ctx, j.ID, func(j *mj.Job) error {
 		if j.Status.Terminal() || j.NomadJobID != child {
 			return errSkip

@@ -471,8 +471,9 @@ func TestWarmSweepFindsMissedEnds(t *testing.T) {
 	e.retriedOnce(ended.ID, "gave it back without a result")
 }
 
-// A warm job still running past its timeout and the grace is failed by the
-// sweep; its run key stays (the runner's next renewal stops it).
+// A warm job still running past its timeout and the grace, its run live for two
+// lease TTLs more (its runner renews: it holds a job it did not stop), is failed
+// by the sweep; its run key stays (the runner's next renewal stops it).
 func TestWarmTimedOut(t *testing.T) {
 	e := newWarmEnv(t)
 	entry := e.job(30, time.Now().UTC())
@@ -485,7 +486,16 @@ func TestWarmTimedOut(t *testing.T) {
 	if j := e.get(entry.ID); j.Status != mj.StatusRunning {
 		t.Fatalf("failed before its timeout and the grace: %s %q", j.Status, j.ErrorMessage)
 	}
+	ttl := e.pool.Warm.LeaseTTLD
 	clock = deadline.Add(5 * time.Second)
+	for _, after := range []time.Duration{0, ttl, 2*ttl - time.Second} {
+		clock = deadline.Add(5*time.Second + after)
+		e.d.warm.warmSweep(e.ctx, e.s)
+		if j := e.get(entry.ID); j.Status != mj.StatusRunning {
+			t.Fatalf("failed %s after the sweeps first saw it overdue, before two lease TTLs (%s): %s %q", after, ttl, j.Status, j.ErrorMessage)
+		}
+	}
+	clock = deadline.Add(5*time.Second + 2*ttl)
 	e.d.warm.warmSweep(e.ctx, e.s)
 	j := e.get(entry.ID)
 	if j.Status != mj.StatusFailed || !strings.Contains(j.ErrorMessage, "past its timeout") || j.Attempt != 1 || j.FinishedAt == nil {
@@ -499,6 +509,60 @@ func TestWarmTimedOut(t *testing.T) {
 	if j := e.get(entry.ID); j.Status != mj.StatusFailed || j.Attempt != 1 {
 		t.Fatalf("a lapse after the timeout: %s attempt %d", j.Status, j.Attempt)
 	}
+}
+
+// etcd away longer than a job's timeout (it lost quorum): the runners, cut off,
+// stopped their jobs or could not report them, and when etcd is back their runs
+// are still live for a lease TTL, as etcd's new leader extends every lease. The
+// sweeps then see runs long past their timeout. None is failed for its timeout:
+// a run whose result is up is applied from it, and one whose lease lapses is
+// retried; a sweep that failed a read (etcd away again) starts the count over.
+func TestWarmOverdueAfterAnOutageIsNotATimeout(t *testing.T) {
+	e := newWarmEnv(t)
+	now := time.Now().UTC()
+	reported, cutOff := e.job(30, now), e.job(30, now)
+	reportedRun, cutOffRun := e.handed(reported), e.handed(cutOff)
+	prefix := fmt.Sprintf("jobs/%s/1/%s/", reported.ID, reportedRun.Run)
+	e.put(prefix+"result.json", mj.Result{JobID: reported.ID, Attempt: 1, Succeeded: true, InputBytes: 7, Outputs: []mj.Output{{Name: "out.mp4", Size: 5}}})
+	ttl := e.pool.Warm.LeaseTTLD
+	back := now.Add(90*time.Second + e.d.TimeoutGrace) // etcd back after 90 s: both are long past 30 s
+	clock := back
+	e.d.clock = func() time.Time { return clock }
+	e.d.warm.warmSweep(e.ctx, e.s)
+	e.d.warm.warmSweep(e.ctx, e.s)
+	for _, id := range []string{reported.ID, cutOff.ID} {
+		if j := e.get(id); j.Status != mj.StatusRunning {
+			t.Fatalf("failed at the first sweeps after the outage: %s %q", j.Status, j.ErrorMessage)
+		}
+	}
+	// A sweep fails its reads (etcd away again): the runs' overdue time starts over.
+	gone, cancel := context.WithCancel(e.ctx)
+	cancel()
+	if rev := e.d.warm.warmSweep(gone, e.s); rev != 0 {
+		t.Fatal("a sweep without etcd read everything")
+	}
+	clock = back.Add(2*ttl - time.Second)
+	e.d.warm.warmSweep(e.ctx, e.s)
+	clock = back.Add(2*ttl + time.Second)
+	e.d.warm.warmSweep(e.ctx, e.s)
+	for _, id := range []string{reported.ID, cutOff.ID} {
+		if j := e.get(id); j.Status != mj.StatusRunning {
+			t.Fatalf("failed less than two lease TTLs after an interrupted count: %s %q", j.Status, j.ErrorMessage)
+		}
+	}
+	// The cut-off runner's lease lapses: its job runs again.
+	if _, err := e.s.Client().Revoke(e.ctx, clientv3.LeaseID(cutOffRun.Lease)); err != nil {
+		t.Fatal(err)
+	}
+	e.d.warm.warmLapsed(e.ctx, e.s, cutOffRun)
+	e.retriedOnce(cutOff.ID, "stopped renewing its lease")
+	// The reported run stays live past two TTLs: its result is applied.
+	clock = back.Add(4*ttl + time.Second)
+	e.d.warm.warmSweep(e.ctx, e.s)
+	if j := e.get(reported.ID); j.Status != mj.StatusSucceeded || j.Attempt != 1 || len(j.Outputs) != 1 || j.Outputs[0].Key != prefix+"outputs/out.mp4" {
+		t.Fatalf("an overdue run with its result up: %s attempt %d %q outputs %+v; want succeeded from its result", j.Status, j.Attempt, j.ErrorMessage, j.Outputs)
+	}
+	e.retriedOnce(cutOff.ID, "stopped renewing its lease")
 }
 
 // A run whose result is up and whose done call never landed (a gateway
