@@ -108,8 +108,15 @@ func (r *Runner) startJobSandbox(ctx context.Context, diskLimit int64) (*jobSand
 	gpu := r.Sandbox.GPU
 	// The same sandbox as a command's (sandbox.Args), showing the runner's
 	// binary too, read-only at its path, when it is outside /usr.
-	args := sandbox.Args(sandbox.HostLayout(gpu, self, ffAbs), hostDir, gpu, []string{self, driver.Arg})
+	// A GPU job's device nodes are per-sandbox copies (sandbox.HostLayout),
+	// removed when the sandbox's context ends.
+	l := sandbox.HostLayout(gpu, self, ffAbs)
+	if err := l.Err(); err != nil {
+		return nil, err
+	}
+	args := sandbox.Args(l, hostDir, gpu, []string{self, driver.Arg})
 	sctx, cancel := context.WithCancelCause(ctx)
+	context.AfterFunc(sctx, func() { l.Release() })
 	cmd := exec.CommandContext(sctx, bwrap, args...)
 	if p := r.Sandbox.Pids; p != nil {
 		// As sandbox.Bwrap does for a command: a shell moves itself into the

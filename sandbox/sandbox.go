@@ -33,8 +33,9 @@ var ErrMissing = errors.New(`this worker runs ffmpeg in a bubblewrap sandbox (th
 // Bwrap runs commands inside a bubblewrap sandbox.
 type Bwrap struct {
 	Path string // the bwrap binary; "bwrap" from PATH when empty
-	// GPU binds the NVIDIA device nodes and a private /proc (the CUDA driver
-	// reads /proc/driver/nvidia): GPU pools only.
+	// GPU binds the NVIDIA device nodes (copies of the host's, devices.go)
+	// and a private /proc (the CUDA driver reads /proc/driver/nvidia): GPU
+	// pools only.
 	GPU bool
 	// Pids, when set, is the cgroup every command starts in: it caps the
 	// processes and threads of the job (NewPids).
@@ -45,7 +46,24 @@ type Bwrap struct {
 type Layout struct {
 	Binds    []string          // bound read-only at the same path
 	Symlinks map[string]string // path -> target, e.g. /lib -> usr/lib on merged-/usr hosts
-	Devices  []string          // device nodes bound at the same path
+	Devices  []string          // the host's device nodes, bound read-only (and nodev) at the same path
+	GPU      []Device          // the GPUs' nodes, bound writable: copies made for this sandbox (gpuNodes)
+
+	copies string // the directory of the copies in GPU, removed by Release
+	err    error  // the copies could not be made
+}
+
+// Err says why the GPU device nodes could not be made: the sandbox has none.
+func (l Layout) Err() error { return l.err }
+
+// Release removes the sandbox's copies of the GPU device nodes. Once bwrap has
+// bound them they are no longer needed, so it is called when the command's
+// context ends.
+func (l Layout) Release() error {
+	if l.copies == "" {
+		return nil
+	}
+	return os.RemoveAll(l.copies)
 }
 
 // startPaths are what a dynamically linked ffmpeg needs to start (binaries and
@@ -63,7 +81,8 @@ var topLinks = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
 var devices = []string{"/dev/null", "/dev/zero", "/dev/urandom"}
 
 // HostLayout reads what the host has of the paths above, plus the binaries
-// (absolute paths) when they live outside /usr.
+// (absolute paths) when they live outside /usr. With gpu it makes the
+// sandbox's copies of the GPU device nodes: Release removes them.
 func HostLayout(gpu bool, binaries ...string) Layout {
 	l := Layout{Symlinks: map[string]string{}}
 	for _, p := range topLinks {
@@ -90,13 +109,7 @@ func HostLayout(gpu bool, binaries ...string) Layout {
 	}
 	l.Devices = append(l.Devices, devices...)
 	if gpu {
-		nv, _ := filepath.Glob("/dev/nvidia*")
-		sort.Strings(nv)
-		for _, d := range nv {
-			if fi, err := os.Stat(d); err == nil && !fi.IsDir() {
-				l.Devices = append(l.Devices, d)
-			}
-		}
+		l.GPU, l.copies, l.err = gpuNodes()
 	}
 	return l
 }
@@ -147,12 +160,15 @@ func args(l Layout, dir string, gpu, readOnly bool, argv []string) []string {
 		a = append(a, "--symlink", l.Symlinks[p], p)
 	}
 	for _, d := range l.Devices {
-		a = append(a, "--dev-bind", d, d)
 		// The caller's uid owns the host's device inodes inside: read-only, so
-		// no chmod reaches them. The GPUs need opening for writing.
-		if !strings.HasPrefix(d, "/dev/nvidia") {
-			a = append(a, "--remount-ro", d)
-		}
+		// no chmod reaches them. bwrap remounts them nodev too: they do not
+		// open (docs/threat-model.md).
+		a = append(a, "--dev-bind", d, d, "--remount-ro", d)
+	}
+	for _, d := range l.GPU {
+		// Writable and not nodev, so that they open; a chmod inside reaches
+		// only this sandbox's copy.
+		a = append(a, "--dev-bind", d.Host, d.Path)
 	}
 	if gpu {
 		a = append(a, "--proc", "/proc")
@@ -208,7 +224,14 @@ func (b *Bwrap) command(ctx context.Context, dir, bin string, args, env []string
 		return nil, err
 	}
 	argv := append([]string{abs}, args...)
-	cmd := exec.CommandContext(ctx, bwrap, mkArgs(HostLayout(b.GPU, abs), hostDir, b.GPU, argv)...)
+	l := HostLayout(b.GPU, abs)
+	if l.err != nil {
+		return nil, l.err
+	}
+	if l.copies != "" {
+		context.AfterFunc(ctx, func() { l.Release() })
+	}
+	cmd := exec.CommandContext(ctx, bwrap, mkArgs(l, hostDir, b.GPU, argv)...)
 	if b.Pids != nil {
 		b.Pids.wrap(cmd)
 	}
