@@ -155,6 +155,7 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 		u := mj.Usage{WallSeconds: math.MaxFloat64, CPUSeconds: math.MaxFloat64, GPUSeconds: math.MaxFloat64,
 			InputBytes: math.MaxInt64, OutputBytes: math.MaxInt64}.Bounded()
 		j.Usage = &u
+		j.Parallel.Usage = &u           // a chunked parent's summary: its jobs' sum, Bounded as one
 		j.MaxInputBytes = math.MaxInt64 // the store sets the account's (here no limit) at create
 		j.Outputs, j.TotalInputBytes, j.TotalOutputBytes = nil, r.InputBytes, math.MaxInt64
 		for _, o := range r.Outputs {

@@ -30,6 +30,11 @@ type Parallel struct {
 	// is the stitch job's output ChunkVerification (the parent's outputs are
 	// its declared output alone).
 	Verification json.RawMessage `json:"verification,omitempty"`
+	// Usage is, once the job ended, the sum of its pipeline's jobs' usage
+	// (dispatcher/chunked.go): what the job's views show as its usage. A
+	// summary only, never metered: each of those jobs was metered as it
+	// ended, and the store meters Job.Usage alone, which a parent never has.
+	Usage *Usage `json:"usage,omitempty"`
 }
 
 // ChunkVerifyFilter names, in a stitch job's analysis, the report of a

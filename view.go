@@ -80,6 +80,9 @@ func View(j *Job, sign func(key string) string) JobView {
 		Analysis: []Analysis{}, StatusDetail: j.StatusDetail, Webhook: j.Webhook, Usage: j.Usage, Worker: j.Worker,
 		Pipeline: j.Pipeline, Parallel: viewParallel(j.Parallel),
 	}
+	if j.ChunkedParent() && j.Usage == nil {
+		v.Usage = j.Parallel.Usage // its jobs' sum, as GET sums them (docs/chunked.md)
+	}
 	if v.FFmpegCommands == nil {
 		v.FFmpegCommands = []string{}
 	}

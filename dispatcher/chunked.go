@@ -264,8 +264,12 @@ func (p *pipelines) endParent(ctx context.Context, id string) bool {
 		p.log.Warn("reading a chunked job failed; the next resync tries again", "job", pl.Owner, "err", err)
 		return false
 	}
+	usage, ok := p.chunkedUsage(ctx, pl)
+	if !ok {
+		return false
+	}
 	if parent.Status.Terminal() {
-		return true
+		return p.summarise(ctx, parent, usage)
 	}
 	var outputs []mj.Output
 	var report json.RawMessage
@@ -334,20 +338,21 @@ func (p *pipelines) endParent(ctx context.Context, id string) bool {
 		if j.Status == mj.StatusQueued && pl.Status == mj.StatusSucceeded {
 			j.Run("encoding in chunks")
 		}
+		// Its jobs' usage, summed: in its views, never metered (Usage stays
+		// nil: each job was metered as it ended).
+		par := *j.Parallel
+		par.Usage = usage
+		j.Parallel = &par
 		switch pl.Status {
 		case mj.StatusSucceeded:
 			// The stitch's files: counted against storage on the stitch
 			// (TotalOutputBytes stays 0 here), metered there too.
 			j.Outputs = outputs
-			par := *j.Parallel
 			par.Verification = report
-			j.Parallel = &par
 			j.Succeed(now, "")
 		case mj.StatusFailed:
 			if report != nil {
-				par := *j.Parallel
 				par.Verification = report
-				j.Parallel = &par
 			}
 			j.Fail(now, pl.ErrorMessage)
 		default:
@@ -365,6 +370,60 @@ func (p *pipelines) endParent(ctx context.Context, id string) bool {
 	case err == errSkip || mj.ErrorCode(err) == mj.ENotFound:
 	default:
 		p.log.Warn("ending a chunked job failed; the next resync tries again", "job", parent.ID, "err", err)
+		return false
+	}
+	return true
+}
+
+// chunkedUsage sums the usage of pl's jobs (ended: pl is), in the pipeline's
+// order and to the millisecond, as each was metered; nil when none has any,
+// as GET's sum (gateway parallelSteps). false: a read failed.
+func (p *pipelines) chunkedUsage(ctx context.Context, pl *mj.Pipeline) (*mj.Usage, bool) {
+	ids := pl.JobIDs()
+	jobs, errs := p.store.Jobs(ctx, ids)
+	var sum *mj.Usage
+	for i, j := range jobs {
+		if errs[i] != nil {
+			if mj.ErrorCode(errs[i]) == mj.ENotFound {
+				continue // deleted by the retention
+			}
+			p.log.Warn("reading a chunked job's jobs failed; the next resync tries again", "pipeline", pl.ID, "err", errs[i])
+			return nil, false
+		}
+		if j == nil || j.Usage == nil {
+			continue
+		}
+		if sum == nil {
+			sum = &mj.Usage{}
+		}
+		*sum = sum.Add(*j.Usage)
+	}
+	if sum != nil {
+		b := sum.Bounded()
+		sum = &b
+	}
+	return sum, true
+}
+
+// summarise records usage on a parent that ended before its pipeline did
+// (cancelled by its client, whose jobs' cancels came after), so that its
+// record and list show its jobs' sum too (its webhook, armed by the cancel,
+// may have gone without). Never metered (chunkedUsage).
+func (p *pipelines) summarise(ctx context.Context, parent *mj.Job, usage *mj.Usage) bool {
+	if !parent.ChunkedParent() || usage == nil || parent.Parallel.Usage != nil && *parent.Parallel.Usage == *usage {
+		return true
+	}
+	_, err := p.store.UpdateJob(ctx, parent.ID, func(j *mj.Job) error {
+		if !j.ChunkedParent() || !j.Status.Terminal() {
+			return errSkip
+		}
+		par := *j.Parallel
+		par.Usage = usage
+		j.Parallel = &par
+		return nil
+	})
+	if err != nil && err != errSkip && mj.ErrorCode(err) != mj.ENotFound {
+		p.log.Warn("recording an ended chunked job's usage failed; the next resync tries again", "job", parent.ID, "err", err)
 		return false
 	}
 	return true
