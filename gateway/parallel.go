@@ -248,7 +248,12 @@ func (g *Gateway) parallelSteps(ctx context.Context, v *mj.JobView) {
 	pv := mj.ViewPipeline(p, jobs, func(key string) string { return links.Download(ctx, key, exp) })
 	v.Parallel.Steps = pv.Steps
 	// Its usage is its jobs': each is metered as the account's job, and the
-	// parent's record holds none (so nothing counts twice).
+	// parent's record holds none (so nothing counts twice). Once it ended, the
+	// sum its record keeps (parallel.usage) is shown, as the list and its
+	// webhook show it; until then, the sum so far.
+	if v.Usage != nil {
+		return
+	}
 	var sum *mj.Usage
 	for _, j := range jobs {
 		if j.Usage != nil {
