@@ -60,6 +60,7 @@ func newServer(c *client.Client, local bool) *sdk.Server {
 		Description: "Run ffmpeg commands on the service and wait for the result. " + inputs + ".\n" + commandRules +
 			"\nReturns the job: status (succeeded/failed/cancelled, or queued/running if wait_seconds passed first), error_message, " +
 			"output_files (signed download links), outputs (size, duration, streams), logs, usage. " +
+			"With parallel (chunked encoding of one long encode across workers), also chunks: the progress across the chunks and the verification's verdict. " +
 			"A job the service refuses returns its message and details naming the field at fault; fix it and call again."},
 		t.runJob)
 	sdk.AddTool(s, &sdk.Tool{Name: "check_job", Title: "Check a job without running it",
@@ -67,11 +68,12 @@ func newServer(c *client.Client, local bool) *sdk.Server {
 			"(a dry run; local files are not uploaded). Returns ffmpeg's full argv for each command as the worker would run it and where, " +
 			"or the same error run_job would get.\n" + commandRules, Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}},
 		t.checkJob)
-	sdk.AddTool(s, &sdk.Tool{Name: "get_job", Title: "Get a job", Description: "Get a job by id: its status, progress while running, outputs and their links, error_message, logs and usage.",
+	sdk.AddTool(s, &sdk.Tool{Name: "get_job", Title: "Get a job", Description: "Get a job by id: its status, progress while running, outputs and their links, error_message, logs and usage; " +
+		"for a chunked job (parallel), chunks: how many of its chunks are done, running or failed, each chunk's state, the other steps, and the verification's verdict and checks.",
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, t.getJob)
 	sdk.AddTool(s, &sdk.Tool{Name: "list_jobs", Title: "List jobs", Description: "List the account's jobs, newest first, optionally by status.",
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, t.listJobs)
-	sdk.AddTool(s, &sdk.Tool{Name: "wait_job", Title: "Wait for a job", Description: "Wait until a job ends (or wait_seconds pass) and return it.",
+	sdk.AddTool(s, &sdk.Tool{Name: "wait_job", Title: "Wait for a job", Description: "Wait until a job ends (or wait_seconds pass) and return it (a chunked job with its chunks, as get_job).",
 		Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}}, t.waitJob)
 	sdk.AddTool(s, &sdk.Tool{Name: "cancel_job", Title: "Cancel a job", Description: "Cancel a queued or running job; returns it. A job that already ended is returned as it ended.",
 		Annotations: &sdk.ToolAnnotations{DestructiveHint: ptr(true)}}, t.cancelJob)

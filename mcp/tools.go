@@ -23,6 +23,7 @@ type jobInput struct {
 	FFmpegCommands []string          `json:"ffmpeg_commands" jsonschema:"ffmpeg arguments without the leading ffmpeg, one string per command, run in order"`
 	Machine        string            `json:"machine,omitempty" jsonschema:"the worker pool: cpu (default) or a GPU pool such as nvidia"`
 	TimeoutSeconds int               `json:"timeout_seconds,omitempty" jsonschema:"the job's time limit in seconds (default: the pool's)"`
+	Parallel       *parallelInput    `json:"parallel,omitempty" jsonschema:"encode the video in chunks on several workers, stitched and verified (one command, one input, one output; e.g. {\"chunk_seconds\": 60, \"max_workers\": 8}); a command that cannot be split is refused naming why, unless fallback"`
 }
 
 type runJobInput struct {
@@ -32,13 +33,13 @@ type runJobInput struct {
 }
 
 type runJobOutput struct {
-	Job        *client.Job       `json:"job"`
+	Job        *jobResult        `json:"job"`
 	Downloaded map[string]string `json:"downloaded,omitempty"`
 }
 
 func (t *tools) request(ctx context.Context, in jobInput, upload bool) (client.CreateRequest, error) {
 	req := client.CreateRequest{InputFiles: map[string]string{}, OutputFiles: in.OutputFiles, FFmpegCommands: in.FFmpegCommands,
-		Machine: in.Machine, TimeoutSeconds: in.TimeoutSeconds}
+		Machine: in.Machine, TimeoutSeconds: in.TimeoutSeconds, Parallel: in.Parallel.request()}
 	if req.OutputFiles == nil {
 		req.OutputFiles = []string{}
 	}
@@ -118,7 +119,7 @@ func (t *tools) runJob(ctx context.Context, _ *sdk.CallToolRequest, in runJobInp
 	if j, err = t.wait(ctx, j, wait); err != nil {
 		return nil, nil, err
 	}
-	out := runJobOutput{Job: j}
+	out := runJobOutput{Job: result(j)}
 	if in.DownloadDir != "" && j.Status == mj.StatusSucceeded {
 		if err := os.MkdirAll(in.DownloadDir, 0o755); err != nil {
 			return nil, out, err
@@ -141,11 +142,15 @@ func (t *tools) runJob(ctx context.Context, _ *sdk.CallToolRequest, in runJobInp
 // wait follows j for at most seconds; a job still going is returned as it stands.
 func (t *tools) wait(ctx context.Context, j *client.Job, seconds int) (*client.Job, error) {
 	if seconds <= 0 || j.Status.Terminal() {
-		return j, nil
+		return t.withSteps(ctx, j)
 	}
-	return waitAtMost(ctx, seconds,
+	j, err := waitAtMost(ctx, seconds,
 		func(ctx context.Context) (*client.Job, error) { return t.c.Wait(ctx, j.ID, nil) },
 		func(ctx context.Context) (*client.Job, error) { return t.c.Get(ctx, j.ID) })
+	if err != nil {
+		return nil, err
+	}
+	return t.withSteps(ctx, j)
 }
 
 // waitAtMost follows something until it ends (wait), for at most seconds;
@@ -190,7 +195,7 @@ func (t *tools) getJob(ctx context.Context, _ *sdk.CallToolRequest, in idInput) 
 	if err != nil {
 		return nil, nil, toolError(err)
 	}
-	return nil, j, nil
+	return nil, result(j), nil
 }
 
 type listInput struct {
@@ -232,7 +237,7 @@ func (t *tools) waitJob(ctx context.Context, _ *sdk.CallToolRequest, in waitInpu
 	if j, err = t.wait(ctx, j, in.WaitSeconds); err != nil {
 		return nil, nil, err
 	}
-	return nil, j, nil
+	return nil, result(j), nil
 }
 
 func (t *tools) cancelJob(ctx context.Context, _ *sdk.CallToolRequest, in idInput) (*sdk.CallToolResult, any, error) {

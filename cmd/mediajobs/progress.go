@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -146,6 +148,7 @@ type stageBar struct {
 	lastLine string
 	lastAt   time.Time
 	paused   bool
+	chunks   string // a chunked job's progress across its chunks, as last read
 }
 
 func (ui *progressUI) stage(id string) *stageBar {
@@ -195,6 +198,16 @@ func describe(j *client.Job) (string, float64) {
 
 func (s *stageBar) update(j *client.Job) {
 	msg, pct := describe(j)
+	s.mu.Lock()
+	// The job's event stream has a chunked job alone; pollChunks reads its
+	// chunks, kept here for the updates that come without them.
+	if c := chunksLine(j); c != "" {
+		s.chunks = c
+	}
+	if s.chunks != "" && !j.Status.Terminal() {
+		msg += ", " + s.chunks
+	}
+	s.mu.Unlock()
 	if s.bar != nil {
 		s.mu.Lock()
 		s.msg = msg
@@ -232,11 +245,96 @@ func (s *stageBar) finish(j *client.Job) {
 	}
 	if j != nil {
 		line := fmt.Sprintf("job %s %s", s.id, j.Status)
+		if c := chunksLine(j); c != "" {
+			line += " (" + c + ")"
+		}
 		if j.Status == mj.StatusFailed {
 			line += ": " + j.ErrorMessage
 		}
 		s.ui.line("%s", line)
 	}
+}
+
+// chunksLine is a chunked job's progress across its chunks and its
+// verification's verdict ("chunks 3/8 done, 2 running"; docs/chunked.md);
+// "" for another job, or one read without its steps and report.
+func chunksLine(j *client.Job) string {
+	if j == nil || j.Parallel == nil || j.Parallel.Mode != mj.ParallelChunked {
+		return ""
+	}
+	var parts []string
+	for _, st := range j.Parallel.Steps {
+		if st.Name != "encode" {
+			continue
+		}
+		done, running := 0, 0
+		for _, c := range st.Jobs {
+			switch c.Status {
+			case mj.StatusSucceeded:
+				done++
+			case mj.StatusRunning:
+				running++
+			}
+		}
+		line := fmt.Sprintf("chunks %d/%d done", done, len(st.Jobs))
+		if running > 0 {
+			line += fmt.Sprintf(", %d running", running)
+		}
+		parts = append(parts, line)
+	}
+	if len(j.Parallel.Verification) > 0 {
+		var r struct {
+			Pass bool `json:"pass"`
+		}
+		if json.Unmarshal(j.Parallel.Verification, &r) == nil {
+			parts = append(parts, map[bool]string{true: "verification passed", false: "verification failed"}[r.Pass])
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// pollChunks reads job id every two seconds until ctx ends, when it is a
+// chunked job not ended, and passes it to update: only GET carries its
+// chunks (its event stream has the job alone).
+func pollChunks(ctx context.Context, c *client.Client, id string, update func(*client.Job)) {
+	for {
+		j, err := c.Get(ctx, id)
+		if err == nil && (j.Parallel == nil || j.Parallel.Mode != mj.ParallelChunked || j.Status.Terminal()) {
+			return
+		}
+		if err == nil {
+			update(j)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// followChunks runs pollChunks beside a wait; the function it returns stops
+// it and waits for it to end (no update comes after).
+func followChunks(ctx context.Context, c *client.Client, id string, update func(*client.Job)) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pollChunks(ctx, c, id, update)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// withChunks is j read again when it is a chunked job read without its
+// chunks (from its event stream), so that its last line shows them.
+func withChunks(ctx context.Context, c *client.Client, j *client.Job) *client.Job {
+	if j == nil || j.Parallel == nil || j.Parallel.Mode != mj.ParallelChunked || len(j.Parallel.Steps) > 0 {
+		return j
+	}
+	if again, err := c.Get(ctx, j.ID); err == nil {
+		return again
+	}
+	return j
 }
 
 func size(n int64) string {

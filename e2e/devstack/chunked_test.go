@@ -159,9 +159,11 @@ func TestChunkedEndToEnd(t *testing.T) {
 		t.Fatalf("usage %v", j["usage"])
 	}
 	// One webhook, the chunked job's, when it ended; none of its jobs has one.
-	if hook := oneHook(t, id, "job.succeeded"); hook.Job["parallel"] == nil {
+	hook := oneHook(t, id, "job.succeeded")
+	if hook.Job["parallel"] == nil {
 		t.Fatalf("webhook body %v", hook.Job)
 	}
+	sameUsage(t, "the webhook's", hook.Job["usage"], j["usage"]) // stored on J at its end
 	for _, s := range j["parallel"].(map[string]any)["steps"].([]any) {
 		for _, c := range e2e.StepJobs(s.(map[string]any)) {
 			if n := len(e2e.Hooks.Calls(c["id"].(string))); n != 0 {
@@ -334,6 +336,14 @@ func TestCLIRunParallel(t *testing.T) {
 	}
 	if n := frames(t, filepath.Join(outDir, "out.mp4")); n != 150 {
 		t.Fatalf("the saved output has %d frames, the source 150\n%s", n, stdout)
+	}
+	// Its last line, and `jobs wait`'s, show the chunks and the verdict.
+	if !strings.Contains(stdout, " succeeded (chunks 3/3 done; verification passed)") {
+		t.Fatalf("run's output shows no progress across the chunks:\n%s", stdout)
+	}
+	id := strings.Fields(stdout[strings.Index(stdout, "job ")+4:])[0]
+	if code, out, errOut := cli(t, "jobs", "wait", id); code != 0 || !strings.Contains(out, "job "+id+" succeeded (chunks 3/3 done; verification passed)") {
+		t.Fatalf("jobs wait: exit %d\n%s\n%s", code, out, errOut)
 	}
 	// A command that cannot be split is refused, naming why.
 	code, stdout, stderr = cli(t, "run", "--parallel", "-i", "src="+in, "-o", "out.mp4", "-d", outDir, "--", "-i", "{{src}}", "-vf", "fade=t=in:st=0:d=1", "-c:v", "libx264", "{{out.mp4}}")

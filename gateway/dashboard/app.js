@@ -245,6 +245,9 @@ async function showJob(id) {
         pct !== null && pct !== undefined ? h("progress", { max: 100, value: pct, "aria-label": "progress" }) : "",
         h("p", {}, progressText(j.progress) || "running")) : "",
       j.error_message ? h("div", { class: "card" }, h("h2", {}, "Error"), h("pre", { class: "mono error", id: "error-message" }, j.error_message)) : "",
+      chunked(j) ? chunksCard(j) : "",
+      chunked(j) && j.parallel.verification ? verificationCard(j.parallel.verification) : "",
+      j.parallel && j.parallel.mode === "single" ? h("p", { id: "parallel-single", class: "muted" }, "Runs as one job, not in chunks: " + j.parallel.reason) : "",
       h("h2", {}, "Commands"),
       h("ol", {}, j.ffmpeg_commands.map((c, i) => h("li", {}, h("code", {}, "ffmpeg " + c), j.logs && j.logs[String(i + 1)] ? [" ", h("a", { href: j.logs[String(i + 1)] }, "log")] : ""))),
       Object.keys(j.input_files).length ? [h("h2", {}, "Inputs"), h("dl", {}, Object.entries(j.input_files).flatMap(([k, v]) => [h("dt", {}, k), h("dd", { class: "mono" }, v)]))] : "",
@@ -264,12 +267,106 @@ async function showJob(id) {
     view.replaceChildren(...parts.flat(), outputs);
   };
   render(r.data);
-  if (!["succeeded", "failed", "cancelled"].includes(r.data.status)) {
+  if (chunked(r.data) && !TERMINAL.includes(r.data.status)) {
+    // A chunked job's chunks are its pipeline's jobs: only GET /api/jobs/{id}
+    // carries them (its event stream has the job alone), so the page reads it
+    // again every two seconds until the job ends.
+    let busy = false, last = JSON.stringify(r.data);
+    const timer = setInterval(async () => {
+      if (busy) return;
+      busy = true;
+      try {
+        const j = (await api("GET", "/api/jobs/" + encodeURIComponent(id))).data;
+        const now = JSON.stringify(j);
+        if (now !== last) {
+          if (JSON.parse(last).status !== j.status) say(`job ${j.status}`);
+          last = now;
+          render(j);
+        }
+        if (TERMINAL.includes(j.status)) clearInterval(timer);
+      } catch (e) {
+        if (e.status === 401) { clearInterval(timer); state.account = null; route(); }
+      } finally { busy = false; }
+    }, 2000);
+    state.streams.push({ close: () => clearInterval(timer) });
+  } else if (!["succeeded", "failed", "cancelled"].includes(r.data.status)) {
     stream(`/api/jobs/${encodeURIComponent(id)}/events`, {
       job: (j) => { render(j); say(`job ${j.status}`); },
       end: (d) => { closeStreams(); if (d && d.reason) { state.account = null; route(); } },
     });
   }
+}
+
+// ---- chunked jobs (docs/chunked.md) ----
+
+function chunked(j) { return !!(j.parallel && j.parallel.mode === "chunked"); }
+
+// chunkStats counts a chunked job's chunks (the encode step's jobs) by state;
+// total is 0 until the plan step has cut the source.
+function chunkStats(j) {
+  const steps = (j.parallel && j.parallel.steps) || [];
+  const encode = steps.find((s) => s.name === "encode");
+  const jobs = encode ? encode.jobs : [];
+  const n = (st) => jobs.filter((c) => c.status === st).length;
+  return { steps, jobs, total: jobs.length, done: n("succeeded"), running: n("running"), failed: n("failed") };
+}
+
+function chunkSpan(item) {
+  if (!item || item.start === undefined) return "";
+  const f = (x) => (Math.round(parseFloat(x) * 100) / 100).toString();
+  return `${f(item.start)}–${f(item.end)} s` + (item.frames ? ` (${item.frames} frames)` : "");
+}
+
+// chunksCard is a chunked job's progress: chunks done of all, each chunk's
+// state, and the other steps (plan, audio, stitch).
+function chunksCard(j) {
+  const c = chunkStats(j);
+  const plan = c.steps.find((s) => s.name === "plan");
+  const summary = c.total ? `${c.done}/${c.total} chunks done` + (c.running ? `, ${c.running} running` : "") + (c.failed ? `, ${c.failed} failed` : "")
+    : plan && plan.status === "failed" ? "the plan step failed: no chunks" : "chunks not planned yet (the plan step cuts the source at its keyframes)";
+  const detail = (x) => x.status === "running" ? progressText(x.progress) : x.status === "failed" ? (x.error_message || "").split("\n")[0] : x.status === "queued" ? x.status_detail : "";
+  return h("section", { class: "card", id: "chunks", "aria-label": "chunks" },
+    h("h2", {}, "Chunks"),
+    h("p", { id: "chunks-summary", "data-done": c.done, "data-total": c.total }, summary,
+      h("span", { class: "muted" }, ` · about ${j.parallel.chunk_seconds} s each, at most ${j.parallel.max_workers} at once`)),
+    c.total ? h("progress", { max: c.total, value: c.done, "aria-label": "chunks done" }) : "",
+    c.total ? h("ol", { id: "chunk-list", class: "chunks", start: 0 }, c.jobs.map((x, i) => h("li", { "data-chunk": i, "data-status": x.status },
+      h("a", { href: "#/jobs/" + encodeURIComponent(x.id), class: "mono" }, "chunk " + i), " ", statusChip(x.status), " ",
+      h("span", { class: "muted" }, chunkSpan(x.item)), detail(x) ? h("span", { class: "muted detail" }, " — " + detail(x)) : ""))) : "",
+    h("p", { id: "chunk-steps" }, c.steps.filter((s) => s.name !== "encode").map((s) => h("span", { class: "chunk-step", "data-step": s.name, "data-status": s.status },
+      s.name, " ", statusChip(s.status), " "))),
+    j.parallel.pipeline_id ? h("p", { class: "muted" }, "Its steps as a graph: ",
+      h("a", { href: "#/pipelines/" + encodeURIComponent(j.parallel.pipeline_id), id: "chunk-pipeline" }, "pipeline " + j.parallel.pipeline_id.slice(0, 8))) : "");
+}
+
+// verificationCard summarises the stitch's verification report: its verdict,
+// then each check with whether it held.
+function verificationCard(v) {
+  const check = (key, ok, label) => h("li", { "data-check": key, "data-ok": ok ? "true" : "false" }, h("span", { class: ok ? "ok" : "bad" }, ok ? "✓ " : "✗ "), label);
+  const chunks = v.chunks || [];
+  const seams = chunks.filter((c) => c.seam);
+  const fmt = (x) => (x === undefined || x === null ? "?" : Number(x).toFixed(3));
+  const items = [
+    check("frames", v.expected_frames === v.packets && v.packets === v.decoded_frames,
+      `frames: ${v.expected_frames} in the source, ${v.packets} stitched, ${v.decoded_frames} decoded`),
+    chunks.length ? check("chunks", chunks.every((c) => c.hashes_match && c.decoded_frames === c.expected_frames),
+      `${chunks.filter((c) => c.hashes_match).length}/${chunks.length} chunks decode to the same pictures alone and stitched`) : "",
+    seams.length ? check("seams", seams.every((c) => c.seam.keyframe && c.seam.closed && Math.abs(c.seam.gap || 0) <= ((v.duration && v.duration.tolerance) || 0.001)),
+      `${seams.length} seam(s): each a closed keyframe, no gap or overlap`) : "",
+    v.timestamps ? check("timestamps", v.timestamps.monotonic && v.timestamps.match_source,
+      "timestamps increase and match the source's" + (v.timestamps.first_mismatch ? ` (first mismatch: ${v.timestamps.first_mismatch})` : "")) : "",
+    v.duration ? check("duration", v.duration.ok, `the video lasts ${fmt(v.duration.output)} s, the source's ${fmt(v.duration.source)} s`) : "",
+    v.av ? check("av", v.av.ok, `the audio ends ${fmt(v.av.output)} s after the video, in the source ${fmt(v.av.source)} s`) : "",
+    v.decode ? check("decode", v.decode.clean, v.decode.clean ? "decodes without an error" : "decode errors: " + (v.decode.errors || "")) : "",
+  ];
+  return h("section", { class: "card", id: "verification", "aria-label": "verification" },
+    h("h2", {}, "Verification"),
+    h("p", { id: "verification-verdict", "data-pass": v.pass ? "true" : "false" },
+      h("span", { class: "status " + (v.pass ? "succeeded" : "failed") }, v.pass ? "passed" : "failed"),
+      " ", h("span", { class: "muted" }, v.pass ? "the stitched file was checked against the source before it was published" : "the stitched file was not published")),
+    h("ul", { id: "verification-checks", class: "checks" }, items),
+    v.failures && v.failures.length ? [h("h3", {}, "Failures"), h("ul", { id: "verification-failures" }, v.failures.map((f) => h("li", { class: "error" }, f)))] : "",
+    v.whole_report ? h("p", { class: "muted" }, v.whole_report) : "");
 }
 
 function outputCard(name, url, info) {
@@ -477,6 +574,19 @@ function showNewJob() {
   const machine = h("input", { id: "machine-field", placeholder: "cpu" });
   const timeout = h("input", { id: "timeout-field", type: "number", min: 1, placeholder: "default" });
   const webhook = h("input", { id: "webhook-field", type: "url", placeholder: "https://…" });
+  // Chunked encoding (docs/chunked.md): empty numbers take the service's defaults.
+  const parallel = h("input", { id: "parallel-field", type: "checkbox", "aria-describedby": "err-parallel" });
+  const chunkSeconds = h("input", { id: "chunk-seconds-field", type: "number", min: 1, step: "any", placeholder: "default", "aria-describedby": "err-parallel-chunk_seconds" });
+  const maxWorkers = h("input", { id: "max-workers-field", type: "number", min: 1, placeholder: "default", "aria-describedby": "err-parallel-max_workers" });
+  const fallback = h("input", { id: "fallback-field", type: "checkbox" });
+  const parallelBox = h("fieldset", { class: "card", id: "parallel-box" },
+    h("legend", {}, "Encode in chunks"),
+    h("label", { class: "check" }, parallel, " Split the video at keyframes, encode the chunks on several workers, stitch and verify (one command, one input, one output)"),
+    fieldError("parallel"),
+    h("div", { class: "row" },
+      h("div", {}, h("label", { for: "chunk-seconds-field" }, "Chunk length (seconds)"), chunkSeconds, fieldError("parallel.chunk_seconds")),
+      h("div", {}, h("label", { for: "max-workers-field" }, "At most this many chunks at once"), maxWorkers, fieldError("parallel.max_workers"))),
+    h("label", { class: "check" }, fallback, " If it cannot be split, run it as one ordinary job instead of refusing it"));
   const formError = h("p", { class: "error", role: "alert", id: "form-error" });
   const check = h("p", { class: "dry-run", id: "dry-run", "aria-live": "polite" });
   const submit = h("button", { type: "submit", class: "primary", id: "submit-job" }, "Create job");
@@ -498,6 +608,12 @@ function showNewJob() {
     if (machine.value.trim()) b.machine = machine.value.trim();
     if (timeout.value) b.timeout_seconds = parseInt(timeout.value, 10);
     if (webhook.value.trim()) b.webhook_url = webhook.value.trim();
+    if (parallel.checked) {
+      b.parallel = {};
+      if (chunkSeconds.value) b.parallel.chunk_seconds = parseFloat(chunkSeconds.value);
+      if (maxWorkers.value) b.parallel.max_workers = parseInt(maxWorkers.value, 10);
+      if (fallback.checked) b.parallel.fallback = true;
+    }
     return b;
   };
   const clearErrors = () => {
@@ -533,7 +649,11 @@ function showNewJob() {
         clearErrors();
         const p = r.data.placement;
         check.className = "dry-run ok";
-        check.textContent = `Looks good: runs on ${p.machine} (${p.driver}) as ` + r.data.commands.map((c) => c.argv.join(" ")).join("; then ");
+        const pr = r.data.parallel;
+        check.textContent = `Looks good: runs on ${p.machine} (${p.driver}) ` +
+          (pr && pr.mode === "chunked" ? `in chunks of about ${pr.chunk_seconds} s, at most ${pr.max_workers} at once (steps ${pr.steps.map((s) => s.name).join(", ")}), the command ` :
+            pr ? `as one job, not in chunks (${pr.reason}), ` : "") +
+          "as " + r.data.commands.map((c) => c.argv.join(" ")).join("; then ");
       } catch (e) {
         if (seq !== checkSeq) return;
         clearErrors();
@@ -578,6 +698,7 @@ function showNewJob() {
       h("div", {}, h("label", { for: "machine-field" }, "Machine"), machine, fieldError("machine")),
       h("div", {}, h("label", { for: "timeout-field" }, "Timeout (seconds)"), timeout, fieldError("timeout_seconds"))),
     h("label", { for: "webhook-field" }, "Webhook URL (optional)"), webhook, fieldError("webhook_url"),
+    parallelBox,
     check, h("p", {}, submit), formError);
   main().replaceChildren(h("h1", {}, "New job"), form);
   checkSoon();
