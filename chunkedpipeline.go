@@ -99,6 +99,7 @@ func NewChunkedPipeline(j *Job, now time.Time) *Pipeline {
 	plan.OutputNames = []string{ChunkPlanFile, ChunkListFile, ChunkSplitPattern}
 	plan.Chunk = j.chunkTask(PhasePlan)
 	plan.Chunk.ChunkSeconds, plan.Chunk.MaxChunks = j.Parallel.ChunkSeconds, j.Parallel.MaxChunks
+	plan.Chunk.SceneCuts = j.Parallel.SceneCuts
 	p.Steps = []PipelineStep{{Name: ChunkStepPlan, Jobs: []string{plan.ID}}}
 	p.Plan = []*Job{plan}
 	j.Awaits, j.InputKeys, j.StatusDetail = nil, nil, "planning the chunks"
@@ -164,12 +165,17 @@ func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Tim
 		var at struct {
 			Start, End float64
 			Frames     int
+			SceneCut   bool `json:"scene_cut"`
 		}
 		if err := json.Unmarshal(c, &at); err != nil {
 			return nil, nil, fmt.Errorf("chunk %d of the plan: %v", i, err)
 		}
-		encode.Items = append(encode.Items, map[string]string{"chunk": strconv.Itoa(i),
-			"start": strconv.FormatFloat(at.Start, 'f', 6, 64), "end": strconv.FormatFloat(at.End, 'f', 6, 64), "frames": strconv.Itoa(at.Frames)})
+		item := map[string]string{"chunk": strconv.Itoa(i),
+			"start": strconv.FormatFloat(at.Start, 'f', 6, 64), "end": strconv.FormatFloat(at.End, 'f', 6, 64), "frames": strconv.Itoa(at.Frames)}
+		if at.SceneCut {
+			item["scene_cut"] = "true" // its cut moved to a scene change
+		}
+		encode.Items = append(encode.Items, item)
 		encode.Jobs = append(encode.Jobs, e.ID)
 		jobs = append(jobs, e)
 	}

@@ -22,6 +22,9 @@ type Parallel struct {
 	MaxWorkers   int     `json:"max_workers,omitempty"`
 	MaxChunks    int     `json:"max_chunks,omitempty"`
 	Fallback     bool    `json:"fallback,omitempty"`
+	// SceneCuts moves cuts to nearby scene changes (the plan step measures
+	// the keyframes around each cut: docs/chunked.md).
+	SceneCuts bool `json:"scene_cuts,omitempty"`
 	// PipelineID is the parent's pipeline (its steps: plan, encode, audio,
 	// stitch), fixed when the parent is created.
 	PipelineID string `json:"pipeline_id,omitempty"`
@@ -116,6 +119,7 @@ type ChunkTask struct {
 	// The plan's parameters (PhasePlan).
 	ChunkSeconds float64 `json:"chunk_seconds,omitempty"`
 	MaxChunks    int     `json:"max_chunks,omitempty"`
+	SceneCuts    bool    `json:"scene_cuts,omitempty"`
 	// Chunk is the chunk an encode encodes (a chunked.Chunk, from the plan).
 	Chunk json.RawMessage `json:"chunk,omitempty"`
 	// Chunks is how many chunks the stitch joins; its inputs are named
@@ -135,6 +139,7 @@ type ParallelView struct {
 	Reason       string          `json:"reason,omitempty"`
 	ChunkSeconds float64         `json:"chunk_seconds,omitempty"`
 	MaxWorkers   int             `json:"max_workers,omitempty"`
+	SceneCuts    bool            `json:"scene_cuts,omitempty"`
 	PipelineID   string          `json:"pipeline_id,omitempty"`
 	Verification json.RawMessage `json:"verification,omitempty"`
 	// Steps are the chunked pipeline's steps as its view shows them (plan,
@@ -147,5 +152,5 @@ func viewParallel(p *Parallel) *ParallelView {
 		return nil
 	}
 	return &ParallelView{Mode: p.Mode, Reason: p.Reason, ChunkSeconds: p.ChunkSeconds, MaxWorkers: p.MaxWorkers,
-		PipelineID: p.PipelineID, Verification: p.Verification}
+		SceneCuts: p.SceneCuts, PipelineID: p.PipelineID, Verification: p.Verification}
 }

@@ -84,7 +84,15 @@ func (r *Runner) chunkPhase(ctx context.Context, m *mj.Manifest) (*chunkPhase, e
 		if err != nil {
 			return nil, err
 		}
-		chunks, err := src.Plan(t.ChunkSeconds, t.MaxChunks)
+		if err := cmd.CheckSource(src); err != nil {
+			return nil, err
+		}
+		var chunks []chunked.Chunk
+		if t.SceneCuts {
+			chunks, err = src.PlanSceneCuts(ctx, r.ffmpegBin(), t.ChunkSeconds, t.MaxChunks)
+		} else {
+			chunks, err = src.Plan(t.ChunkSeconds, t.MaxChunks)
+		}
 		if err != nil {
 			return nil, err
 		}
