@@ -24,6 +24,10 @@ const (
 	ChunkStepEncode = "encode"
 	ChunkStepAudio  = "audio"
 	ChunkStepStitch = "stitch"
+	// ChunkStepReference runs only with "quality": the user's command over
+	// the whole source as one encode, beside the chunks; its output is
+	// intermediate ("publish": false), for the stitch's comparison.
+	ChunkStepReference = "reference"
 )
 
 // chunkedSpace names the ids of chunked pipelines' jobs (uuid version 5).
@@ -99,6 +103,7 @@ func NewChunkedPipeline(j *Job, now time.Time) *Pipeline {
 	plan.OutputNames = []string{ChunkPlanFile, ChunkListFile, ChunkSplitPattern}
 	plan.Chunk = j.chunkTask(PhasePlan)
 	plan.Chunk.ChunkSeconds, plan.Chunk.MaxChunks = j.Parallel.ChunkSeconds, j.Parallel.MaxChunks
+	plan.Chunk.SceneCuts = j.Parallel.SceneCuts
 	p.Steps = []PipelineStep{{Name: ChunkStepPlan, Jobs: []string{plan.ID}}}
 	p.Plan = []*Job{plan}
 	j.Awaits, j.InputKeys, j.StatusDetail = nil, nil, "planning the chunks"
@@ -124,7 +129,8 @@ func AuxFileName(out string) string { return "aux" + path.Ext(out) }
 // ExtendChunked is what pipeline p (of parent j) gains once its plan job
 // succeeded with list: the steps encode (a job per chunk, at most
 // j.Parallel.MaxWorkers at once: encode i also awaits encode i-MaxWorkers,
-// succeeded, without taking its file), audio (if list.Aux) and stitch, and their
+// succeeded, without taking its file), audio (if list.Aux), reference (if
+// j.Parallel.Quality) and stitch, and their
 // jobs, every id derived (ChunkedJobID). planKeys are the blob keys of the
 // plan job's outputs, by name: the jobs are created with them resolved.
 func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Time) ([]PipelineStep, []*Job, error) {
@@ -164,12 +170,17 @@ func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Tim
 		var at struct {
 			Start, End float64
 			Frames     int
+			SceneCut   bool `json:"scene_cut"`
 		}
 		if err := json.Unmarshal(c, &at); err != nil {
 			return nil, nil, fmt.Errorf("chunk %d of the plan: %v", i, err)
 		}
-		encode.Items = append(encode.Items, map[string]string{"chunk": strconv.Itoa(i),
-			"start": strconv.FormatFloat(at.Start, 'f', 6, 64), "end": strconv.FormatFloat(at.End, 'f', 6, 64), "frames": strconv.Itoa(at.Frames)})
+		item := map[string]string{"chunk": strconv.Itoa(i),
+			"start": strconv.FormatFloat(at.Start, 'f', 6, 64), "end": strconv.FormatFloat(at.End, 'f', 6, 64), "frames": strconv.Itoa(at.Frames)}
+		if at.SceneCut {
+			item["scene_cut"] = "true" // its cut moved to a scene change
+		}
+		encode.Items = append(encode.Items, item)
 		encode.Jobs = append(encode.Jobs, e.ID)
 		jobs = append(jobs, e)
 	}
@@ -194,6 +205,27 @@ func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Tim
 		stitch.InputFiles["aux"] = "job:" + a.ID + "/" + a.OutputNames[0]
 		stitch.Awaits = append(stitch.Awaits, a.ID)
 		stitchStep.Needs = append(stitchStep.Needs, ChunkStepAudio)
+	}
+	if j.Parallel.Quality {
+		ref := j.child(p, ChunkStepReference, nil, now)
+		ref.Pipeline.Intermediate = true
+		name, value := chunkedInput(plan)
+		ref.InputFiles = map[string]string{name: value}
+		ref.InputKeys = plan.InputKeys // the source, as the plan fetched it
+		ref.OutputNames = []string{ChunkReferenceFile}
+		ref.Chunk = j.chunkTask(PhaseReference)
+		steps = append(steps, PipelineStep{Name: ChunkStepReference, Jobs: []string{ref.ID}, Intermediate: true})
+		jobs = append(jobs, ref)
+		// The stitch measures both encodes against the source: it takes
+		// the source too, under a name of its own (the user's input name
+		// may be any of the stitch's others).
+		stitch.InputFiles[ChunkSourceInput] = value
+		if k := plan.InputKeys[name]; k != "" {
+			stitch.InputKeys[ChunkSourceInput] = k
+		}
+		stitch.InputFiles[ChunkReferenceInput] = "job:" + ref.ID + "/" + ChunkReferenceFile
+		stitch.Awaits = append(stitch.Awaits, ref.ID)
+		stitchStep.Needs = append(stitchStep.Needs, ChunkStepReference)
 	}
 	stitch.OutputNames = []string{j.OutputNames[0], ChunkVerification}
 	stitch.Chunk = j.chunkTask(PhaseStitch)

@@ -22,6 +22,13 @@ type Parallel struct {
 	MaxWorkers   int     `json:"max_workers,omitempty"`
 	MaxChunks    int     `json:"max_chunks,omitempty"`
 	Fallback     bool    `json:"fallback,omitempty"`
+	// SceneCuts moves cuts to nearby scene changes (the plan step measures
+	// the keyframes around each cut: docs/chunked.md).
+	SceneCuts bool `json:"scene_cuts,omitempty"`
+	// Quality: the pipeline also encodes the whole source in one go (step
+	// reference), and the stitch measures both encodes against the source
+	// (the report's "quality"; informative, it fails nothing).
+	Quality bool `json:"quality,omitempty"`
 	// PipelineID is the parent's pipeline (its steps: plan, encode, audio,
 	// stitch), fixed when the parent is created.
 	PipelineID string `json:"pipeline_id,omitempty"`
@@ -58,6 +65,8 @@ func BoundVerification(report []byte) json.RawMessage {
 		Packets        int      `json:"packets"`
 		DecodedFrames  int      `json:"decoded_frames"`
 		Whole          string   `json:"whole_report"`
+		// Quality is kept, its seams dropped first when too long.
+		Quality map[string]json.RawMessage `json:"quality,omitempty"`
 	}
 	if err := json.Unmarshal(report, &r); err != nil {
 		return nil
@@ -65,7 +74,14 @@ func BoundVerification(report []byte) json.RawMessage {
 	r.Whole = "too long to show here: see the output " + ChunkVerification + " of the stitch step's job (parallel.steps)"
 	for {
 		b, _ := json.Marshal(r)
-		if len(b) <= MaxVerificationBytes || len(r.Failures) == 0 {
+		if len(b) <= MaxVerificationBytes {
+			return b
+		}
+		if _, ok := r.Quality["seams"]; ok {
+			delete(r.Quality, "seams")
+			continue
+		}
+		if len(r.Failures) == 0 {
 			return b
 		}
 		r.Failures = r.Failures[:len(r.Failures)/2]
@@ -94,6 +110,9 @@ const (
 	PhaseEncode = "chunk-encode" // encode one chunk with the user's video options
 	PhaseAudio  = "chunk-audio"  // the user's command without its video, once
 	PhaseStitch = "chunk-stitch" // join the chunks, mux the rest in, verify
+	// PhaseReference encodes the whole source with the user's video options in
+	// one go, for the stitch's quality comparison (Parallel.Quality).
+	PhaseReference = "chunk-reference"
 )
 
 // The files the phases hand each other.
@@ -101,6 +120,15 @@ const (
 	ChunkPlanFile     = "plan.json"
 	ChunkSplitPattern = "chunk_%04d.nut" // the plan's split chunks
 	ChunkVerification = "verification.json"
+	// ChunkReferenceFile is the reference step's single-pass encode.
+	ChunkReferenceFile = "reference.nut"
+)
+
+// The stitch's inputs besides the chunks, the plan and "aux", when it measures
+// quality: the source and the reference step's encode.
+const (
+	ChunkSourceInput    = "source"
+	ChunkReferenceInput = "reference"
 )
 
 // ChunkTask is what a job of a chunked pipeline runs: a phase over the user's
@@ -116,6 +144,7 @@ type ChunkTask struct {
 	// The plan's parameters (PhasePlan).
 	ChunkSeconds float64 `json:"chunk_seconds,omitempty"`
 	MaxChunks    int     `json:"max_chunks,omitempty"`
+	SceneCuts    bool    `json:"scene_cuts,omitempty"`
 	// Chunk is the chunk an encode encodes (a chunked.Chunk, from the plan).
 	Chunk json.RawMessage `json:"chunk,omitempty"`
 	// Chunks is how many chunks the stitch joins; its inputs are named
@@ -135,6 +164,8 @@ type ParallelView struct {
 	Reason       string          `json:"reason,omitempty"`
 	ChunkSeconds float64         `json:"chunk_seconds,omitempty"`
 	MaxWorkers   int             `json:"max_workers,omitempty"`
+	SceneCuts    bool            `json:"scene_cuts,omitempty"`
+	Quality      bool            `json:"quality,omitempty"`
 	PipelineID   string          `json:"pipeline_id,omitempty"`
 	Verification json.RawMessage `json:"verification,omitempty"`
 	// Steps are the chunked pipeline's steps as its view shows them (plan,
@@ -147,5 +178,5 @@ func viewParallel(p *Parallel) *ParallelView {
 		return nil
 	}
 	return &ParallelView{Mode: p.Mode, Reason: p.Reason, ChunkSeconds: p.ChunkSeconds, MaxWorkers: p.MaxWorkers,
-		PipelineID: p.PipelineID, Verification: p.Verification}
+		SceneCuts: p.SceneCuts, Quality: p.Quality, PipelineID: p.PipelineID, Verification: p.Verification}
 }

@@ -3,6 +3,7 @@ package chunked
 import (
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 )
 
@@ -66,10 +67,17 @@ func EncodeArgs(cmd *Command, c Chunk, in, out string) []string {
 		}
 		trim += "end=" + seconds(c.TrimTo)
 	}
+	if c.Index == 0 && c.Last {
+		trim = "" // the whole source: nothing to trim
+	}
+	// ffmpeg rotates the source's pictures before the user's graph; the chunk
+	// has no display matrix left to rotate by, so the encode says it.
+	if rot := autorotateFilter(cmd, c.Rotation); rot != "" {
+		trim = strings.TrimPrefix(trim+","+rot, ",")
+	}
 	graph := cmd.VideoFilter
 	switch {
-	case c.Index == 0 && c.Last:
-		// the whole source: nothing to trim
+	case trim == "":
 	case graph == "":
 		graph = trim
 	default:
@@ -89,6 +97,52 @@ func EncodeArgs(cmd *Command, c Chunk, in, out string) []string {
 	}
 	a = append(a, encoderArgs(cmd)...)
 	return append(a, "-f", chunkFormat, out)
+}
+
+// autorotateFilter is the filter ffmpeg inserts before the user's graph to
+// apply a display rotation (degrees, as ffprobe reports it), as
+// fftools/ffmpeg_filter.c does: "" when cmd turns autorotation off or there is
+// nothing to rotate. Probe admits multiples of 90° alone.
+func autorotateFilter(cmd *Command, rotation float64) string {
+	if !cmd.Autorotates() {
+		return ""
+	}
+	// ffmpeg's angle is the matrix's, negated, in [0, 360).
+	switch theta := math.Mod(math.Mod(-math.Round(rotation), 360)+360, 360); theta {
+	case 90:
+		return "transpose=clock"
+	case 180:
+		return "hflip,vflip"
+	case 270:
+		return "transpose=cclock"
+	}
+	return ""
+}
+
+// Autorotates tells whether ffmpeg applies the input's display rotation when
+// it decodes: unless -noautorotate (or -autorotate 0) is given.
+func (cmd *Command) Autorotates() bool {
+	on := true
+	for _, o := range cmd.InputOpts {
+		switch {
+		case o.Name == "noautorotate":
+			on = false
+		case o.Name == "autorotate":
+			v, err := strconv.ParseFloat(o.Value, 64)
+			on = !o.HasValue || err != nil || v != 0
+		}
+	}
+	return on
+}
+
+// CheckSource refuses what the command cannot do in chunks with this source:
+// keep its display matrix with autorotation off (-noautorotate keeps the
+// matrix in a single encode; the chunks' NUT files lose it).
+func (cmd *Command) CheckSource(src *Source) error {
+	if src.Rotation != 0 && !cmd.Autorotates() {
+		return refuse("-noautorotate", fmt.Sprintf("keeps the source's rotation metadata (%g°) in one encode, and chunked encoding cannot carry it through its chunks yet; let ffmpeg rotate the pictures (drop -noautorotate), or set the rotation in a job of its own after", src.Rotation))
+	}
+	return nil
 }
 
 // encoderArgs closes every GOP for the chunk's encoder, merged into the

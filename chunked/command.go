@@ -56,6 +56,10 @@ type Command struct {
 // closed keyframe at the chunk's start (encoderArgs).
 var Encoders = []string{"libx264", "libx265", "libsvtav1", "libvpx-vp9"}
 
+// valueBools are boolean options that take a value (-autorotate 0) but whose
+// -noX form takes none (command/options_gen.go: optArg | optBool).
+var valueBools = map[string]bool{"autorotate": true, "autoscale": true}
+
 // boolOptions are ffmpeg's main options that take no value (ffmpeg 5.1's
 // table, command/options_gen.go); -noX is X set to 0. Every other option,
 // AVOptions included, takes the next word.
@@ -140,7 +144,7 @@ func Parse(argv []string) (*Command, error) {
 		if o.Name == "filter" && o.Spec == "" {
 			o.Spec = "v" // -filter without a specifier: the video's (audio would fail on a video graph)
 		}
-		noValue := boolOptions[name] || (strings.HasPrefix(name, "no") && boolOptions[name[2:]])
+		noValue := boolOptions[name] || (strings.HasPrefix(name, "no") && (boolOptions[name[2:]] || valueBools[name[2:]]))
 		if !noValue {
 			if i+1 >= len(argv) {
 				return nil, fmt.Errorf("option %s needs a value", w)

@@ -70,7 +70,22 @@ var sources = map[string][]string{
 	// clock starts at 1.4 s.
 	"mkv": cat(video("30000/1001", "3"), tone("3"), x264(15), aac),
 	"ts":  cat(video("25", "3"), tone("3"), x264(12), aac),
+	// A phone's portrait video: the picture stored 128x96, shown turned by a
+	// display matrix (makeSource adds it: rotations).
+	"rotated":    cat(video("25", "3"), tone("3"), x264(12), aac),
+	"rotated180": cat(video("25", "2"), tone("2"), x264(10), aac),
+	"rotated270": cat(video("25", "2"), tone("2"), x264(10), aac),
+	// 10-bit 4:2:0 (HEVC Main 10).
+	"10bit": cat(video("25", "3"), tone("3"), []string{"-pix_fmt", "yuv420p10le", "-c:v", "libx265", "-preset", "ultrafast",
+		"-x265-params", "keyint=12:min-keyint=12:scenecut=0:log-level=error", "-tag:v", "hvc1"}, aac),
+	// A hard cut at 2.4 s (frame 60, a keyframe: one every 6 frames) from one
+	// picture to another; chunk_seconds 2 would cut at 1.92 s without it.
+	"scenes": cat([]string{"-f", "lavfi", "-i", "testsrc2=s=" + size + ":r=25:d=2.4", "-f", "lavfi", "-i", "smptebars=s=" + size + ":r=25:d=2.6"},
+		tone("5"), []string{"-filter_complex", "[0:v][1:v]concat=n=2:v=1:a=0[v]", "-map", "[v]", "-map", "2:a"}, x264(6), aac),
 }
+
+// rotations are the sources stream-copied with a display matrix (degrees).
+var rotations = map[string]int{"rotated": 90, "rotated180": 180, "rotated270": 270}
 
 // srcFile is the source's name: src.mp4 but for the containers tested.
 func srcFile(source string) string {
@@ -116,6 +131,7 @@ type rig struct {
 	dir             string
 	ffmpeg, ffprobe string
 	ctx             context.Context
+	sceneCuts       bool // plan with scene-change cuts (PlanSceneCuts)
 }
 
 func newRig(t *testing.T) *rig {
@@ -145,7 +161,20 @@ func (r *rig) run(args ...string) {
 
 func (r *rig) makeSource(name string) {
 	r.t.Helper()
-	r.run(append(append([]string{"-y"}, sources[name]...), "inputs/"+srcFile(name))...)
+	rot, rotated := rotations[name]
+	if !rotated {
+		r.run(append(append([]string{"-y"}, sources[name]...), "inputs/"+srcFile(name))...)
+		return
+	}
+	r.run(append(append([]string{"-y"}, sources[name]...), "inputs/plain.mp4")...)
+	// ffmpeg 6 and later set the matrix with -display_rotation (7 dropped the
+	// rotate tag); 5.1 turns the rotate tag into one.
+	cmd := exec.CommandContext(r.ctx, r.ffmpeg, "-nostdin", "-v", "error", "-y", "-display_rotation", fmt.Sprint(rot),
+		"-i", "inputs/plain.mp4", "-c", "copy", "inputs/"+srcFile(name))
+	cmd.Dir = r.dir
+	if cmd.Run() != nil {
+		r.run("-y", "-i", "inputs/plain.mp4", "-c", "copy", "-metadata:s:v", fmt.Sprintf("rotate=%d", rot), "inputs/"+srcFile(name))
+	}
 }
 
 // chunked runs a chunked job the way the service plans it: probe, plan,
@@ -166,8 +195,18 @@ func (r *rig) chunked(userCmd string, chunkSeconds float64, mutate func([]Chunk)
 	if err != nil {
 		t.Fatalf("Probe: %v", err)
 	}
+	if err := cmd.CheckSource(src); err != nil {
+		t.Fatalf("CheckSource: %v", err)
+	}
 	src.Path = cmd.Input // the steps run in the job's directory
-	chunks, err := src.Plan(chunkSeconds, 0)
+	var chunks []Chunk
+	if r.sceneCuts {
+		src.Path = filepath.Join(r.dir, cmd.Input)
+		chunks, err = src.PlanSceneCuts(r.ctx, r.ffmpeg, chunkSeconds, 0)
+		src.Path = cmd.Input
+	} else {
+		chunks, err = src.Plan(chunkSeconds, 0)
+	}
 	if err != nil {
 		t.Fatalf("Plan: %v", err)
 	}
@@ -266,6 +305,10 @@ func TestChunkedEndToEnd(t *testing.T) {
 		{"noaudio", "libx265", 0.8, 50},
 		{"mkv", "libx264", 1, 90},
 		{"ts", "libvpx-vp9", 1, 75},
+		{"rotated", "libx265", 1, 75},
+		// 10-bit kept, as the user asks.
+		{"10bit", "libx265", 1, 75},
+		{"10bit", "libsvtav1", 1, 75},
 	}
 	for _, c := range cases {
 		t.Run(c.source+"/"+c.encoder, func(t *testing.T) {
@@ -274,8 +317,22 @@ func TestChunkedEndToEnd(t *testing.T) {
 			needEncoder(t, r.ffmpeg, c.encoder)
 			r.makeSource(c.source)
 			e := encoders[c.encoder]
-			rep, chunks := r.chunked("-i inputs/"+srcFile(c.source)+" -vf scale=96:-2,format=yuv420p "+e.args+" outputs/"+e.out, c.chunkSeconds, nil)
+			vf := "-vf scale=96:-2,format=yuv420p"
+			if c.source == "10bit" {
+				vf = "-vf scale=96:-2 -pix_fmt yuv420p10le"
+			}
+			rep, chunks := r.chunked("-i inputs/"+srcFile(c.source)+" "+vf+" "+e.args+" outputs/"+e.out, c.chunkSeconds, nil)
 			r.mustPass(rep, chunks, c.frames)
+			switch c.source {
+			case "10bit":
+				if pf := r.videoInfo("outputs/" + e.out).PixFmt; pf != "yuv420p10le" {
+					t.Errorf("the output's pixel format is %s, want yuv420p10le", pf)
+				}
+			case "rotated":
+				if v := r.videoInfo("outputs/" + e.out); v.Width != 96 || v.Height != 128 || v.Rotation != 0 {
+					t.Errorf("the output is %+v, want 96x128 with no rotation left (as ffmpeg's autorotation)", v)
+				}
+			}
 			switch c.source {
 			case "tail":
 				if last := chunks[len(chunks)-1]; last.Frames != 8 {

@@ -28,6 +28,13 @@ type Chunk struct {
 	// between them, whatever else the copied packets decode to.
 	TrimFrom float64 `json:"trim_from"`
 	TrimTo   float64 `json:"trim_to"`
+	// SceneCut: the cut before the chunk was moved to a scene change
+	// (PlanScenes).
+	SceneCut bool `json:"scene_cut,omitempty"`
+	// Rotation is the source's display rotation (degrees, as ffprobe reports
+	// it): the split's NUT file carries no display matrix, so the encode
+	// rotates the pictures as ffmpeg's autorotation would (autorotateFilter).
+	Rotation float64 `json:"rotation,omitempty"`
 }
 
 // Plan chooses where chunks start: at the keyframe nearest each multiple of
@@ -36,21 +43,89 @@ type Chunk struct {
 // are made longer so that maxChunks cover the source. No chunk is empty; a
 // last chunk shorter than a quarter of chunkSeconds joins the one before.
 func Plan(keyframes []float64, end, chunkSeconds float64, maxChunks int) []Chunk {
+	return PlanScenes(keyframes, end, chunkSeconds, maxChunks, nil)
+}
+
+// Scene-change cuts (PlanScenes): a cut may move to a keyframe within
+// SceneWindow × chunk_seconds of where Plan aims it, if that keyframe starts a
+// new scene (its scene score, scdet's 0 to 100, at least SceneThreshold) and
+// no chunk becomes shorter than half of chunk_seconds. At most
+// maxSceneCandidates keyframes per cut (the nearest) are measured.
+const (
+	SceneWindow        = 0.25
+	SceneThreshold     = 10.0 // scdet's default
+	maxSceneCandidates = 8
+)
+
+// sceneSpan is the setting PlanScenes and SceneCandidates share: the first
+// start, the chunk length (made longer for maxChunks) and the chunk count.
+func sceneSpan(keyframes []float64, end, chunkSeconds float64, maxChunks int) (start, cs float64, n int) {
+	start = keyframes[0]
+	cs = chunkSeconds
+	if cs <= 0 {
+		cs = end - start
+	}
+	n = int(math.Ceil((end - start) / cs))
+	if maxChunks > 0 && n > maxChunks {
+		n = maxChunks
+		cs = (end - start) / float64(n)
+	}
+	return start, cs, n
+}
+
+// window is the keyframes a cut aimed at target may move to for a scene
+// change: within SceneWindow × cs of target, at least cs/2 after prev and
+// before end, the nearest maxSceneCandidates.
+func window(keyframes []float64, target, prev, end, cs float64) []float64 {
+	lo := max(target-SceneWindow*cs, prev+cs/2)
+	hi := min(target+SceneWindow*cs, end-cs/2)
+	var in []float64
+	for j := sort.SearchFloat64s(keyframes, lo); j < len(keyframes) && keyframes[j] <= hi; j++ {
+		in = append(in, keyframes[j])
+	}
+	sort.SliceStable(in, func(a, b int) bool { return math.Abs(in[a]-target) < math.Abs(in[b]-target) })
+	if len(in) > maxSceneCandidates {
+		in = in[:maxSceneCandidates]
+	}
+	return in
+}
+
+// SceneCandidates lists the keyframes PlanScenes may move a cut to (sorted):
+// the ones to measure. prev is taken as the target before, so the list holds
+// every keyframe PlanScenes can ask about.
+func SceneCandidates(keyframes []float64, end, chunkSeconds float64, maxChunks int) []float64 {
 	if len(keyframes) == 0 || end <= keyframes[0] {
 		return nil
 	}
-	start := keyframes[0]
-	if chunkSeconds <= 0 {
-		chunkSeconds = end - start
-	}
-	n := int(math.Ceil((end - start) / chunkSeconds))
-	if maxChunks > 0 && n > maxChunks {
-		n = maxChunks
-		chunkSeconds = (end - start) / float64(n)
-	}
-	starts := []float64{start}
+	start, cs, n := sceneSpan(keyframes, end, chunkSeconds, maxChunks)
+	seen := map[float64]bool{}
+	var out []float64
 	for k := 1; k < n; k++ {
-		target := start + float64(k)*chunkSeconds
+		target := start + float64(k)*cs
+		// The widest window: the previous cut as early as it can be.
+		for _, kf := range window(keyframes, target, math.Inf(-1), end, cs) {
+			if !seen[kf] && kf > start {
+				seen[kf] = true
+				out = append(out, kf)
+			}
+		}
+	}
+	sort.Float64s(out)
+	return out
+}
+
+// PlanScenes is Plan, with each cut moved to the keyframe of its window
+// (window) that has the highest scene score in scores (keyframe time → scdet
+// score), when one reaches SceneThreshold; nil scores plan as Plan.
+func PlanScenes(keyframes []float64, end, chunkSeconds float64, maxChunks int, scores map[float64]float64) []Chunk {
+	if len(keyframes) == 0 || end <= keyframes[0] {
+		return nil
+	}
+	start, cs, n := sceneSpan(keyframes, end, chunkSeconds, maxChunks)
+	starts := []float64{start}
+	scene := []bool{false}
+	for k := 1; k < n; k++ {
+		target := start + float64(k)*cs
 		j := sort.SearchFloat64s(keyframes, target)
 		kf := math.Inf(1)
 		if j < len(keyframes) {
@@ -59,17 +134,25 @@ func Plan(keyframes []float64, end, chunkSeconds float64, maxChunks int) []Chunk
 		if j > 0 && target-keyframes[j-1] <= kf-target {
 			kf = keyframes[j-1]
 		}
+		// The highest score wins; of equal ones, the nearest (window's order).
+		moved, best := false, SceneThreshold
+		for _, c := range window(keyframes, target, starts[len(starts)-1], end, cs) {
+			if sc, ok := scores[c]; ok && (sc > best || (!moved && sc >= best)) {
+				kf, best, moved = c, sc, true
+			}
+		}
 		if kf <= starts[len(starts)-1] || kf >= end {
 			continue
 		}
 		starts = append(starts, kf)
+		scene = append(scene, moved)
 	}
-	if len(starts) > 1 && end-starts[len(starts)-1] < chunkSeconds/4 {
+	if len(starts) > 1 && end-starts[len(starts)-1] < cs/4 {
 		starts = starts[:len(starts)-1]
 	}
 	chunks := make([]Chunk, len(starts))
 	for i, s := range starts {
-		chunks[i] = Chunk{Index: i, Start: s, End: end}
+		chunks[i] = Chunk{Index: i, Start: s, End: end, SceneCut: scene[i]}
 		if i+1 < len(starts) {
 			chunks[i].End = starts[i+1]
 		}
@@ -78,16 +161,28 @@ func Plan(keyframes []float64, end, chunkSeconds float64, maxChunks int) []Chunk
 	return chunks
 }
 
-// Plan plans the source's chunks (Plan) at its cuts, and fills in what the
-// split, the encodes and the verification need.
-func (s *Source) Plan(chunkSeconds float64, maxChunks int) ([]Chunk, error) {
+// cutTimes are the source's cuts in seconds, and the packet of each.
+func (s *Source) cutTimes() ([]float64, map[float64]int) {
 	times := make([]float64, len(s.Cuts))
 	at := map[float64]int{}
 	for i, p := range s.Cuts {
 		times[i] = s.Seconds(s.Packets[p].PTS)
 		at[times[i]] = p
 	}
-	chunks := Plan(times, s.End, chunkSeconds, maxChunks)
+	return times, at
+}
+
+// Plan plans the source's chunks (Plan) at its cuts, and fills in what the
+// split, the encodes and the verification need.
+func (s *Source) Plan(chunkSeconds float64, maxChunks int) ([]Chunk, error) {
+	return s.PlanScenes(chunkSeconds, maxChunks, nil)
+}
+
+// PlanScenes is Plan with scene-change cuts (PlanScenes), scores being
+// SceneScores of SceneCandidates; nil plans as Plan.
+func (s *Source) PlanScenes(chunkSeconds float64, maxChunks int, scores map[float64]float64) ([]Chunk, error) {
+	times, at := s.cutTimes()
+	chunks := PlanScenes(times, s.End, chunkSeconds, maxChunks, scores)
 	if len(chunks) == 0 {
 		return nil, fmt.Errorf("the source's video has no frames to plan")
 	}
@@ -129,6 +224,7 @@ func (s *Source) Plan(chunkSeconds float64, maxChunks int) ([]Chunk, error) {
 		if lo > 0 {
 			c.TrimFrom = (s.Seconds(s.Frames[lo-1]) + s.Seconds(startPTS)) / 2
 		}
+		c.Rotation = s.Rotation
 		c.TrimTo = s.End
 		if !c.Last {
 			c.TrimTo = (s.Seconds(s.Frames[hi-1]) + s.Seconds(endPTS)) / 2

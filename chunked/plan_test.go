@@ -102,3 +102,64 @@ func TestSourceRefusesBrokenTimestamps(t *testing.T) {
 		}
 	}
 }
+
+// Scene-change cuts: a cut moves to the keyframe of its window (±25 % of
+// chunk_seconds) with the highest scene score at or past the threshold, never
+// making a chunk shorter than half of chunk_seconds; without one it stays at
+// the nearest keyframe.
+func TestPlanScenes(t *testing.T) {
+	kf := every(0.5, 41) // keyframes every 0.5 s, 0 to 20
+	for _, tc := range []struct {
+		name   string
+		end    float64
+		scores map[float64]float64
+		want   []float64 // chunk starts
+		moved  []bool
+	}{
+		{"no scores: as Plan", 20, nil, []float64{0, 4, 8, 12, 16}, nil},
+		{"a scene change in the window", 20, map[float64]float64{5: 40, 9: 5}, []float64{0, 5, 8, 12, 16}, []bool{false, true, false, false, false}},
+		{"below the threshold stays", 20, map[float64]float64{5: SceneThreshold - 0.1}, []float64{0, 4, 8, 12, 16}, nil},
+		{"outside the window stays", 20, map[float64]float64{5.5: 90}, []float64{0, 4, 8, 12, 16}, nil},
+		{"the highest score wins", 20, map[float64]float64{3: 30, 4.5: 60, 5: 20}, []float64{0, 4.5, 8, 12, 16}, []bool{false, true, false, false, false}},
+		{"of equal scores the nearest", 20, map[float64]float64{3: 30, 4.5: 30}, []float64{0, 4.5, 8, 12, 16}, []bool{false, true, false, false, false}},
+		// A cut moved late leaves the next one room of half a chunk at least:
+		// 5 then 7 would leave a chunk of 2.
+		{"never a chunk under half", 20, map[float64]float64{5: 40, 7: 40, 7.5: 40}, []float64{0, 5, 7.5, 12, 16}, []bool{false, true, true, false, false}},
+		// Nor a last chunk under half: the cut at 16 may not move to 17.
+		{"nor a last chunk under half", 18.5, map[float64]float64{17: 80, 15: 20}, []float64{0, 4, 8, 12, 15}, []bool{false, false, false, false, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			chunks := PlanScenes(kf, tc.end, 4, 0, tc.scores)
+			var starts []float64
+			var moved []bool
+			anyMoved := false
+			for i, c := range chunks {
+				starts = append(starts, c.Start)
+				moved = append(moved, c.SceneCut)
+				anyMoved = anyMoved || c.SceneCut
+				if i > 0 && chunks[i-1].End != c.Start || c.End-c.Start < 2 && !c.Last {
+					t.Errorf("chunk %+v", c)
+				}
+			}
+			if !anyMoved {
+				moved = nil
+			}
+			if !reflect.DeepEqual(starts, tc.want) || !reflect.DeepEqual(moved, tc.moved) {
+				t.Errorf("starts %v moved %v, want %v %v", starts, moved, tc.want, tc.moved)
+			}
+			// Every keyframe a cut moved to was a candidate to measure.
+			cands := map[float64]bool{}
+			for _, c := range SceneCandidates(kf, tc.end, 4, 0) {
+				cands[c] = true
+			}
+			for _, c := range chunks {
+				if c.SceneCut && !cands[c.Start] {
+					t.Errorf("moved to %g, not among SceneCandidates", c.Start)
+				}
+			}
+		})
+	}
+	if got, want := SceneCandidates(kf, 20, 4, 0), []float64{3, 3.5, 4, 4.5, 5, 7, 7.5, 8, 8.5, 9, 11, 11.5, 12, 12.5, 13, 15, 15.5, 16, 16.5, 17}; !reflect.DeepEqual(got, want) {
+		t.Errorf("SceneCandidates = %v, want %v", got, want)
+	}
+}

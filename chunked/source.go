@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -47,6 +48,9 @@ type Source struct {
 	// Cuts are the keyframes (indexes into Packets) where a chunk may start:
 	// no packet before one in decode order is shown after it.
 	Cuts []int
+	// Rotation is the video's display rotation (degrees, as ffprobe reports
+	// it: 90, -90, 180), 0 without one; Probe takes multiples of 90 only.
+	Rotation float64 `json:",omitempty"`
 }
 
 // Seconds converts a PTS to seconds.
@@ -76,12 +80,13 @@ type probeOut struct {
 // Probe reads the source's streams and its video's packet index with ffprobe,
 // without decoding, and refuses sources whose timestamps cannot be planned on:
 // a packet without a PTS, decode timestamps that do not increase, two frames
-// at one time, a first packet that is not a keyframe, rotation metadata.
+// at one time, a first packet that is not a keyframe; and a display matrix
+// other than a rotation by a multiple of 90° (setRotation).
 func Probe(ctx context.Context, ffprobe, path string) (*Source, error) {
 	// "-protocol_whitelist file" (each probe here): local files only,
 	// whatever the path says (concat:, subfile:, http:), as runner/progress.go.
 	out, err := run(ctx, ffprobe, "-v", "error", "-protocol_whitelist", "file", "-show_entries",
-		"stream=index,codec_type,codec_name,time_base,start_time,duration:stream_disposition=attached_pic:stream_side_data=rotation:format=start_time,duration",
+		"stream=index,codec_type,codec_name,time_base,start_time,duration:stream_disposition=attached_pic:stream_side_data=rotation,displaymatrix:format=start_time,duration",
 		"-of", "json", path)
 	if err != nil {
 		return nil, fmt.Errorf("probing %s: %w", path, err)
@@ -104,9 +109,13 @@ func Probe(ctx context.Context, ffprobe, path string) (*Source, error) {
 			for _, sd := range st.SideData {
 				var r struct {
 					Rotation *float64 `json:"rotation"`
+					Matrix   string   `json:"displaymatrix"`
 				}
-				if json.Unmarshal(sd, &r) == nil && r.Rotation != nil && *r.Rotation != 0 {
-					return nil, fmt.Errorf("the source's video carries rotation metadata (%g°): chunked encoding does not carry it through its chunks yet; rotate it in a job of its own (ffmpeg applies it when it encodes), then split that", *r.Rotation)
+				if json.Unmarshal(sd, &r) != nil || r.Rotation == nil {
+					continue
+				}
+				if err := s.setRotation(*r.Rotation, r.Matrix); err != nil {
+					return nil, err
 				}
 			}
 			continue
@@ -131,6 +140,40 @@ func Probe(ctx context.Context, ffprobe, path string) (*Source, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// setRotation takes the video's display matrix (rotation in degrees, and the
+// matrix as ffprobe prints it): a rotation by a multiple of 90°, which the
+// chunks' encodes apply as ffmpeg's autorotation does (autorotateFilter).
+// Another angle, or a mirrored picture, is refused: ffmpeg versions differ in
+// how they apply those.
+func (s *Source) setRotation(rot float64, matrix string) error {
+	const fix = "; rotate it in a job of its own (ffmpeg applies it when it encodes), then split that"
+	var m []int64
+	for _, line := range strings.Split(matrix, "\n") {
+		_, row, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		for _, f := range strings.Fields(row) {
+			v, err := strconv.ParseInt(f, 10, 64)
+			if err != nil {
+				return fmt.Errorf("the source's video has a display matrix ffprobe printed as %q%s", matrix, fix)
+			}
+			m = append(m, v)
+		}
+	}
+	if len(m) == 9 && m[0]*m[4]-m[1]*m[3] < 0 {
+		return fmt.Errorf("the source's video carries a mirrored display matrix: chunked encoding does not apply it yet%s", fix)
+	}
+	r := math.Round(rot)
+	if math.Abs(rot-r) > 0.01 || int(r)%90 != 0 {
+		return fmt.Errorf("the source's video carries rotation metadata of %g°, not a multiple of 90°: chunked encoding does not apply it yet%s", rot, fix)
+	}
+	if int(r)%360 != 0 {
+		s.Rotation = r
+	}
+	return nil
 }
 
 // index checks the packets' timestamps and derives frames, times and cuts.

@@ -28,6 +28,10 @@ type Report struct {
 	// file and in the source; absent when the output has no audio.
 	AV     *EndCheck   `json:"av,omitempty"`
 	Decode DecodeCheck `json:"decode"`
+	// Quality, when the job asked for it: the stitched file and a
+	// single-pass encode against the source (MeasureQuality). Informative:
+	// it plays no part in Pass.
+	Quality *Quality `json:"quality,omitempty"`
 }
 
 // ChunkCheck is one chunk: its frames decoded alone, their hashes against the

@@ -227,6 +227,8 @@ type Parallel struct {
 	// Fallback runs a command that cannot be split as one job instead of
 	// refusing it.
 	Fallback bool `json:"fallback,omitempty"`
+	// SceneCuts moves cuts to nearby scene changes (docs/chunked.md).
+	SceneCuts bool `json:"scene_cuts,omitempty"`
 }
 
 // Create submits a job and returns it as stored (status "queued").

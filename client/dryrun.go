@@ -27,6 +27,7 @@ type DryRunParallel struct {
 	ChunkSeconds float64 `json:"chunk_seconds,omitempty"`
 	MaxWorkers   int     `json:"max_workers,omitempty"`
 	MaxChunks    int     `json:"max_chunks,omitempty"`
+	SceneCuts    bool    `json:"scene_cuts,omitempty"`
 	Steps        []struct {
 		Name string `json:"name"`
 		Runs string `json:"runs"`

@@ -24,6 +24,10 @@ type parallelRequest struct {
 	ChunkSeconds *float64 `json:"chunk_seconds,omitempty"`
 	MaxWorkers   *int     `json:"max_workers,omitempty"`
 	Fallback     bool     `json:"fallback,omitempty"`
+	SceneCuts    bool     `json:"scene_cuts,omitempty"`
+	// Quality asks for the comparison against a single-pass encode
+	// (docs/chunked.md#quality).
+	Quality bool `json:"quality,omitempty"`
 }
 
 // maxChunkSeconds bounds chunk_seconds: a day, far past any useful chunk.
@@ -57,7 +61,8 @@ func decideParallel(req *createRequest, cfg *config.Config, j *mj.Job) error {
 	why := unsplittable(cfg, j)
 	switch {
 	case why == "":
-		j.Parallel = &mj.Parallel{Mode: mj.ParallelChunked, ChunkSeconds: cs, MaxWorkers: mw, MaxChunks: cfg.Chunked.MaxChunks, Fallback: p.Fallback}
+		j.Parallel = &mj.Parallel{Mode: mj.ParallelChunked, ChunkSeconds: cs, MaxWorkers: mw, MaxChunks: cfg.Chunked.MaxChunks, Fallback: p.Fallback,
+			SceneCuts: p.SceneCuts, Quality: p.Quality}
 		return nil
 	case p.Fallback:
 		j.Parallel = &mj.Parallel{Mode: mj.ParallelSingle, Reason: why, Fallback: true}
@@ -110,6 +115,8 @@ type dryRunParallel struct {
 	ChunkSeconds float64      `json:"chunk_seconds,omitempty"`
 	MaxWorkers   int          `json:"max_workers,omitempty"`
 	MaxChunks    int          `json:"max_chunks,omitempty"`
+	SceneCuts    bool         `json:"scene_cuts,omitempty"`
+	Quality      bool         `json:"quality,omitempty"`
 	Steps        []dryRunStep `json:"steps,omitempty"`
 	Note         string       `json:"note,omitempty"`
 }
@@ -126,14 +133,24 @@ func parallelDryRun(p *mj.Parallel) *dryRunParallel {
 	if p.Mode != mj.ParallelChunked {
 		return &dryRunParallel{Mode: p.Mode, Reason: p.Reason, Note: "runs as one ordinary job (fallback)"}
 	}
-	return &dryRunParallel{Mode: p.Mode, ChunkSeconds: p.ChunkSeconds, MaxWorkers: p.MaxWorkers, MaxChunks: p.MaxChunks,
-		Steps: []dryRunStep{
-			{"plan", "one job: probe the source's packet index, cut at keyframes near every chunk_seconds (at most max_chunks chunks), stream-copy each chunk's video"},
-			{"encode", fmt.Sprintf("one job per chunk: the command's video options on the chunk, a closed keyframe at its start; at most %d at once", p.MaxWorkers)},
-			{"audio", "one job, beside the encodes, if the output has streams besides the video: the command without its video"},
-			{"stitch", "one job: join the chunks on the source's timeline, mux the rest in, verify; the output is published only if the verification passes"},
-		},
-		Note: "the chunks (how many, their boundaries) are decided when a worker probes the source, in the plan step: a dry run cannot list them"}
+	plan := "one job: probe the source's packet index, cut at keyframes near every chunk_seconds (at most max_chunks chunks), stream-copy each chunk's video"
+	if p.SceneCuts {
+		plan = "one job: probe the source's packet index, cut at keyframes near every chunk_seconds (at most max_chunks chunks), each cut moved to a scene change among the keyframes within a quarter of chunk_seconds (measured by decoding the frames around them), stream-copy each chunk's video"
+	}
+	steps := []dryRunStep{
+		{"plan", plan},
+		{"encode", fmt.Sprintf("one job per chunk: the command's video options on the chunk, a closed keyframe at its start; at most %d at once", p.MaxWorkers)},
+		{"audio", "one job, beside the encodes, if the output has streams besides the video: the command without its video"},
+	}
+	stitch := "one job: join the chunks on the source's timeline, mux the rest in, verify; the output is published only if the verification passes"
+	if p.Quality {
+		steps = append(steps, dryRunStep{"reference", "one job, beside the encodes (quality): the command's video options over the whole source as one encode, not published"})
+		stitch += "; then PSNR, SSIM (and VMAF where the worker's ffmpeg has libvmaf) of the stitched file and the single-pass encode against the source, informative: it fails nothing"
+	}
+	steps = append(steps, dryRunStep{"stitch", stitch})
+	return &dryRunParallel{Mode: p.Mode, ChunkSeconds: p.ChunkSeconds, MaxWorkers: p.MaxWorkers, MaxChunks: p.MaxChunks, SceneCuts: p.SceneCuts, Quality: p.Quality,
+		Steps: steps,
+		Note:  "the chunks (how many, their boundaries) are decided when a worker probes the source, in the plan step: a dry run cannot list them"}
 }
 
 // chunkedStore is what chunked jobs need of the store; *store.Store has it.

@@ -268,3 +268,41 @@ func TestParallelCancelRacesTheLeader(t *testing.T) {
 		t.Fatalf("second cancel: %d %v", status, body)
 	}
 }
+
+// "scene_cuts" goes to the plan step's job (its worker measures the scene
+// changes: the dry run cannot show the cuts), and shows in the job's view
+// and the dry run; a value that is not a boolean is refused.
+func TestParallelSceneCuts(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	body := withParallel("", map[string]any{"chunk_seconds": 2, "scene_cuts": true})
+	status, resp, _ := h.do("POST", "/api/ffmpeg?dry_run=true", "alice", body)
+	p, _ := resp["data"].(map[string]any)["parallel"].(map[string]any)
+	if status != 200 || p["scene_cuts"] != true || !strings.Contains(p["steps"].([]any)[0].(map[string]any)["runs"].(string), "scene change") {
+		t.Fatalf("dry run: %d %v", status, resp)
+	}
+	status, resp, _ = h.do("POST", "/api/ffmpeg", "alice", body)
+	data, _ := resp["data"].(map[string]any)
+	p, _ = data["parallel"].(map[string]any)
+	if status != 200 || p["scene_cuts"] != true {
+		t.Fatalf("create: %d %v", status, resp)
+	}
+	pl, err := h.store.Pipeline(ctx, p["pipeline_id"].(string))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := h.store.Job(ctx, pl.Steps[0].Jobs[0])
+	if err != nil || plan.Chunk == nil || !plan.Chunk.SceneCuts {
+		t.Fatalf("plan job %+v, %v: want scene_cuts", plan.Chunk, err)
+	}
+	// Without it, none.
+	status, resp, _ = h.do("POST", "/api/ffmpeg", "alice", chunkable())
+	p, _ = resp["data"].(map[string]any)["parallel"].(map[string]any)
+	if status != 200 || p["scene_cuts"] != nil {
+		t.Fatalf("create without scene_cuts: %d %v", status, resp)
+	}
+	status, resp, _ = h.do("POST", "/api/ffmpeg", "alice", withParallel("", map[string]any{"scene_cuts": "yes"}))
+	if status != 400 {
+		t.Fatalf("scene_cuts \"yes\": %d %v, want 400", status, resp)
+	}
+}

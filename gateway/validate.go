@@ -64,8 +64,10 @@ func jsonType(goType string) string {
 		return "an array of strings"
 	case goType == "int" || goType == "*int":
 		return "an integer"
-	case goType == "*bool":
+	case goType == "*bool" || goType == "bool": // the decoder names a pointer's element type
 		return "true or false"
+	case goType == "float64" || goType == "*float64":
+		return "a number"
 	}
 	return "a string"
 }

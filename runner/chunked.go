@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path"
 	"strings"
+	"time"
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/chunked"
@@ -84,7 +85,15 @@ func (r *Runner) chunkPhase(ctx context.Context, m *mj.Manifest) (*chunkPhase, e
 		if err != nil {
 			return nil, err
 		}
-		chunks, err := src.Plan(t.ChunkSeconds, t.MaxChunks)
+		if err := cmd.CheckSource(src); err != nil {
+			return nil, err
+		}
+		var chunks []chunked.Chunk
+		if t.SceneCuts {
+			chunks, err = src.PlanSceneCuts(ctx, r.ffmpegBin(), t.ChunkSeconds, t.MaxChunks)
+		} else {
+			chunks, err = src.Plan(t.ChunkSeconds, t.MaxChunks)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -113,6 +122,8 @@ func (r *Runner) chunkPhase(ctx context.Context, m *mj.Manifest) (*chunkPhase, e
 		return &chunkPhase{argvs: [][]string{chunked.EncodeArgs(cmd, c, jobInputs+"chunk", jobOutputs+mj.ChunkFileName(c.Index))}}, nil
 	case mj.PhaseAudio:
 		return &chunkPhase{argvs: [][]string{chunked.AuxArgs(cmd, jobOutputs+mj.AuxFileName(t.Output))}}, nil
+	case mj.PhaseReference:
+		return &chunkPhase{argvs: [][]string{chunked.ReferenceArgs(cmd, jobOutputs+mj.ChunkReferenceFile)}}, nil
 	case mj.PhaseStitch:
 		return r.stitchPhase(ctx, m, cmd)
 	}
@@ -150,6 +161,12 @@ func (r *Runner) stitchPhase(ctx context.Context, m *mj.Manifest, cmd *chunked.C
 		if err != nil {
 			return fmt.Errorf("verifying the stitched file: %v", err)
 		}
+		if _, ok := m.InputFiles[mj.ChunkReferenceInput]; ok && rep.Pass {
+			rep.Quality = r.measureQuality(ctx, cmd.Output, plan.Chunks)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+		}
 		if err := r.writeJobFile(jobOutputs+mj.ChunkVerification, rep); err != nil {
 			return err
 		}
@@ -161,6 +178,29 @@ func (r *Runner) stitchPhase(ctx context.Context, m *mj.Manifest, cmd *chunked.C
 		return nil
 	}
 	return ph, nil
+}
+
+// measureQuality measures the stitched file (verified) and the reference
+// step's single-pass encode against the source (docs/chunked.md#quality).
+// It fails nothing: within half the job's time left, so that a slow
+// measurement leaves the stitch its time to publish, what it could not
+// measure is said in the report's error.
+func (r *Runner) measureQuality(ctx context.Context, stitched string, chunks []chunked.Chunk) *chunked.Quality {
+	qctx, cancel := context.WithCancel(ctx)
+	if d, ok := ctx.Deadline(); ok {
+		qctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
+	}
+	defer cancel()
+	q := chunked.MeasureQuality(qctx, r.ffmpegBin(), r.ffprobe(), jobInputs+mj.ChunkSourceInput, stitched, jobInputs+mj.ChunkReferenceInput, chunks)
+	if q.Error != "" && qctx.Err() != nil && ctx.Err() == nil {
+		q.Error = "stopped at half the job's time left (timeout_seconds), so that the verified file is still published: " + q.Error
+	}
+	if q.Error != "" {
+		fmt.Fprintf(r.Log, "quality against a single-pass encode: %s\n", q.Error)
+	} else {
+		fmt.Fprintf(r.Log, "quality against a single-pass encode: PSNR %.2f dB stitched, %.2f dB single-pass; VMAF: %s\n", q.Stitched.PSNRMean, q.SinglePass.PSNRMean, q.VMAF)
+	}
+	return q
 }
 
 // verifyError fails a stitch whose file failed its verification.

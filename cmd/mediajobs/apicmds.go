@@ -77,7 +77,7 @@ func runCmd(api *apiFlags) *cobra.Command {
 	var inputs, outputs []string
 	var machine, outDir string
 	var timeout time.Duration
-	var asJSON, dryRun, parallel, fallback bool
+	var asJSON, dryRun, parallel, fallback, sceneCuts bool
 	var chunkSeconds float64
 	var maxWorkers int
 	cmd := &cobra.Command{
@@ -117,8 +117,8 @@ exits 0 when the job would be accepted, 1 with the service's error when not.`,
 				InputFiles: map[string]string{}, OutputFiles: outputs, Machine: machine,
 				FFmpegCommands: []string{shellJoin(args)}, TimeoutSeconds: int(timeout / time.Second),
 			}
-			if parallel || chunkSeconds > 0 || maxWorkers > 0 || fallback {
-				req.Parallel = &client.Parallel{ChunkSeconds: chunkSeconds, MaxWorkers: maxWorkers, Fallback: fallback}
+			if parallel || chunkSeconds > 0 || maxWorkers > 0 || fallback || sceneCuts {
+				req.Parallel = &client.Parallel{ChunkSeconds: chunkSeconds, MaxWorkers: maxWorkers, Fallback: fallback, SceneCuts: sceneCuts}
 			}
 			local := map[string]string{}
 			for _, in := range inputs {
@@ -146,10 +146,11 @@ exits 0 when the job would be accepted, 1 with the service's error when not.`,
 	f.StringVarP(&outDir, "dir", "d", ".", "where the outputs are saved")
 	f.BoolVar(&asJSON, "json", false, "print the final job as JSON on stdout (progress goes to stderr)")
 	f.BoolVar(&dryRun, "dry-run", false, "check the job without running it: nothing is uploaded or stored")
-	f.BoolVar(&parallel, "parallel", false, "encode the video in chunks across workers, stitched and verified (docs/chunked.md); implied by the next three")
+	f.BoolVar(&parallel, "parallel", false, "encode the video in chunks across workers, stitched and verified (docs/chunked.md); implied by the next four")
 	f.Float64Var(&chunkSeconds, "chunk-seconds", 0, "with --parallel: the chunks' length (default: the service's)")
 	f.IntVar(&maxWorkers, "max-workers", 0, "with --parallel: how many chunks encode at once (default: the service's)")
 	f.BoolVar(&fallback, "fallback", false, "with --parallel: run a command that cannot be split as one job instead of refusing it")
+	f.BoolVar(&sceneCuts, "scene-cuts", false, "with --parallel: move each cut to a nearby scene change")
 	return cmd
 }
 
