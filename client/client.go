@@ -229,6 +229,9 @@ type Parallel struct {
 	Fallback bool `json:"fallback,omitempty"`
 	// SceneCuts moves cuts to nearby scene changes (docs/chunked.md).
 	SceneCuts bool `json:"scene_cuts,omitempty"`
+	// Quality also encodes the source in one go and reports both encodes'
+	// PSNR and SSIM against it (docs/chunked.md#quality).
+	Quality bool `json:"quality,omitempty"`
 }
 
 // Create submits a job and returns it as stored (status "queued").

@@ -224,13 +224,15 @@ type parallelInput struct {
 	ChunkSeconds float64 `json:"chunk_seconds,omitempty" jsonschema:"the chunks' length in seconds, cut at the source's keyframes nearest to it (default: the service's, 60)"`
 	MaxWorkers   int     `json:"max_workers,omitempty" jsonschema:"at most this many chunks encode at once (default: the service's)"`
 	Fallback     bool    `json:"fallback,omitempty" jsonschema:"true: a command that cannot be split runs as one ordinary job instead of being refused"`
+	SceneCuts    bool    `json:"scene_cuts,omitempty" jsonschema:"true: move each cut to a nearby scene change among the source's keyframes"`
+	Quality      bool    `json:"quality,omitempty" jsonschema:"true: also encode the source in one go and report PSNR and SSIM of both encodes against it (the verification's quality; costs a second full encode)"`
 }
 
 func (p *parallelInput) request() *client.Parallel {
 	if p == nil {
 		return nil
 	}
-	return &client.Parallel{ChunkSeconds: p.ChunkSeconds, MaxWorkers: p.MaxWorkers, Fallback: p.Fallback}
+	return &client.Parallel{ChunkSeconds: p.ChunkSeconds, MaxWorkers: p.MaxWorkers, Fallback: p.Fallback, SceneCuts: p.SceneCuts, Quality: p.Quality}
 }
 
 // seconds renders a chunk's bound ("2.000000") short.

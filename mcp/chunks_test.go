@@ -122,6 +122,7 @@ func TestRunJobParallelOverHTTP(t *testing.T) {
 		t.Fatalf("check_job: %v %s", isErr, text)
 	}
 	job["wait_seconds"] = 0
+	job["parallel"] = map[string]any{"chunk_seconds": 2, "max_workers": 2, "scene_cuts": true, "quality": true}
 	text, isErr := callTool(t, s, "run_job", job)
 	var out struct {
 		Job struct {
@@ -130,6 +131,8 @@ func TestRunJobParallelOverHTTP(t *testing.T) {
 				Mode         string  `json:"mode"`
 				ChunkSeconds float64 `json:"chunk_seconds"`
 				MaxWorkers   int     `json:"max_workers"`
+				SceneCuts    bool    `json:"scene_cuts"`
+				Quality      bool    `json:"quality"`
 				Steps        []struct {
 					Name string `json:"name"`
 				} `json:"steps"`
@@ -137,7 +140,8 @@ func TestRunJobParallelOverHTTP(t *testing.T) {
 			Chunks *chunkProgress `json:"chunks"`
 		} `json:"job"`
 	}
-	if isErr || json.Unmarshal([]byte(text), &out) != nil || out.Job.Parallel.Mode != "chunked" || out.Job.Parallel.ChunkSeconds != 2 || out.Job.Parallel.MaxWorkers != 2 {
+	if isErr || json.Unmarshal([]byte(text), &out) != nil || out.Job.Parallel.Mode != "chunked" || out.Job.Parallel.ChunkSeconds != 2 || out.Job.Parallel.MaxWorkers != 2 ||
+		!out.Job.Parallel.SceneCuts || !out.Job.Parallel.Quality {
 		t.Fatalf("run_job: %v %s", isErr, text)
 	}
 	if c := out.Job.Chunks; c == nil || c.Total != 0 || !strings.HasPrefix(c.Summary, "chunks not planned yet") || c.Steps["plan"] != mj.StatusQueued || len(out.Job.Parallel.Steps) != 1 {

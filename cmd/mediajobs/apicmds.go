@@ -77,7 +77,7 @@ func runCmd(api *apiFlags) *cobra.Command {
 	var inputs, outputs []string
 	var machine, outDir string
 	var timeout time.Duration
-	var asJSON, dryRun, parallel, fallback, sceneCuts bool
+	var asJSON, dryRun, parallel, fallback, sceneCuts, quality bool
 	var chunkSeconds float64
 	var maxWorkers int
 	cmd := &cobra.Command{
@@ -117,8 +117,8 @@ exits 0 when the job would be accepted, 1 with the service's error when not.`,
 				InputFiles: map[string]string{}, OutputFiles: outputs, Machine: machine,
 				FFmpegCommands: []string{shellJoin(args)}, TimeoutSeconds: int(timeout / time.Second),
 			}
-			if parallel || chunkSeconds > 0 || maxWorkers > 0 || fallback || sceneCuts {
-				req.Parallel = &client.Parallel{ChunkSeconds: chunkSeconds, MaxWorkers: maxWorkers, Fallback: fallback, SceneCuts: sceneCuts}
+			if parallel || chunkSeconds > 0 || maxWorkers > 0 || fallback || sceneCuts || quality {
+				req.Parallel = &client.Parallel{ChunkSeconds: chunkSeconds, MaxWorkers: maxWorkers, Fallback: fallback, SceneCuts: sceneCuts, Quality: quality}
 			}
 			local := map[string]string{}
 			for _, in := range inputs {
@@ -151,6 +151,7 @@ exits 0 when the job would be accepted, 1 with the service's error when not.`,
 	f.IntVar(&maxWorkers, "max-workers", 0, "with --parallel: how many chunks encode at once (default: the service's)")
 	f.BoolVar(&fallback, "fallback", false, "with --parallel: run a command that cannot be split as one job instead of refusing it")
 	f.BoolVar(&sceneCuts, "scene-cuts", false, "with --parallel: move each cut to a nearby scene change")
+	f.BoolVar(&quality, "quality", false, "with --parallel: also encode in one go and report both encodes' PSNR and SSIM against the source")
 	return cmd
 }
 
