@@ -351,10 +351,9 @@ func TestWarmSandboxHoldsForEachJob(t *testing.T) {
 // each one's command line; they ignore the usual signals), a file wherever it
 // can write (it reports which writes succeeded), a FIFO with a writer blocked
 // on it, and a unix socket with a listener. It holds on until the host, having
-// seen its processes, creates /job/go. The sandbox's /dev/null cannot be
-// opened (a read-only, nodev bind), and neither dash's "cmd &" nor perl -e
-// runs without it: the processes fork with setsid -f and perl scripts, their
-// output going to $E. They close ffmpeg's progress pipe (fd 3), which the
+// seen its processes, creates /job/go. The processes fork with setsid -f
+// and perl scripts (written when the sandbox's /dev/null did not open, which
+// dash's "cmd &" and perl -e need), their output going to $E. They close ffmpeg's progress pipe (fd 3), which the
 // runner reads to its end: one that outlived A would show here, not hold A.
 const jobA = `M=@M@
 R=/job/outputs/a-report.txt

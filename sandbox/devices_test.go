@@ -38,7 +38,7 @@ func fakeGPU(t *testing.T) string {
 }
 
 // copiesIn points the copies at the given bases for the test.
-func copiesIn(t *testing.T, bases ...string) {
+func copiesIn(t testing.TB, bases ...string) {
 	old := copyBases
 	copyBases = func() []string { return bases }
 	t.Cleanup(func() { copyBases = old })
@@ -194,10 +194,11 @@ func TestGPUDevicesNotTheRunnersAreBoundAsTheyAre(t *testing.T) {
 	}
 }
 
-func TestArgsBindGPUCopiesWritable(t *testing.T) {
-	l := Layout{Devices: []string{"/dev/null"}, GPU: []Device{{Host: "/tmp/mediajobs-dev-1/nvidia0", Path: "/dev/nvidia0"}}}
+func TestArgsBindDeviceCopiesWritable(t *testing.T) {
+	l := Layout{Devices: []Device{{Host: "/tmp/mediajobs-dev-1/null", Path: "/dev/null"}, {Host: "/dev/zero", Path: "/dev/zero", ReadOnly: true}},
+		GPU: []Device{{Host: "/tmp/mediajobs-dev-1/nvidia0", Path: "/dev/nvidia0"}}}
 	got := strings.Join(Args(l, "/w", true, []string{"x"}), " ")
-	if !strings.Contains(got, " --dev-bind /dev/null /dev/null --remount-ro /dev/null --dev-bind /tmp/mediajobs-dev-1/nvidia0 /dev/nvidia0 --proc /proc ") {
+	if !strings.Contains(got, " --dev-bind /tmp/mediajobs-dev-1/null /dev/null --dev-bind /dev/zero /dev/zero --remount-ro /dev/zero --dev-bind /tmp/mediajobs-dev-1/nvidia0 /dev/nvidia0 --proc /proc ") {
 		t.Fatalf("Args: %s", got)
 	}
 }

@@ -46,17 +46,22 @@ type Bwrap struct {
 type Layout struct {
 	Binds    []string          // bound read-only at the same path
 	Symlinks map[string]string // path -> target, e.g. /lib -> usr/lib on merged-/usr hosts
-	Devices  []string          // the host's device nodes, bound read-only (and nodev) at the same path
-	GPU      []Device          // the GPUs' nodes, bound writable: copies made for this sandbox (gpuNodes)
+	Devices  []Device          // /dev/null, /dev/zero, /dev/urandom (cpuNodes)
+	GPU      []Device          // the GPUs' nodes (gpuNodes)
 
-	copies string // the directory of the copies in GPU, removed by Release
-	err    error  // the copies could not be made
+	copies string // the directory of the copies in Devices and GPU, removed by Release
+	err    error  // the GPUs' nodes could not be made
+	devErr error  // Devices are the host's, read-only: no copy could be made
 }
 
 // Err says why the GPU device nodes could not be made: the sandbox has none.
 func (l Layout) Err() error { return l.err }
 
-// Release removes the sandbox's copies of the GPU device nodes. Once bwrap has
+// DevicesErr says why /dev/null, /dev/zero and /dev/urandom are the host's
+// nodes bound read-only, which do not open (no copy could be made), or nil.
+func (l Layout) DevicesErr() error { return l.devErr }
+
+// Release removes the sandbox's copies of the device nodes. Once bwrap has
 // bound them they are no longer needed, so it is called when the command's
 // context ends.
 func (l Layout) Release() error {
@@ -77,12 +82,10 @@ var startPaths = []string{"/usr", "/etc/ld.so.cache", "/etc/alternatives", "/etc
 // layout they are directories and are bound instead.
 var topLinks = []string{"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
 
-// devices are the only device nodes a CPU job sees.
-var devices = []string{"/dev/null", "/dev/zero", "/dev/urandom"}
-
 // HostLayout reads what the host has of the paths above, plus the binaries
-// (absolute paths) when they live outside /usr. With gpu it makes the
-// sandbox's copies of the GPU device nodes: Release removes them.
+// (absolute paths) when they live outside /usr, and makes the sandbox's copies
+// of the device nodes (devices.go), the GPUs' too with gpu: Release removes
+// them.
 func HostLayout(gpu bool, binaries ...string) Layout {
 	l := Layout{Symlinks: map[string]string{}}
 	for _, p := range topLinks {
@@ -107,9 +110,19 @@ func HostLayout(gpu bool, binaries ...string) Layout {
 			l.Binds = append(l.Binds, b)
 		}
 	}
-	l.Devices = append(l.Devices, devices...)
+	var c copies
+	l.Devices, l.devErr = cpuNodes(&c)
+	if l.devErr != nil && warned.CompareAndSwap(false, true) {
+		// Paths and errno only. The job runs on, with devices that do not open.
+		warn(fmt.Sprintf("sandbox: /dev/null, /dev/zero and /dev/urandom are bound read-only and will not open in the sandbox: %v", l.devErr))
+	}
 	if gpu {
-		l.GPU, l.copies, l.err = gpuNodes()
+		l.GPU, l.err = gpuNodes(&c)
+	}
+	l.copies = c.dir
+	if l.err != nil {
+		l.Release() // the command is refused: nothing will release them
+		l.copies = ""
 	}
 	return l
 }
@@ -159,16 +172,18 @@ func args(l Layout, dir string, gpu, readOnly bool, argv []string) []string {
 	for _, p := range links {
 		a = append(a, "--symlink", l.Symlinks[p], p)
 	}
-	for _, d := range l.Devices {
-		// The caller's uid owns the host's device inodes inside: read-only, so
-		// no chmod reaches them. bwrap remounts them nodev too: they do not
-		// open (docs/threat-model.md).
-		a = append(a, "--dev-bind", d, d, "--remount-ro", d)
-	}
-	for _, d := range l.GPU {
-		// Writable and not nodev, so that they open; a chmod inside reaches
-		// only this sandbox's copy.
-		a = append(a, "--dev-bind", d.Host, d.Path)
+	for _, devs := range [][]Device{l.Devices, l.GPU} {
+		for _, d := range devs {
+			// Writable and not nodev, so that they open: a copy made for this
+			// sandbox, so that a chmod inside reaches no node of the host's, or
+			// a node the runner does not own, which the sandbox's user cannot
+			// chmod. A node of the host's that the runner owns is read-only,
+			// which bwrap makes nodev: it does not open (docs/threat-model.md).
+			a = append(a, "--dev-bind", d.Host, d.Path)
+			if d.ReadOnly {
+				a = append(a, "--remount-ro", d.Path)
+			}
+		}
 	}
 	if gpu {
 		a = append(a, "--proc", "/proc")

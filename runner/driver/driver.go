@@ -216,8 +216,8 @@ func run(argv []string, out *frameWriter) Status {
 	relays.Add(2)
 	go relay(FrameStderr, er)
 	go relay(FrameProgress, pr)
-	// The sandbox has no /dev/null the commands could open: they get bwrap's
-	// stdin and stdout, the runner's pipes. -progress pipe:3 is pw. The
+	// The commands get bwrap's stdin and stdout, the runner's pipes (never a
+	// device of the host's). -progress pipe:3 is pw. The
 	// environment is bwrap's, which the runner set; argv[0] is an absolute
 	// path: no lookup, no shell.
 	pid, err := syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, ew.Fd(), pw.Fd()}})
