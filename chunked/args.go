@@ -25,7 +25,12 @@ func SplitArgs(src *Source, cmd *Command, c Chunk, out string) []string {
 		// (ffmpeg seeks a little earlier still for streams with B-frames and
 		// formats indexed by decode time), and -copypriorss 0 drops packets
 		// up to the first keyframe shown at or after it: the chunk's.
-		a = append(a, "-seek_timestamp", "1", "-ss", seconds(c.TrimFrom))
+		// With pre-roll, the keyframe is the one before the pre-roll's frames.
+		from := c.TrimFrom
+		if c.PreRoll > 0 {
+			from = c.SplitFrom
+		}
+		a = append(a, "-seek_timestamp", "1", "-ss", seconds(from))
 		skip = []string{"-copypriorss", "0"}
 	}
 	a = append(a, "-i", src.Path, "-map", fmt.Sprintf("0:%d", src.VideoIndex), "-c", "copy")
@@ -57,15 +62,23 @@ func EncodeArgs(cmd *Command, c Chunk, in, out string) []string {
 		}
 		a = append(a, o.words()...)
 	}
+	// With pre- and post-roll (Source.Roll) the graph gets the frames
+	// around the chunk too, and a trim by frame count after it keeps the
+	// chunk's own: however the graph re-times them (setpts=PTS-STARTPTS),
+	// it keeps one frame for each.
+	from, to := c.TrimFrom, c.TrimTo
+	if c.Rolls() {
+		from, to = c.RollFrom, c.RollTo
+	}
 	trim := "trim="
 	if c.Index > 0 {
-		trim += "start=" + seconds(c.TrimFrom)
+		trim += "start=" + seconds(from)
 	}
 	if !c.Last {
 		if c.Index > 0 {
 			trim += ":"
 		}
-		trim += "end=" + seconds(c.TrimTo)
+		trim += "end=" + seconds(to)
 	}
 	if c.Index == 0 && c.Last {
 		trim = "" // the whole source: nothing to trim
@@ -83,6 +96,12 @@ func EncodeArgs(cmd *Command, c Chunk, in, out string) []string {
 	default:
 		labels, rest := leadingLabels(graph)
 		graph = labels + trim + "," + rest
+	}
+	if c.Rolls() {
+		keep := fmt.Sprintf("trim=start_frame=%d:end_frame=%d", c.PreRoll, c.PreRoll+c.Frames)
+		if g, ok := appendFilter(graph, keep); ok {
+			graph = g
+		} // else Parse refused the command
 	}
 	if graph != "" {
 		a = append(a, "-filter:v", graph)

@@ -323,8 +323,18 @@ func (c *Command) checkOutput() error {
 		return refuse("-c:v "+encoder, "is not an encoder chunked encoding knows how to give a closed keyframe at each chunk's start; use one of "+strings.Join(Encoders, ", "))
 	}
 	c.Encoder = encoder
+	if b, a := c.Reach(); b+a > 0 {
+		if _, ok := appendFilter(c.VideoFilter, "null"); !ok {
+			return refuse("-vf "+c.VideoFilter, "reads neighbouring frames, and chunked encoding cannot find the graph's output to drop the frames around each chunk after it (its pre- and post-roll): end the graph with a chain that has no output label")
+		}
+	}
 	return nil
 }
+
+// Reach is how many frames before and after each frame the video filters
+// read (yadif: one each way): the pre- and post-roll each chunk is encoded
+// with (Source.Roll).
+func (c *Command) Reach() (before, after int) { return graphReach(c.VideoFilter) }
 
 func checkFPSMode(o Opt) error {
 	switch strings.ToLower(o.Value) {

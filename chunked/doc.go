@@ -8,6 +8,8 @@
 //     filters, output trimming, a second timeline, segmenting muxers, two-pass;
 //   - Probe reads the source's packet index (no decoding) and refuses broken
 //     timestamps; Source.Plan cuts at keyframes near every chunk_seconds;
+//     Source.Roll adds the frames around each chunk that the filters read
+//     (Command.Reach: yadif, bwdif), filtered with it and dropped after;
 //   - SplitArgs stream-copies each chunk (video only, original timestamps);
 //     EncodeArgs runs the user's video options on one chunk with a closed
 //     keyframe at its start; AuxArgs runs the user's command without video once

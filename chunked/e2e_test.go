@@ -132,6 +132,7 @@ type rig struct {
 	ffmpeg, ffprobe string
 	ctx             context.Context
 	sceneCuts       bool // plan with scene-change cuts (PlanSceneCuts)
+	noRoll          bool // plan without the pre- and post-roll the filters need (Source.Roll)
 }
 
 func newRig(t *testing.T) *rig {
@@ -213,6 +214,10 @@ func (r *rig) chunked(userCmd string, chunkSeconds float64, mutate func([]Chunk)
 	if len(chunks) < 2 {
 		t.Fatalf("plan %+v: want several chunks", chunks)
 	}
+	if !r.noRoll {
+		before, after := cmd.Reach()
+		src.Roll(chunks, before, after)
+	}
 	encodeWith := append([]Chunk(nil), chunks...)
 	if mutate != nil {
 		mutate(encodeWith)
@@ -260,8 +265,12 @@ func (r *rig) checkSplit(src *Source, c Chunk, split string) {
 	}
 	tb := parseTB(st.Streams[0].TimeBase)
 	first := float64(pkts[0].PTS) * float64(tb[0]) / float64(tb[1])
-	if len(pkts) != c.Packets || !pkts[0].Key || math.Abs(first-c.Start) > src.Seconds(1)+1e-9 {
-		r.t.Fatalf("split of chunk %d: %d packets from %.6f s (key %v), want %d from the keyframe at %.6f s", c.Index, len(pkts), first, pkts[0].Key, c.Packets, c.Start)
+	key := c.Start
+	if c.PreRoll > 0 {
+		key = c.SplitKey
+	}
+	if len(pkts) != c.Packets || !pkts[0].Key || math.Abs(first-key) > src.Seconds(1)+1e-9 {
+		r.t.Fatalf("split of chunk %d: %d packets from %.6f s (key %v), want %d from the keyframe at %.6f s", c.Index, len(pkts), first, pkts[0].Key, c.Packets, key)
 	}
 }
 

@@ -39,15 +39,13 @@ var timeFilters = map[string]string{
 	"fps":              "converts the frame rate along the whole timeline: each chunk would drop or duplicate frames from its own start",
 	"framerate":        "converts the frame rate by blending neighbouring frames: each chunk would start its own cadence",
 	"tpad":             "pads the timeline at its start or end: each chunk would be padded",
-	"yadif":            "deinterlaces with the neighbouring frames: the frames at each seam would differ",
-	"bwdif":            "deinterlaces with the neighbouring frames: the frames at each seam would differ",
-	"w3fdif":           "deinterlaces with the neighbouring frames: the frames at each seam would differ",
-	"estdif":           "deinterlaces with the neighbouring frames: the frames at each seam would differ",
-	"mcdeint":          "deinterlaces with the neighbouring frames: the frames at each seam would differ",
+	"w3fdif":           "deinterlaces with the neighbouring frames, and pre-roll is not yet proven exact for it (it is for yadif and bwdif with mode=send_frame): the frames at each seam could differ",
+	"estdif":           "deinterlaces with the neighbouring frames, and pre-roll is not yet proven exact for it (it is for yadif and bwdif with mode=send_frame): the frames at each seam could differ",
+	"mcdeint":          "deinterlaces with the neighbouring frames, and pre-roll is not yet proven exact for it (it is for yadif and bwdif with mode=send_frame): the frames at each seam could differ",
 	"nnedi":            "deinterlaces field by field in a cadence that restarts in each chunk",
-	"hqdn3d":           "denoises over the frames before: the first frames of each chunk would differ",
-	"atadenoise":       "denoises over neighbouring frames: the frames at each seam would differ",
-	"tmedian":          "takes the median of neighbouring frames: the frames at each seam would differ",
+	"hqdn3d":           "denoises recursively: each frame's result carries every frame before it (a reach without bound), so no pre-roll makes the first frames of each chunk equal one encode's; denoise with a spatial filter (nlmeans, bilateral...) or in a job of its own",
+	"atadenoise":       "denoises over neighbouring frames, and pre-roll is not yet proven exact for it: the frames at each seam could differ",
+	"tmedian":          "takes the median of neighbouring frames, and pre-roll is not yet proven exact for it: the frames at each seam could differ",
 	"tmidequalizer":    "equalizes over neighbouring frames: the frames at each seam would differ",
 	"deflicker":        "smooths brightness over neighbouring frames: the frames at each seam would differ",
 	"normalize":        "smooths levels over the frames before: the first frames of each chunk would differ",
@@ -81,6 +79,100 @@ var timeFilters = map[string]string{
 	"deshake":          "stabilises against the frame before: the first frame of each chunk would differ",
 	"freezeframes":     "replaces frames by frame number",
 	"fps_mode":         "converts the frame rate along the whole timeline",
+}
+
+// rollFilters reach a bounded number of frames before and after each frame:
+// chunked encoding gives each chunk that many frames around it (pre- and
+// post-roll, Source.Roll), runs the user's graph over them all and keeps the
+// chunk's own frames after the graph, so that each frame is filtered with the
+// neighbours it has in one encode (TestPreRollDeinterlace proves the result
+// equal, frame for frame, to one encode's). Each returns the reach, or why
+// the filter as written cannot be split.
+var rollFilters = map[string]func(args []command.FilterArg) (before, after int, why string){
+	// prev, cur and next: one frame each way. The first frame of a stream
+	// is its own prev, the last its own next; a roll clipped at the source's
+	// edges meets the same edges.
+	"yadif": func(a []command.FilterArg) (int, int, string) { return deinterlaceReach(a, "send_frame") },
+	"bwdif": func(a []command.FilterArg) (int, int, string) { return deinterlaceReach(a, "send_field") },
+}
+
+// deinterlaceReach reads yadif's and bwdif's options (mode, parity, deint,
+// by name or in that order): a frame-rate output (a frame per field)
+// doubles the frame count, which the verification does not check against
+// the source's frames; the rest is per frame.
+func deinterlaceReach(args []command.FilterArg, defaultMode string) (int, int, string) {
+	names := []string{"mode", "parity", "deint"}
+	mode := defaultMode
+	for i, kv := range args {
+		k := strings.ToLower(kv.Key)
+		if k == "" && i < len(names) {
+			k = names[i]
+		}
+		v := strings.ToLower(kv.Val)
+		switch k {
+		case "mode":
+			mode = v
+		case "parity":
+			if !oneOf(v, "tff", "bff", "auto", "0", "1", "-1") {
+				return 0, 0, fmt.Sprintf("has parity %q, which chunked encoding does not know", kv.Val)
+			}
+		case "deint":
+			if !oneOf(v, "all", "interlaced", "0", "1") {
+				return 0, 0, fmt.Sprintf("has deint %q, which chunked encoding does not know", kv.Val)
+			}
+		default:
+			return 0, 0, fmt.Sprintf("has option %q: chunked encoding splits it with mode, parity and deint alone", kv.Key)
+		}
+	}
+	switch mode {
+	case "send_frame", "0", "send_frame_nospatial", "2":
+		return 1, 1, ""
+	case "send_field", "1", "send_field_nospatial", "3":
+		return 0, 0, "outputs a frame per field (mode=" + mode + ", doubling the frame rate), which chunked encoding cannot verify against the source's frames; deinterlace frame for frame with mode=send_frame"
+	}
+	return 0, 0, fmt.Sprintf("has mode %q, which chunked encoding does not know", mode)
+}
+
+func oneOf(v string, vals ...string) bool {
+	for _, x := range vals {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// graphReach is how many frames before and after a frame graph g (checked)
+// reads: the sum of its filters' reaches, enough for any way they connect.
+func graphReach(g string) (before, after int) {
+	_ = command.WalkGraph("", g, func(name, args string, _ bool) error {
+		class, _, _ := strings.Cut(name, "@")
+		if reach := rollFilters[strings.ToLower(class)]; reach != nil {
+			b, a, _ := reach(command.FilterArgs(args))
+			before, after = before+b, after+a
+		}
+		return nil
+	})
+	return before, after
+}
+
+// appendFilter puts filter f after graph g's output: after its last chain
+// when that ends without a label, or on its last chain's one output label when
+// no other part of g names it. ok is false when g's output is elsewhere.
+func appendFilter(g, f string) (string, bool) {
+	t := strings.TrimRight(g, " \n\t\r")
+	if !strings.HasSuffix(t, "]") {
+		return t + "," + f, true
+	}
+	i := strings.LastIndexByte(t, '[')
+	if i < 0 {
+		return "", false
+	}
+	label := t[i:]
+	if strings.ContainsAny(label[1:len(label)-1], "[]'\\") || strings.Count(g, label) != 1 || strings.HasSuffix(strings.TrimRight(t[:i], " \n\t\r"), "]") {
+		return "", false
+	}
+	return t + ";" + label + f, true
 }
 
 // sourceFilters make frames of their own: a second timeline.
@@ -119,6 +211,18 @@ func checkFilter(name, args string, hasArgs bool) error {
 		written += "=" + args
 	}
 	what := "filter " + written
+	if reach := rollFilters[class]; reach != nil {
+		kvs := command.FilterArgs(args)
+		for _, kv := range kvs {
+			if strings.ToLower(kv.Key) == "enable" {
+				return refuse(what, "is enabled by a timeline expression, over times or frame numbers that restart in each chunk")
+			}
+		}
+		if _, _, why := reach(kvs); why != "" {
+			return refuse(what, why)
+		}
+		return nil
+	}
 	if why, bad := timeFilters[class]; bad {
 		if class == "setpts" && hasArgs && isStartPTS(args) {
 			return nil

@@ -35,7 +35,22 @@ type Chunk struct {
 	// it): the split's NUT file carries no display matrix, so the encode
 	// rotates the pictures as ffmpeg's autorotation would (autorotateFilter).
 	Rotation float64 `json:"rotation,omitempty"`
+	// Pre- and post-roll (Source.Roll), for a graph whose filters reach
+	// neighbouring frames (yadif): the encode filters PreRoll frames before
+	// the chunk and PostRoll after it too, those between RollFrom and RollTo
+	// (halfway between frames), and keeps the chunk's Frames after the graph.
+	// With PreRoll the split starts at the keyframe at SplitKey, seeking to
+	// SplitFrom (halfway between it and the frame before).
+	PreRoll   int     `json:"pre_roll,omitempty"`
+	PostRoll  int     `json:"post_roll,omitempty"`
+	RollFrom  float64 `json:"roll_from,omitempty"`
+	RollTo    float64 `json:"roll_to,omitempty"`
+	SplitKey  float64 `json:"split_key,omitempty"`
+	SplitFrom float64 `json:"split_from,omitempty"`
 }
+
+// Rolls tells whether the chunk's encode filters frames outside it (Roll).
+func (c Chunk) Rolls() bool { return c.PreRoll > 0 || c.PostRoll > 0 }
 
 // Plan chooses where chunks start: at the keyframe nearest each multiple of
 // chunkSeconds after the first keyframe (keyframes sorted, in seconds; end is
@@ -231,4 +246,89 @@ func (s *Source) PlanScenes(chunkSeconds float64, maxChunks int, scores map[floa
 		}
 	}
 	return chunks, nil
+}
+
+// Roll gives each chunk the frames around it that a graph reaching before
+// frames back and after frames ahead needs (Command.Reach): the before frames
+// shown just before the chunk (none for the first) and the after frames from
+// its end on (none for the last). The split then starts at the last cut at or
+// before the first of them and copies every packet shown before the end of
+// the last; the encode filters them with the chunk and drops them after the
+// graph, so each of the chunk's frames is filtered with the neighbours one
+// encode gives it. A roll that would reach past the source's first or last
+// frame stops there, where one encode's filter meets the same edge.
+func (s *Source) Roll(chunks []Chunk, before, after int) {
+	if before <= 0 && after <= 0 || len(chunks) < 2 {
+		return
+	}
+	for i := range chunks {
+		c := &chunks[i]
+		c.RollFrom, c.RollTo = c.TrimFrom, c.TrimTo
+		startPTS := s.Packets[c.FirstPacket].PTS // the chunk's keyframe
+		lo := sort.Search(len(s.Frames), func(k int) bool { return s.Frames[k] >= startPTS })
+		hi := lo + c.Frames
+		d, e := c.FirstPacket, c.FirstPacket+c.Packets
+		if c.Index > 0 && before > 0 {
+			p := max(lo-before, 0)
+			c.PreRoll = lo - p
+			c.RollFrom = s.between(p)
+			// The last cut shown at or before the first pre-roll frame.
+			for _, k := range s.Cuts {
+				if s.Packets[k].PTS > s.Frames[p] {
+					break
+				}
+				d = k
+			}
+			c.SplitKey = s.Seconds(s.Packets[d].PTS)
+			f := sort.Search(len(s.Frames), func(k int) bool { return s.Frames[k] >= s.Packets[d].PTS })
+			c.SplitFrom = s.between(f)
+		}
+		if !c.Last && after > 0 {
+			q := min(hi+after, len(s.Frames))
+			c.PostRoll = q - hi
+			c.RollTo = s.End
+			endPTS := int64(math.MaxInt64)
+			if q < len(s.Frames) {
+				c.RollTo = s.between(q)
+				endPTS = s.Frames[q]
+			}
+			e = max(e, s.shownBefore(d, endPTS))
+		}
+		c.FirstPacket, c.Packets = d, e-d
+	}
+}
+
+// between is the time halfway between frame k (display order) and the one
+// before it: a trim from there keeps frame k on.
+func (s *Source) between(k int) float64 {
+	if k == 0 {
+		return s.Start - s.FrameDuration/2
+	}
+	if k >= len(s.Frames) {
+		return s.End
+	}
+	return (s.Seconds(s.Frames[k-1]) + s.Seconds(s.Frames[k])) / 2
+}
+
+// shownBefore is one past the last packet, in decode order from d on, shown
+// before endPTS. Past the first cut shown at or after endPTS only that cut's
+// leading pictures (an open GOP's) can be, and they end at the cut after it.
+func (s *Source) shownBefore(d int, endPTS int64) int {
+	stop, seen := len(s.Packets), false
+	for _, k := range s.Cuts {
+		if k > d && s.Packets[k].PTS >= endPTS {
+			if seen {
+				stop = k
+				break
+			}
+			seen = true
+		}
+	}
+	e := d
+	for j := d; j < stop; j++ {
+		if s.Packets[j].PTS < endPTS {
+			e = j + 1
+		}
+	}
+	return e
 }

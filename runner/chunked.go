@@ -97,6 +97,9 @@ func (r *Runner) chunkPhase(ctx context.Context, m *mj.Manifest) (*chunkPhase, e
 		if err != nil {
 			return nil, err
 		}
+		// The frames around each chunk that its filters read (yadif).
+		before, after := cmd.Reach()
+		src.Roll(chunks, before, after)
 		ph := &chunkPhase{}
 		for i, c := range chunks {
 			ph.argvs = append(ph.argvs, chunked.SplitArgs(src, cmd, c, jobOutputs+mj.ChunkFileName(i)))
