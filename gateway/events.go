@@ -27,7 +27,9 @@ import (
 // eventsHeartbeat is a var for tests.
 var eventsHeartbeat = 15 * time.Second
 
-const eventsBackstop = 2 * time.Second
+// eventsBackstop is how often a job stream re-reads without being woken; a var
+// for tests.
+var eventsBackstop = 2 * time.Second
 
 // eventHub tells subscribers which jobs changed: by job id and by account; and
 // which pipeline records did.
@@ -317,7 +319,8 @@ func (g *Gateway) StopStreams() {
 	g.stopStreams()
 }
 
-// jobEvents: GET /api/jobs/{id}/events.
+// jobEvents: GET /api/jobs/{id}/events. A chunked parent's stream follows its
+// pipeline too (chunkedFollow).
 func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 	j, err := g.ownJob(c)
 	if err != nil {
@@ -330,25 +333,50 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 	}
 	sub := newSubscriber()
 	unsubscribe := g.hub.add(&g.hub.byJob, id, sub) // before the first read: no change is missed
+	var chunks *chunkedFollow
+	if j.ChunkedParent() && j.Parallel.PipelineID != "" {
+		sub.changed = map[string]bool{} // what woke it: the job, its pipeline's record or jobs
+		chunks = &chunkedFollow{g: g, id: j.Parallel.PipelineID, sub: sub, jobs: pipelineFollow{hub: &g.hub, sub: sub}}
+		chunks.unsubscribe = g.hub.add(&g.hub.byPipeline, chunks.id, sub) // before its first read, too
+	}
 	done := g.streamCtx()
 	st := g.newStream(c)
 	startSSE(c)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer closeStream()
 		defer unsubscribe()
+		defer chunks.stop()
 		defer g.recoverStream()
 		var last []byte
+		var lastSent time.Time
 		// send writes the job's view if it changed; it reports whether to go on.
 		send := func(j *mj.Job) bool {
-			b, _ := json.Marshal(g.view(j))
+			v := g.view(j)
+			p, jobs, ok := chunks.read(j)
+			if !ok && last != nil && !j.Status.Terminal() {
+				return true // sent without its steps, it would seem to lose them
+			}
+			// Compared with its steps unsigned: a signed link differs at every render.
+			fillSteps(&v, p, jobs, func(key string) string { return key })
+			b, _ := json.Marshal(v)
 			if string(b) != string(last) {
+				out := b
+				if p != nil {
+					exp := g.Now().Add(g.Config.Storage.TTL)
+					links := g.links()
+					fillSteps(&v, p, jobs, func(key string) string { return links.Download(context.Background(), key, exp) })
+					out, _ = json.Marshal(v)
+				}
 				st.deadline()
-				if !sse(w, "job", b) {
+				if !sse(w, "job", out) {
 					return false
 				}
-				last = b
+				last, lastSent = b, time.Now()
 			}
 			if j.Status.Terminal() {
+				if chunks.settling(p, jobs) {
+					return true
+				}
 				sse(w, "end", []byte(`{}`))
 				return false
 			}
@@ -361,6 +389,9 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 		st.run(w, done, sub.wake, eventsBackstop, func(tick bool) bool {
 			if tick && !g.jobs.live.Load() && time.Since(lastRead) < 5*eventsBackstop {
 				return true // the watch is down: read etcd less often
+			}
+			if chunks != nil && chunks.hold(id, tick, lastSent) {
+				return true
 			}
 			lastRead = time.Now()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -377,6 +408,156 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 		})
 	})
 	return nil
+}
+
+// chunkedEventsEvery spaces the events of a chunked job that its chunks'
+// progress causes (each running chunk reports every 2 s, and every event
+// carries all the steps): a change of the job itself is sent at once. A var for
+// tests.
+var chunkedEventsEvery = time.Second
+
+// chunkedFollow is what a chunked parent's stream follows besides the job
+// (docs/chunked.md): its pipeline's record, re-read when it changes (the
+// extension after the plan adds the encode, audio, reference and stitch jobs),
+// and every job the record lists, as the pipeline stream does. Its events
+// carry the job's view with parallel.steps, as GET shows them (with each
+// running job's progress). Used by the stream's goroutine alone; nil for any
+// other job.
+type chunkedFollow struct {
+	g           *Gateway
+	id          string // the pipeline's
+	sub         *subscriber
+	jobs        pipelineFollow
+	unsubscribe func()
+	p           *mj.Pipeline // as last read; nil: read it
+	readAt      time.Time
+	stale       bool        // its record changed since: read it again
+	timer       *time.Timer // a held change's later wake
+	due         time.Time
+	endBy       time.Time // the job ended: the end is sent by then (settling)
+	endTimer    *time.Timer
+}
+
+// hold takes what woke the stream (job id, the pipeline's record, its jobs)
+// and tells whether to hold the event for now: only the pipeline's jobs or
+// record changed, and the last event is under chunkedEventsEvery old; a wake is
+// then set for when it is not.
+func (c *chunkedFollow) hold(id string, tick bool, lastSent time.Time) bool {
+	own := tick
+	for _, k := range c.sub.take() {
+		switch k {
+		case id:
+			own = true
+		case c.id:
+			c.stale = true
+		}
+	}
+	if tick && time.Since(c.readAt) >= pipelineEventsBackstop {
+		c.stale = true // for a change a restarting watch missed
+	}
+	wait := chunkedEventsEvery - time.Since(lastSent)
+	if own || wait <= 0 {
+		return false
+	}
+	if now := time.Now(); c.due.Before(now) {
+		c.due = now.Add(wait)
+		c.timer = time.AfterFunc(wait, func() { c.sub.signal("") })
+	}
+	return true
+}
+
+// read returns the pipeline and its jobs as they are now, for j's steps (none
+// for any other job, nor when its pipeline is gone, as GET); false when they
+// cannot be read now (etcd briefly unreachable: the backstop tries again).
+func (c *chunkedFollow) read(j *mj.Job) (*mj.Pipeline, map[string]*mj.Job, bool) {
+	if c == nil {
+		return nil, nil, true
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if c.p == nil || c.stale || j.Status.Terminal() {
+		p, err := c.g.Store.Pipeline(ctx, c.id)
+		switch {
+		case mj.ErrorCode(err) == mj.ENotFound:
+			return nil, nil, true
+		case err != nil:
+			return nil, nil, false
+		}
+		c.p, c.stale, c.readAt = p, false, time.Now()
+		c.jobs.follow(p.JobIDs()) // before its jobs are read: no change is missed
+	}
+	jobs, err := c.g.pipelineJobs(ctx, c.p)
+	if err != nil {
+		return nil, nil, false
+	}
+	return c.p, jobs, true
+}
+
+// chunkedEndLinger bounds how long a chunked job's stream waits, after the
+// job ended, for its pipeline's jobs to end too; a var for tests.
+var chunkedEndLinger = 10 * time.Second
+
+// settling tells whether the stream of an ended chunked job waits for its
+// pipeline's jobs still being stopped (a cancel, or a failure that cancels the
+// rest, ends the job first), so that its last event shows them ended; at most
+// chunkedEndLinger.
+func (c *chunkedFollow) settling(p *mj.Pipeline, jobs map[string]*mj.Job) bool {
+	if c == nil || p == nil {
+		return false
+	}
+	now := time.Now()
+	if c.endBy.IsZero() {
+		c.endBy = now.Add(chunkedEndLinger)
+		c.endTimer = time.AfterFunc(chunkedEndLinger, func() { c.sub.signal("") })
+	}
+	if !now.Before(c.endBy) {
+		return false
+	}
+	if len(p.Plan) > 0 {
+		return true // jobs still to be stored (then cancelled)
+	}
+	for _, id := range p.JobIDs() {
+		if j := jobs[id]; j != nil && !j.Status.Terminal() {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *chunkedFollow) stop() {
+	if c == nil {
+		return
+	}
+	c.unsubscribe()
+	c.jobs.stop()
+	for _, t := range []*time.Timer{c.timer, c.endTimer} {
+		if t != nil {
+			t.Stop()
+		}
+	}
+}
+
+// fillSteps sets v's parallel steps and, until it ended, its usage (the sum so
+// far of its jobs', in the order of the steps: the same bytes every render) from
+// pipeline p and its jobs, as GET does (parallelSteps).
+func fillSteps(v *mj.JobView, p *mj.Pipeline, jobs map[string]*mj.Job, sign func(key string) string) {
+	if p == nil || v.Parallel == nil {
+		return
+	}
+	v.Parallel.Steps = mj.ViewPipeline(p, jobs, sign).Steps
+	if v.Usage != nil {
+		return
+	}
+	var sum *mj.Usage
+	for _, id := range p.JobIDs() {
+		if j := jobs[id]; j != nil && j.Usage != nil {
+			if sum == nil {
+				sum = &mj.Usage{}
+			}
+			*sum = sum.Add(*j.Usage)
+		}
+	}
+	v.Usage = sum
 }
 
 // accountEvents: GET /api/events, every job of the account as it changes (from

@@ -13,10 +13,12 @@ import (
 // GET /api/pipelines/{id}/events streams the pipeline's view (as GET
 // /api/pipelines/{id} answers it) whenever its record or one of its jobs
 // changes, and ends once the record says it ended (docs/pipelines.md). It is
-// woken by the job watch, through the hub's byJob entry of each of its jobs
-// (their ids are fixed when the pipeline is created, so no job record is
-// decoded to learn its pipeline), and by the pipeline watch (WatchPipelines,
-// started beside the job watches in jobcache.go).
+// woken by the job watch, through the hub's byJob entry of each of its jobs (the
+// record lists their ids, so no job record is decoded to learn its pipeline),
+// and by the pipeline watch (WatchPipelines, started beside the job watches in
+// jobcache.go). A record that gains jobs (a chunked pipeline extended after its
+// plan, docs/chunked.md) is re-read on that wake, and its new jobs followed from
+// then on (pipelineFollow).
 
 // pipelineEventsBackstop is how often a pipeline stream re-reads without being
 // woken, for changes a restarting watch missed; a var for tests.
@@ -33,6 +35,34 @@ func (h *eventHub) notifyPipeline(id string) {
 	for _, s := range subs {
 		s.signal(id)
 	}
+}
+
+// pipelineFollow subscribes a stream to the changes of a pipeline's jobs, the
+// ones its record gains included: follow is called with the record's job ids
+// each time it is read, before its jobs are read, so that no change of a new
+// job is missed. Used by one goroutine at a time (the stream's).
+type pipelineFollow struct {
+	hub  *eventHub
+	sub  *subscriber
+	undo map[string]func()
+}
+
+func (f *pipelineFollow) follow(ids []string) {
+	if f.undo == nil {
+		f.undo = map[string]func(){}
+	}
+	for _, id := range ids {
+		if f.undo[id] == nil {
+			f.undo[id] = f.hub.add(&f.hub.byJob, id, f.sub)
+		}
+	}
+}
+
+func (f *pipelineFollow) stop() {
+	for _, u := range f.undo {
+		u()
+	}
+	clear(f.undo)
 }
 
 // pipelineJobs reads the jobs of p through the job cache, the ones not cached
@@ -82,20 +112,16 @@ func (g *Gateway) pipelineEvents(c *fiber.Ctx) error {
 	}
 	// Subscribed before the first read below: no change is missed.
 	sub := newSubscriber()
-	unsubscribe := []func(){g.hub.add(&g.hub.byPipeline, id, sub)}
-	for _, jid := range p.JobIDs() {
-		unsubscribe = append(unsubscribe, g.hub.add(&g.hub.byJob, jid, sub))
-	}
+	unsubscribe := g.hub.add(&g.hub.byPipeline, id, sub)
+	jobsOf := &pipelineFollow{hub: &g.hub, sub: sub}
+	jobsOf.follow(p.JobIDs())
 	done := g.streamCtx()
 	st := g.newStream(c)
 	startSSE(c)
 	c.Context().SetBodyStreamWriter(func(w *bufio.Writer) {
 		defer closeStream()
-		defer func() {
-			for _, u := range unsubscribe {
-				u()
-			}
-		}()
+		defer unsubscribe()
+		defer jobsOf.stop()
 		defer g.recoverStream()
 		var last []byte
 		// send reads the pipeline and writes its view if it changed; it
@@ -111,6 +137,7 @@ func (g *Gateway) pipelineEvents(c *fiber.Ctx) error {
 			if err != nil {
 				return true // etcd briefly unreachable: the backstop tries again
 			}
+			jobsOf.follow(p.JobIDs()) // jobs it gained since the last read
 			jobs, err := g.pipelineJobs(ctx, p)
 			if err != nil {
 				return true
