@@ -78,6 +78,13 @@ func (j *Job) child(p *Pipeline, step string, item *int, now time.Time) *Job {
 	return c
 }
 
+// ChunkStitch reports whether j is a chunked pipeline's stitch job: the
+// one that delivers its parent's output_destinations, which stay stored under
+// the parent's key (the pipeline's Owner) until the parent ends.
+func (j *Job) ChunkStitch() bool {
+	return j.Chunk != nil && j.Chunk.Phase == PhaseStitch && j.Pipeline != nil
+}
+
 // InputCap is the bytes j's inputs may take in all (0: no cap): the
 // account's max_input_bytes, except for a chunked job's internal steps
 // (encode, audio, stitch), whose inputs are the service's own files.
@@ -231,6 +238,10 @@ func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Tim
 	stitch.Chunk = j.chunkTask(PhaseStitch)
 	stitch.Chunk.Chunks = len(list.Chunks)
 	stitch.StatusDetail = stitch.AwaitingDetail()
+	// The stitch alone delivers j's output_destinations, and only a file
+	// that passed its verification (the runner uploads nothing of a failed
+	// job). The URLs stay under j's key (ChunkStitch): none is copied.
+	stitch.HasDestinations = j.HasDestinations
 	jobs = append(jobs, stitch)
 	return append(steps, stitchStep), jobs, nil
 }

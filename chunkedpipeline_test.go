@@ -78,3 +78,48 @@ func TestExtendChunkedIsDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// A chunked job's output_destinations are delivered by its stitch alone (the
+// verified file, under the parent's name): no other step's job has them, nor
+// any job of a parent without them.
+func TestExtendChunkedDestinationsOnTheStitch(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, dests := range []bool{true, false} {
+		j := &Job{ID: "11111111-2222-3333-4444-555555555555", AccountID: "a", Machine: "cpu", TimeoutSeconds: 60,
+			InputFiles: map[string]string{"v": "https://media.example/v.mp4"}, OutputNames: []string{"out.mp4"},
+			FFmpegCommands: []string{"-i {{v}} -c:v libx264 {{out.mp4}}"}, HasDestinations: dests,
+			Parallel: &Parallel{Mode: ParallelChunked, ChunkSeconds: 2, MaxWorkers: 2, MaxChunks: 64, Quality: true}}
+		p := NewChunkedPipeline(j, now)
+		plan := *p.Plan[0]
+		if plan.HasDestinations || plan.ChunkStitch() {
+			t.Fatalf("destinations %v: the plan job has destinations %v, stitch %v", dests, plan.HasDestinations, plan.ChunkStitch())
+		}
+		plan.Status = StatusSucceeded
+		for _, n := range []string{ChunkPlanFile, ChunkListFile, ChunkFileName(0), ChunkFileName(1)} {
+			plan.Outputs = append(plan.Outputs, Output{Name: n, Key: "k/" + n})
+		}
+		list := &ChunkList{Aux: true, Chunks: []json.RawMessage{[]byte(`{"start":0,"end":2}`), []byte(`{"start":2,"end":3}`)}}
+		_, jobs, err := ExtendChunked(p, j, &plan, list, now)
+		if err != nil || len(jobs) != 5 { // two encodes, audio, reference, stitch
+			t.Fatalf("extend: %d jobs, %v", len(jobs), err)
+		}
+		stitches := 0
+		for _, c := range jobs {
+			isStitch := c.Pipeline.Step == ChunkStepStitch
+			if c.ChunkStitch() != isStitch {
+				t.Fatalf("%s: ChunkStitch %v", c.Pipeline.Step, c.ChunkStitch())
+			}
+			if isStitch {
+				stitches++
+				if c.HasDestinations != dests || c.OutputNames[0] != "out.mp4" || c.Destinations != nil {
+					t.Fatalf("destinations %v: the stitch has %v (URLs %v), output %v", dests, c.HasDestinations, c.Destinations, c.OutputNames)
+				}
+			} else if c.HasDestinations {
+				t.Fatalf("step %s's job has destinations", c.Pipeline.Step)
+			}
+		}
+		if stitches != 1 {
+			t.Fatalf("%d stitch jobs", stitches)
+		}
+	}
+}

@@ -138,6 +138,9 @@ func Main(m *testing.M, o Options) int {
 func startStack(ctx context.Context, wg *sync.WaitGroup, tmp, bin string, o Options) (<-chan *server.DevStack, error) {
 	cfg := config.Default()
 	cfg.Server.AllowLoopback = true
+	// Destinations on a loopback receiver (as `mediajobs dev`); the control
+	// plane stays refused (controlplane_test.go).
+	cfg.Server.DestinationAllowLoopback = true
 	cfg.Server.WaitLimit = "60s"
 	cfg.Server.RateLimit = 0 // the tests poll fast; gateway tests cover the limit
 	cfg.Etcd.DataDir = filepath.Join(tmp, "etcd")

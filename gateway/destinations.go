@@ -94,12 +94,16 @@ func (g *Gateway) uploadDestinations(ctx context.Context, j *mj.Job, req *upload
 	if !req.Destinations {
 		return nil, mj.Errorf(mj.EValidation, "this job has output_destinations, which this worker's runner cannot deliver to: upgrade the workers")
 	}
-	d, err := g.Store.Destinations(ctx, j.ID)
+	owner, err := g.destinationsOwner(ctx, j)
+	if err != nil {
+		return nil, err
+	}
+	d, err := g.Store.Destinations(ctx, owner)
 	if err != nil {
 		return nil, err
 	}
 	if d == nil { // deleted when the job ended (store.derivedOps), since read
-		return nil, mj.Errorf(mj.EConflict, "job %s has ended; the upload was refused", j.ID)
+		return nil, mj.Errorf(mj.EConflict, "job %s has ended; the upload was refused", owner)
 	}
 	out := &mj.Destinations{URLs: map[string]string{}, KeepOutputs: d.KeepOutputs}
 	for _, f := range req.Files {
@@ -108,4 +112,21 @@ func (g *Gateway) uploadDestinations(ctx context.Context, j *mj.Job, req *upload
 		}
 	}
 	return out, nil
+}
+
+// destinationsOwner is the job whose output_destinations j delivers: j itself,
+// or, for a chunked job's stitch (docs/chunked.md), its parent, the pipeline's
+// owner, whose key holds them until it ends: the URLs are never copied.
+func (g *Gateway) destinationsOwner(ctx context.Context, j *mj.Job) (string, error) {
+	if !j.ChunkStitch() {
+		return j.ID, nil
+	}
+	p, err := g.Store.Pipeline(ctx, j.Pipeline.ID)
+	if err != nil {
+		return "", err
+	}
+	if p.Kind != mj.PipelineKindChunked || p.AccountID != j.AccountID || p.Owner == "" {
+		return "", mj.Errorf(mj.EConflict, "job %s: pipeline %s is no chunked job's; its destinations are refused", j.ID, p.ID)
+	}
+	return p.Owner, nil
 }

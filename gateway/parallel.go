@@ -88,8 +88,6 @@ func unsplittable(cfg *config.Config, j *mj.Job) string {
 		return fmt.Sprintf("output %q is a numbered sequence of files: each chunk would number its own from the start", j.OutputNames[0])
 	case j.OutputNames[0] == mj.ChunkVerification:
 		return fmt.Sprintf("output %q is the name of the verification report the stitch writes beside the output; name it otherwise", mj.ChunkVerification)
-	case j.HasDestinations:
-		return "output_destinations are not supported with chunked encoding yet; fetch the output from its link"
 	}
 	pool := cfg.Pool(j.Machine)
 	argv, err := command.Prepare(j.FFmpegCommands[0], commandSpec(cfg, pool, j))
