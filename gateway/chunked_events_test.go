@@ -8,6 +8,7 @@ import (
 
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/store"
+	"github.com/mediajobs/mediajobs/testenv"
 )
 
 // chunkedSetup creates a chunked job through the API and starts the
@@ -237,4 +238,36 @@ func TestPipelineEventsFollowJobsAddedLater(t *testing.T) {
 	untilEvent(t, events, "the first chunk's progress", func(ev sseEvent) bool {
 		return percentOf(chunkJobIn(stepOf(ev.job, "encode"), 0)) == 25.0
 	})
+}
+
+// GET shows a chunked job's running chunks with their progress, as its stream
+// does: its pipeline's jobs are read through the job cache, which has it.
+func TestChunkedJobGetShowsChunkProgress(t *testing.T) {
+	h := newHarness(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	id, pid, plan := chunkedSetup(t, h, ctx)
+	planSucceeded(t, h, ctx, plan)
+	encodes := extendChunked(t, h, ctx, id, pid, plan)
+	now := time.Now().UTC()
+	ej, err := h.store.UpdateJob(ctx, encodes[0], func(j *mj.Job) error {
+		j.Status, j.StartedAt, j.Attempt = mj.StatusRunning, &now, 1
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pct := 40.0
+	if err := h.store.PutProgress(ctx, ej, 1, &mj.Progress{Percent: &pct, CommandIndex: 1, CommandCount: 1, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	var last map[string]any
+	testenv.Eventually(t, 30*time.Second, "GET to show the first chunk's progress", func() bool {
+		status, body, _ := h.do("GET", "/api/jobs/"+id, "alice", nil)
+		last, _ = body["data"].(map[string]any)
+		return status == 200 && percentOf(chunkJobIn(parallelStep(last, "encode"), 0)) == 40.0
+	})
+	if sj := chunkJobIn(parallelStep(last, "encode"), 0); sj["id"] != encodes[0] || sj["status"] != "running" {
+		t.Fatalf("the first chunk in GET: %+v", sj)
+	}
 }

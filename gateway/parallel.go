@@ -241,7 +241,10 @@ func (g *Gateway) stopChunked(ctx context.Context, j *mj.Job) {
 }
 
 // parallelSteps fills v's parallel steps from its pipeline (the chunks as
-// the encode step's items: index, start and end on the source's timeline).
+// the encode step's items: index, start and end on the source's timeline),
+// with each running job's progress, as the job's event stream shows them
+// (fillSteps): its jobs are read through the job cache, which has their
+// progress.
 func (g *Gateway) parallelSteps(ctx context.Context, v *mj.JobView) {
 	if v.Parallel == nil || v.Parallel.PipelineID == "" {
 		return
@@ -250,35 +253,8 @@ func (g *Gateway) parallelSteps(ctx context.Context, v *mj.JobView) {
 	if err != nil {
 		return
 	}
-	ids := p.JobIDs()
-	read, _ := g.Store.Jobs(ctx, ids)
-	jobs := make(map[string]*mj.Job, len(ids))
-	for i, j := range read {
-		if j != nil {
-			jobs[ids[i]] = j
-		}
-	}
+	jobs, _ := g.pipelineJobs(ctx, p) // unreadable: the steps without their jobs
 	exp := g.Now().Add(g.Config.Storage.TTL)
 	links := g.links()
-	pv := mj.ViewPipeline(p, jobs, func(key string) string { return links.Download(ctx, key, exp) })
-	v.Parallel.Steps = pv.Steps
-	// Its usage is its jobs': each is metered as the account's job, and the
-	// parent's record holds none (so nothing counts twice). Once it ended, the
-	// sum its record keeps (parallel.usage) is shown, as the list and its
-	// webhook show it; until then, the sum so far.
-	if v.Usage != nil {
-		return
-	}
-	var sum *mj.Usage
-	for _, j := range jobs {
-		if j.Usage != nil {
-			if sum == nil {
-				sum = &mj.Usage{}
-			}
-			*sum = sum.Add(*j.Usage)
-		}
-	}
-	if sum != nil {
-		v.Usage = sum
-	}
+	fillSteps(v, p, jobs, func(key string) string { return links.Download(ctx, key, exp) })
 }

@@ -89,6 +89,13 @@ func (g *Gateway) pipelineJobs(ctx context.Context, p *mj.Pipeline) (map[string]
 	read, errs := g.Store.Jobs(ctx, missing)
 	for i, j := range read {
 		switch {
+		case errs[i] == nil && j.Status == mj.StatusRunning:
+			// A batch read leaves out progress: a running job is read again
+			// with it (at most the pipeline's running jobs, once: then cached).
+			if jp, err := g.Store.Job(ctx, missing[i]); err == nil {
+				j = jp
+			}
+			fallthrough
 		case errs[i] == nil:
 			jobs[missing[i]] = j
 			g.jobs.put(j, false)
