@@ -3,6 +3,7 @@ package dispatcher
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -60,6 +61,15 @@ func (r *pipelineRig) newChunkedJob() (*mj.Job, *mj.Pipeline) {
 // succeedPlan ends the plan job with n chunks and the files that go with them.
 func (r *pipelineRig) succeedPlan(b *blobMap, planID string, n int) {
 	r.t.Helper()
+	if !r.trySucceedPlan(b, planID, n) {
+		r.t.Fatalf("plan job %s already ended", planID)
+	}
+}
+
+// trySucceedPlan is succeedPlan, unless the plan job already ended (the
+// leader cancelled it): false then.
+func (r *pipelineRig) trySucceedPlan(b *blobMap, planID string, n int) bool {
+	r.t.Helper()
 	list := mj.ChunkList{Aux: true}
 	var outs []mj.Output
 	for i := range n {
@@ -70,11 +80,20 @@ func (r *pipelineRig) succeedPlan(b *blobMap, planID string, n int) {
 	lb, _ := json.Marshal(list)
 	b.put("k/"+planID+"/chunks.json", lb)
 	outs = append(outs, mj.Output{Name: mj.ChunkPlanFile, Key: "k/" + planID + "/plan.json"}, mj.Output{Name: mj.ChunkListFile, Key: "k/" + planID + "/chunks.json"})
-	r.end(planID, func(j *mj.Job) {
+	ended := errors.New("ended")
+	_, err := r.s.UpdateJob(r.ctx, planID, func(j *mj.Job) error {
+		if j.Status.Terminal() {
+			return ended
+		}
 		now := time.Now()
 		j.StartedAt, j.Outputs = &now, outs
 		j.Succeed(now, "")
+		return nil
 	})
+	if err != nil && !errors.Is(err, ended) {
+		r.t.Fatal(err)
+	}
+	return err == nil
 }
 
 func (r *pipelineRig) queued() []string {
@@ -395,7 +414,11 @@ func TestChunkedStoppedBeforeExtensionEndsCancelled(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	r.succeedPlan(b, p.Steps[0].Jobs[0], 2) // it ran to its end all the same
+	// It ran to its end all the same, unless the leader, seeing the stop,
+	// cancelled it first: either way the pipeline is not extended.
+	if !r.trySucceedPlan(b, p.Steps[0].Jobs[0], 2) {
+		t.Log("the leader cancelled the plan job before it could succeed")
+	}
 	testenv.Eventually(t, time.Minute, "the pipeline ended", func() bool { return r.pipeline(p.ID).Status.Terminal() })
 	if pl := r.pipeline(p.ID); pl.Status != mj.StatusCancelled || len(pl.Steps) != 1 || !strings.Contains(pl.ErrorMessage, "cancelled by the client") {
 		t.Fatalf("pipeline %s %q with %d steps: want cancelled, not extended", pl.Status, pl.ErrorMessage, len(pl.Steps))
