@@ -101,9 +101,10 @@ func largestRecord(t *testing.T) (create *mj.Job, finish func(*mj.Job)) {
 	// fact) with its report at the bound, and a chunk job's task with a chunk.
 	report := `{"pass":false,"failures":["` + fill(mj.MaxVerificationBytes-40) + `"]}`
 	j.Parallel = &mj.Parallel{Mode: mj.ParallelChunked, Reason: fill(200), ChunkSeconds: math.MaxFloat64, MaxWorkers: math.MaxInt, MaxChunks: math.MaxInt,
-		Fallback: true, PipelineID: "01234567-89ab-cdef-0123-456789abcdee", Verification: mj.BoundVerification([]byte(report))}
-	j.Chunk = &mj.ChunkTask{Phase: mj.PhaseEncode, Input: refName, Output: outputNames[0], ChunkSeconds: math.MaxFloat64, MaxChunks: math.MaxInt, Chunks: math.MaxInt,
-		Chunk: json.RawMessage(`{"index":9223372036854775807,"start":-1.7976931348623157e+308,"end":-1.7976931348623157e+308,"frames":9223372036854775807,"last":true,"first_packet":9223372036854775807,"packets":9223372036854775807,"trim_from":-1.7976931348623157e+308,"trim_to":-1.7976931348623157e+308}`)}
+		Fallback: true, SceneCuts: true, Quality: true, PipelineID: "01234567-89ab-cdef-0123-456789abcdee", Verification: mj.BoundVerification([]byte(report))}
+	j.Chunk = &mj.ChunkTask{Phase: mj.PhaseEncode, Input: refName, Output: outputNames[0], ChunkSeconds: math.MaxFloat64, MaxChunks: math.MaxInt, Chunks: math.MaxInt, SceneCuts: true,
+		Chunk: json.RawMessage(`{"index":9223372036854775807,"start":-1.7976931348623157e+308,"end":-1.7976931348623157e+308,"frames":9223372036854775807,"last":true,"first_packet":9223372036854775807,"packets":9223372036854775807,"trim_from":-1.7976931348623157e+308,"trim_to":-1.7976931348623157e+308,` +
+			`"scene_cut":true,"rotation":-1.7976931348623157e+308,"pre_roll":9223372036854775807,"post_roll":9223372036854775807,"roll_from":-1.7976931348623157e+308,"roll_to":-1.7976931348623157e+308,"split_key":-1.7976931348623157e+308,"split_from":-1.7976931348623157e+308}`)}
 	if v := reflect.ValueOf(j).Elem().FieldByName("IdemHash"); v.IsValid() {
 		v.SetString(strings.Repeat("f", 64)) // a sha256 in hex, set by the store
 	}

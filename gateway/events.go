@@ -332,10 +332,13 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 		return err
 	}
 	sub := newSubscriber()
+	chunked := j.ChunkedParent() && j.Parallel.PipelineID != ""
+	if chunked {
+		sub.changed = map[string]bool{} // what woke it: the job, its pipeline's record or jobs; set before the hub sees sub
+	}
 	unsubscribe := g.hub.add(&g.hub.byJob, id, sub) // before the first read: no change is missed
 	var chunks *chunkedFollow
-	if j.ChunkedParent() && j.Parallel.PipelineID != "" {
-		sub.changed = map[string]bool{} // what woke it: the job, its pipeline's record or jobs
+	if chunked {
 		chunks = &chunkedFollow{g: g, id: j.Parallel.PipelineID, sub: sub, jobs: pipelineFollow{hub: &g.hub, sub: sub}}
 		chunks.unsubscribe = g.hub.add(&g.hub.byPipeline, chunks.id, sub) // before its first read, too
 	}

@@ -206,17 +206,17 @@ func summarise(r *report) *verificationSummary {
 	return v
 }
 
-// withSteps is j with its chunks: a job read from its event stream (as Wait
-// follows it) has the job alone, GET has its pipeline's steps too.
-func (t *tools) withSteps(ctx context.Context, j *client.Job) (*client.Job, error) {
+// withSteps is j with its chunks, read again with GET when j has none; j as it
+// is when that read fails: the job's outcome is known, and an error here could
+// make an agent send it again.
+func (t *tools) withSteps(ctx context.Context, j *client.Job) *client.Job {
 	if !chunkedJob(j) || len(j.Parallel.Steps) > 0 {
-		return j, nil
+		return j
 	}
-	again, err := t.c.Get(ctx, j.ID)
-	if err != nil {
-		return nil, toolError(err)
+	if again, err := t.c.Get(ctx, j.ID); err == nil {
+		return again
 	}
-	return again, nil
+	return j
 }
 
 // parallelInput is a job's "parallel", as the API takes it.
