@@ -244,12 +244,8 @@ func runJob(ctx context.Context, c *client.Client, req client.CreateRequest, loc
 	}
 	done := make(chan waited, 1)
 	go func() {
-		stopPolling := func() {}
-		if job.Parallel != nil && job.Parallel.Mode == mj.ParallelChunked {
-			stopPolling = followChunks(work, c, job.ID, stage.update)
-		}
+		// A chunked job's events carry its chunks (parallel.steps).
 		j, err := c.Wait(work, job.ID, stage.update)
-		stopPolling()
 		done <- waited{withChunks(work, c, j), err}
 	}()
 	var w waited
@@ -368,9 +364,7 @@ func jobsCmd(api *apiFlags) *cobra.Command {
 	get := getCmd(api, "job", func(ctx context.Context, c *client.Client, id string) (*client.Job, error) { return c.Get(ctx, id) })
 	wait := waitCmd(api, "job", func(ctx context.Context, c *client.Client, id string, ui *progressUI) (*client.Job, error) {
 		stage := ui.stage(id)
-		stopPolling := followChunks(ctx, c, id, stage.update)
 		j, err := c.Wait(ctx, id, stage.update)
-		stopPolling()
 		j = withChunks(ctx, c, j)
 		stage.finish(j)
 		return j, err

@@ -199,8 +199,8 @@ func describe(j *client.Job) (string, float64) {
 func (s *stageBar) update(j *client.Job) {
 	msg, pct := describe(j)
 	s.mu.Lock()
-	// The job's event stream has a chunked job alone; pollChunks reads its
-	// chunks, kept here for the updates that come without them.
+	// A chunked job's events carry its chunks; the last line seen is kept
+	// for an update that comes without them.
 	if c := chunksLine(j); c != "" {
 		s.chunks = c
 	}
@@ -293,40 +293,8 @@ func chunksLine(j *client.Job) string {
 	return strings.Join(parts, "; ")
 }
 
-// pollChunks reads job id every two seconds until ctx ends, when it is a
-// chunked job not ended, and passes it to update: only GET carries its
-// chunks (its event stream has the job alone).
-func pollChunks(ctx context.Context, c *client.Client, id string, update func(*client.Job)) {
-	for {
-		j, err := c.Get(ctx, id)
-		if err == nil && (j.Parallel == nil || j.Parallel.Mode != mj.ParallelChunked || j.Status.Terminal()) {
-			return
-		}
-		if err == nil {
-			update(j)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(2 * time.Second):
-		}
-	}
-}
-
-// followChunks runs pollChunks beside a wait; the function it returns stops
-// it and waits for it to end (no update comes after).
-func followChunks(ctx context.Context, c *client.Client, id string, update func(*client.Job)) (stop func()) {
-	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		pollChunks(ctx, c, id, update)
-	}()
-	return func() { cancel(); <-done }
-}
-
 // withChunks is j read again when it is a chunked job read without its
-// chunks (from its event stream), so that its last line shows them.
+// chunks, so that its last line shows them.
 func withChunks(ctx context.Context, c *client.Client, j *client.Job) *client.Job {
 	if j == nil || j.Parallel == nil || j.Parallel.Mode != mj.ParallelChunked || len(j.Parallel.Steps) > 0 {
 		return j

@@ -267,31 +267,12 @@ async function showJob(id) {
     view.replaceChildren(...parts.flat(), outputs);
   };
   render(r.data);
-  if (chunked(r.data) && !TERMINAL.includes(r.data.status)) {
-    // A chunked job's chunks are its pipeline's jobs: only GET /api/jobs/{id}
-    // carries them (its event stream has the job alone), so the page reads it
-    // again every two seconds until the job ends.
-    let busy = false, last = JSON.stringify(r.data);
-    const timer = setInterval(async () => {
-      if (busy) return;
-      busy = true;
-      try {
-        const j = (await api("GET", "/api/jobs/" + encodeURIComponent(id))).data;
-        const now = JSON.stringify(j);
-        if (now !== last) {
-          if (JSON.parse(last).status !== j.status) say(`job ${j.status}`);
-          last = now;
-          render(j);
-        }
-        if (TERMINAL.includes(j.status)) clearInterval(timer);
-      } catch (e) {
-        if (e.status === 401) { clearInterval(timer); state.account = null; route(); }
-      } finally { busy = false; }
-    }, 2000);
-    state.streams.push({ close: () => clearInterval(timer) });
-  } else if (!["succeeded", "failed", "cancelled"].includes(r.data.status)) {
+  // A chunked job's events carry its chunks (parallel.steps), so one stream
+  // draws its progress across them too.
+  if (!["succeeded", "failed", "cancelled"].includes(r.data.status)) {
+    let said = r.data.status; // announced once per status, not per chunk's event
     stream(`/api/jobs/${encodeURIComponent(id)}/events`, {
-      job: (j) => { render(j); say(`job ${j.status}`); },
+      job: (j) => { render(j); if (j.status !== said) { said = j.status; say(`job ${j.status}`); } },
       end: (d) => { closeStreams(); if (d && d.reason) { state.account = null; route(); } },
     });
   }
