@@ -167,7 +167,8 @@ func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Tim
 		e := j.child(p, ChunkStepEncode, ptr(i), now)
 		e.InputFiles = map[string]string{"chunk": "job:" + plan.ID + "/" + name}
 		e.InputKeys = map[string]string{"chunk": keys[name]}
-		e.OutputNames = []string{name}
+		// verify: the chunk's frame hashes, for the stitch (ChunkHashesFileName).
+		e.OutputNames = []string{name, ChunkHashesFileName(i)}
 		e.Chunk = j.chunkTask(PhaseEncode)
 		e.Chunk.Chunk = c
 		if i >= workers {
@@ -197,6 +198,7 @@ func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Tim
 	stitch.InputKeys = map[string]string{"plan": keys[ChunkPlanFile]}
 	for i, id := range encode.Jobs {
 		stitch.InputFiles[ChunkInputName(i)] = "job:" + id + "/" + ChunkFileName(i)
+		stitch.InputFiles[ChunkHashesInputName(i)] = "job:" + id + "/" + ChunkHashesFileName(i) // verify
 		stitch.Awaits = append(stitch.Awaits, id)
 	}
 	stitchStep := PipelineStep{Name: ChunkStepStitch, Jobs: []string{stitch.ID}, Needs: []string{ChunkStepPlan, ChunkStepEncode}}

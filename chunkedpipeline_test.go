@@ -55,6 +55,14 @@ func TestExtendChunkedIsDeterministic(t *testing.T) {
 		stitch.InputFiles["aux"] != "job:"+audio.ID+"/aux.mkv" || stitch.OutputNames[0] != "out.mkv" {
 		t.Fatalf("audio %+v\nstitch %+v", audio, stitch)
 	}
+	// verify: each encode writes its chunk's frame hashes, which the stitch
+	// takes beside the chunk.
+	for i, e := range jobs[:3] {
+		if !reflect.DeepEqual(e.OutputNames, []string{ChunkFileName(i), ChunkHashesFileName(i)}) ||
+			stitch.InputFiles[ChunkInputName(i)] != "job:"+e.ID+"/"+ChunkFileName(i) || stitch.InputFiles[ChunkHashesInputName(i)] != "job:"+e.ID+"/"+ChunkHashesFileName(i) {
+			t.Fatalf("encode %d outputs %v, stitch inputs %v", i, e.OutputNames, stitch.InputFiles)
+		}
+	}
 	// A list past max_chunks is refused.
 	over := parent()
 	over.Parallel.MaxChunks = 2

@@ -148,7 +148,8 @@ type ChunkTask struct {
 	// Chunk is the chunk an encode encodes (a chunked.Chunk, from the plan).
 	Chunk json.RawMessage `json:"chunk,omitempty"`
 	// Chunks is how many chunks the stitch joins; its inputs are named
-	// ChunkInputName(i), the plan's file "plan" and the audio step's "aux".
+	// ChunkInputName(i) (with their hashes, ChunkHashesInputName(i)), the
+	// plan's file "plan" and the audio step's "aux".
 	Chunks int `json:"chunks,omitempty"`
 }
 
@@ -157,6 +158,14 @@ func ChunkInputName(i int) string { return fmt.Sprintf("c%04d", i) }
 
 // ChunkFileName is the name of chunk i's file, split or encoded.
 func ChunkFileName(i int) string { return fmt.Sprintf("chunk_%04d.nut", i) }
+
+// ChunkHashesFileName is the encode's second output: chunk i's frame hashes,
+// decoded alone (chunked.ChunkHashes), which the stitch's verification
+// compares with the stitched file's instead of decoding every chunk again.
+func ChunkHashesFileName(i int) string { return fmt.Sprintf("chunk_%04d.hashes.json", i) }
+
+// ChunkHashesInputName is the stitch's input name for ChunkHashesFileName(i).
+func ChunkHashesInputName(i int) string { return fmt.Sprintf("h%04d", i) }
 
 // ParallelView is a job view's "parallel".
 type ParallelView struct {

@@ -198,12 +198,14 @@ func (r *benchRig) size(name string) float64 {
 // benchResult is one round: the phases' wall and CPU times (s), sizes
 // (bytes) and the quality of both encodes against the source.
 type benchResult struct {
-	// Wall times: one encode and the chunked phases (encode per chunk).
-	single, probe, split, audio, stitch, verify float64
-	encode                                      []float64
+	// Wall times: one encode and the chunked phases (encode per chunk, with
+	// its decode and hash; hash is those decodes' sum).
+	single, probe, split, audio, stitch, verify, hash float64
+	encode                                            []float64
 	// CPU times (user + system) of the same.
-	singleCPU, probeCPU, splitCPU, audioCPU, stitchCPU, verifyCPU float64
-	encodeCPU                                                     []float64
+	singleCPU, probeCPU, splitCPU, audioCPU, stitchCPU, verifyCPU, hashCPU float64
+	encodeCPU                                                              []float64
+	hashCPUs                                                               []float64 // each chunk's decode and hash
 
 	chunks []Chunk
 	// Sizes: the source, each chunk's split and encode, the stitched file,
@@ -260,7 +262,8 @@ func (r *benchRig) measure(ffmpeg, ffprobe string, bc benchCase, seconds float64
 		tb.Fatalf("Plan: %v", err)
 	}
 	res.probe, res.probeCPU = time.Since(start).Seconds(), childCPU()-cpu
-	var encoded, names []string
+	var hashes []*ChunkHashes
+	var names []string
 	for i, c := range res.chunks {
 		split := fmt.Sprintf("chunks/split_%03d.nut", i)
 		w, cpu := r.ffmpeg(ffmpeg, SplitArgs(src, cmd, c, split)...)
@@ -271,9 +274,18 @@ func (r *benchRig) measure(ffmpeg, ffprobe string, bc benchCase, seconds float64
 		split := fmt.Sprintf("chunks/split_%03d.nut", i)
 		enc := fmt.Sprintf("chunks/enc_%03d.nut", i)
 		w, cpu := r.ffmpeg(ffmpeg, EncodeArgs(cmd, c, split, enc)...)
-		res.encode, res.encodeCPU = append(res.encode, w), append(res.encodeCPU, cpu)
+		// The encode job then decodes and hashes its chunk (HashChunk):
+		// its time is the job's, in parallel with the other chunks'.
+		hcpu, hstart := childCPU(), time.Now()
+		h, err := HashChunk(r.ctx, ffmpeg, filepath.Join(r.dir, enc))
+		if err != nil {
+			tb.Fatalf("HashChunk: %v", err)
+		}
+		hw, hc := time.Since(hstart).Seconds(), childCPU()-hcpu
+		hashes = append(hashes, h)
+		res.hash, res.hashCPU, res.hashCPUs = res.hash+hw, res.hashCPU+hc, append(res.hashCPUs, hc)
+		res.encode, res.encodeCPU = append(res.encode, w+hw), append(res.encodeCPU, cpu+hc)
 		res.encBytes = append(res.encBytes, r.size(enc))
-		encoded = append(encoded, filepath.Join(r.dir, enc))
 		names = append(names, filepath.Base(enc))
 	}
 	aux := ""
@@ -287,7 +299,7 @@ func (r *benchRig) measure(ffmpeg, ffprobe string, bc benchCase, seconds float64
 	res.stitch, res.stitchCPU = r.ffmpeg(ffmpeg, StitchArgs(src, cmd, "chunks/list.txt", aux)...)
 	src.Path = filepath.Join(r.dir, cmd.Input)
 	cpu, start = childCPU(), time.Now()
-	rep, err := Verify(r.ctx, ffmpeg, ffprobe, src, res.chunks, encoded, filepath.Join(r.dir, cmd.Output))
+	rep, err := Verify(r.ctx, ffmpeg, ffprobe, src, res.chunks, hashes, filepath.Join(r.dir, cmd.Output))
 	if err != nil {
 		tb.Fatalf("Verify: %v", err)
 	}
@@ -390,6 +402,9 @@ const (
 	// time over its 2 cores. CPU time, not wall time, because the machine
 	// measured on is shared: its wall times move with others' load.
 	modelCores = 2
+	// modelSlow is how much costlier per frame camera footage may be to
+	// encode than the synthetic source (docs/chunked.md).
+	modelSlow = 4.5
 )
 
 // scaleModel is a chunked encode's projected wall time: serial work (the
@@ -429,8 +444,14 @@ func (m scaleModel) wall(n int) float64 {
 // times, modelCores): encode, split, stitch and verification times and
 // sizes scale with pixels × duration, the probe with duration; the chunks are as many as the defaults make (64 of
 // 112.5 s), each costing per second of source what the measured chunk at its
-// place in the cycle cost.
-func (x *benchResult) model(seconds float64) scaleModel {
+// place in the cycle cost. Each chunk's decode and hash, which its encode
+// job runs (HashChunk), is in its chunk's time: in the parallel part.
+func (x *benchResult) model(seconds float64) scaleModel { return x.modelSlower(seconds, 1) }
+
+// modelSlower is model with the encodes (the one encode and each chunk's,
+// not the chunks' decodes) slow times as costly per frame: footage harder
+// to encode than the synthetic source.
+func (x *benchResult) modelSlower(seconds, slow float64) scaleModel {
 	k := modelSeconds / seconds // duration
 	px := modelPixels * k       // pixels × duration
 	n := int(math.Ceil(modelSeconds / modelChunkSecs))
@@ -441,7 +462,7 @@ func (x *benchResult) model(seconds float64) scaleModel {
 	src := x.srcBytes * px
 	out := x.outBytes * px
 	m := scaleModel{
-		one: x.singleCPU/modelCores*px + (src+out)/modelBandwidth + modelJobStart,
+		one: slow*x.singleCPU/modelCores*px + (src+out)/modelBandwidth + modelJobStart,
 		// plan: fetch the source, probe, split, store the chunks; stitch:
 		// fetch the encoded chunks, stitch, verify, store the output.
 		serial: x.probeCPU/modelCores*k + x.splitCPU/modelCores*px + 2*src/modelBandwidth + modelJobStart +
@@ -451,7 +472,8 @@ func (x *benchResult) model(seconds float64) scaleModel {
 		j := i % len(x.chunks)
 		d := x.chunks[j].End - x.chunks[j].Start
 		f := modelPixels * secs / d // this chunk's measured cost, scaled
-		m.chunks = append(m.chunks, x.encodeCPU[j]/modelCores*f+(x.splitBytes[j]+x.encBytes[j])*f/modelBandwidth+modelJobStart)
+		cpu := slow*(x.encodeCPU[j]-x.hashCPUs[j]) + x.hashCPUs[j]
+		m.chunks = append(m.chunks, cpu/modelCores*f+(x.splitBytes[j]+x.encBytes[j])*f/modelBandwidth+modelJobStart)
 	}
 	return m
 }
@@ -478,10 +500,11 @@ func (x *benchResult) table(bc benchCase, seconds, ratio, cpuRatio float64, roun
 		{"chunked, all phases", x.chunkedTotal(), x.chunkedCPU(), ""},
 		{"– probe and plan", x.probe, x.probeCPU, ""},
 		{"– split", x.split, x.splitCPU, ""},
-		{"– encodes", sum(x.encode), sum(x.encodeCPU), " (" + per(x.encode) + "; CPU " + per(x.encodeCPU) + ")"},
+		{"– encodes, each with its decode and hash", sum(x.encode), sum(x.encodeCPU), " (" + per(x.encode) + "; CPU " + per(x.encodeCPU) + ")"},
+		{"– of which decode and hash", x.hash, x.hashCPU, ""},
 		{"– audio", x.audio, x.audioCPU, ""},
 		{"– stitch", x.stitch, x.stitchCPU, ""},
-		{"– verify", x.verify, x.verifyCPU, ""},
+		{"– verify (the stitched file)", x.verify, x.verifyCPU, ""},
 	} {
 		fmt.Fprintf(&b, "| %s%s | %.2f | %.2f |\n", p.what, p.note, p.wall, p.cpu)
 	}
@@ -491,11 +514,13 @@ func (x *benchResult) table(bc benchCase, seconds, ratio, cpuRatio float64, roun
 	fmt.Fprintf(&b, "| worst seam window, %d frames (dB lost) | | at %.2f s | %.3f | ≤ 0.5 |\n", 2*seamHalf, x.worstSeamAt, x.worstSeam)
 	fmt.Fprintf(&b, "| video bitrate (kbit/s) | %.0f | %.0f | %+.2f %% | ± 2 %% |\n\n",
 		x.bytesSingle*8/seconds/1e3, x.bytesChunked*8/seconds/1e3, 100*(x.bytesChunked/x.bytesSingle-1))
-	fmt.Fprintf(&b, "model, 2-hour 1080p: one worker %.0f s (%.1f h); serial %.0f s (verify %.0f s of it); %d chunks of %.1f s of source, each ≈ %.0f s\n\n",
-		m.one, m.one/3600, m.serial, x.verifyCPU/modelCores*modelPixels*modelSeconds/seconds, len(m.chunks), modelSeconds/float64(len(m.chunks)), mean(m.chunks))
-	fmt.Fprintf(&b, "| workers | wall (s) | speed-up over one |\n|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "model, 2-hour 1080p: one worker %.0f s (%.1f h); serial %.0f s (verify %.0f s of it); %d chunks of %.1f s of source, each ≈ %.0f s (its decode and hash ≈ %.0f s of it)\n\n",
+		m.one, m.one/3600, m.serial, x.verifyCPU/modelCores*modelPixels*modelSeconds/seconds, len(m.chunks), modelSeconds/float64(len(m.chunks)), mean(m.chunks),
+		x.hashCPU/modelCores*modelPixels*modelSeconds/seconds/float64(len(m.chunks)))
+	slow := x.modelSlower(seconds, modelSlow)
+	fmt.Fprintf(&b, "| workers | wall (s) | speed-up over one | with the encodes %.1f × as costly |\n|---:|---:|---:|---:|\n", modelSlow)
 	for _, n := range []int{1, 4, 8, 16} {
-		fmt.Fprintf(&b, "| %d | %.0f | %.2f × |\n", n, m.wall(n), m.one/m.wall(n))
+		fmt.Fprintf(&b, "| %d | %.0f | %.2f × | %.2f × |\n", n, m.wall(n), m.one/m.wall(n), slow.one/slow.wall(n))
 	}
 	return b.String()
 }

@@ -179,9 +179,16 @@ func (r *rig) makeSource(name string) {
 }
 
 // chunked runs a chunked job the way the service plans it: probe, plan,
-// split, encode each chunk, the rest once, stitch, verify. mutate, when set,
-// changes the plan the encodes see (to prove Verify catches a wrong stitch).
+// split, encode each chunk (and hash it decoded alone, as its encode job
+// does), the rest once, stitch, verify. mutate, when set, changes the plan
+// the encodes see (to prove Verify catches a wrong stitch).
 func (r *rig) chunked(userCmd string, chunkSeconds float64, mutate func([]Chunk)) (*Report, []Chunk) {
+	return r.chunkedHashes(userCmd, chunkSeconds, mutate, nil)
+}
+
+// chunkedHashes is chunked, with the chunks' hashes changed by mutateHashes
+// (when set) before the verification reads them.
+func (r *rig) chunkedHashes(userCmd string, chunkSeconds float64, mutate func([]Chunk), mutateHashes func([]*ChunkHashes)) (*Report, []Chunk) {
 	t := r.t
 	t.Helper()
 	argv, err := command.Prepare(userCmd, testSpec)
@@ -222,7 +229,8 @@ func (r *rig) chunked(userCmd string, chunkSeconds float64, mutate func([]Chunk)
 	if mutate != nil {
 		mutate(encodeWith)
 	}
-	var encoded, names []string
+	var hashes []*ChunkHashes
+	var names []string
 	for i, c := range encodeWith {
 		split := fmt.Sprintf("chunks/split_%03d.nut", i)
 		enc := fmt.Sprintf("chunks/enc_%03d.nut", i)
@@ -231,8 +239,15 @@ func (r *rig) chunked(userCmd string, chunkSeconds float64, mutate func([]Chunk)
 			r.checkSplit(src, c, split)
 		}
 		r.run(EncodeArgs(cmd, c, split, enc)...)
-		encoded = append(encoded, filepath.Join(r.dir, enc))
+		h, err := HashChunk(r.ctx, r.ffmpeg, filepath.Join(r.dir, enc))
+		if err != nil {
+			t.Fatalf("HashChunk: %v", err)
+		}
+		hashes = append(hashes, h)
 		names = append(names, filepath.Base(enc))
+	}
+	if mutateHashes != nil {
+		mutateHashes(hashes)
 	}
 	aux := ""
 	if cmd.NeedsAux(src) {
@@ -244,7 +259,7 @@ func (r *rig) chunked(userCmd string, chunkSeconds float64, mutate func([]Chunk)
 	}
 	r.run(StitchArgs(src, cmd, "chunks/list.txt", aux)...)
 	src.Path = filepath.Join(r.dir, cmd.Input)
-	rep, err := Verify(r.ctx, r.ffmpeg, r.ffprobe, src, chunks, encoded, filepath.Join(r.dir, cmd.Output))
+	rep, err := Verify(r.ctx, r.ffmpeg, r.ffprobe, src, chunks, hashes, filepath.Join(r.dir, cmd.Output))
 	if err != nil {
 		t.Fatalf("Verify: %v", err)
 	}
@@ -387,6 +402,43 @@ func TestVerifyCatchesAMissingFrame(t *testing.T) {
 		if !strings.Contains(joined, want) {
 			t.Errorf("failures %q, want %q among them", joined, want)
 		}
+	}
+}
+
+// The chunks' hashes come from their encode jobs: one that disagrees with
+// the stitched file's decode (a frame's hash changed, as a chunk decoded
+// otherwise than in the stitched file would give), one that is missing, and
+// one of another hash fail the verification, naming their chunks, with
+// every file right.
+func TestVerifyChecksTheEncodesHashes(t *testing.T) {
+	t.Parallel()
+	r := newRig(t)
+	r.makeSource("cfr25")
+	rep, chunks := r.chunkedHashes("-i inputs/src.mp4 -c:v libx264 -preset veryfast -c:a aac outputs/out.mp4", 1, nil, func(h []*ChunkHashes) {
+		if len(h) < 3 {
+			t.Fatalf("%d chunks, want 3", len(h))
+		}
+		f := h[1].Frames
+		f[5] = strings.Repeat("0", len(f[5]))
+		h[0] = nil
+		h[2].Hash = "md5"
+	})
+	if rep.Pass {
+		t.Fatalf("verification passed with a chunk's hashes wrong: %s", rep.JSON())
+	}
+	joined := strings.Join(rep.Failures, "\n")
+	for _, want := range []string{
+		fmt.Sprintf("chunk 1 decoded alone differs from the stitched file's frames %d to %d", chunks[0].Frames, chunks[0].Frames+chunks[1].Frames-1),
+		"chunk 0 has no frame hashes from its encode to check",
+		`chunk 2's frame hashes are "md5", not ` + FrameHash,
+	} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("failures %q, want %q among them", joined, want)
+		}
+	}
+	// Nothing else: the file itself is right.
+	if len(rep.Failures) != 3 || rep.Chunks[1].HashesMatch || !rep.Decode.Clean || rep.DecodedFrames != 75 {
+		t.Errorf("failures %q, report %s; want the three above only", joined, rep.JSON())
 	}
 }
 

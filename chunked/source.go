@@ -275,8 +275,16 @@ func probePackets(ctx context.Context, ffprobe, path string, index int) ([]Packe
 // packets: some containers' stream durations are estimates (MPEG-TS).
 func streamSpan(ctx context.Context, ffprobe, path string, st probeStream) (start, end float64, err error) {
 	pkts, lastDur, err := probePackets(ctx, ffprobe, path, st.Index)
-	if err != nil || len(pkts) == 0 {
+	if err != nil {
 		return 0, 0, err
+	}
+	return packetSpan(path, st, pkts, lastDur)
+}
+
+// packetSpan is streamSpan over packets already read.
+func packetSpan(path string, st probeStream, pkts []Packet, lastDur int64) (start, end float64, err error) {
+	if len(pkts) == 0 {
+		return 0, 0, nil
 	}
 	tb := parseTB(st.TimeBase)
 	if tb[0] <= 0 || tb[1] <= 0 {

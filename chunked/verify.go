@@ -85,11 +85,13 @@ func (r *Report) fail(format string, args ...any) {
 	r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
 }
 
-// Verify checks stitched, the file StitchArgs made from the encoded chunks
-// (encoded[i] is chunk i's EncodeArgs output), against the plan and the
-// source. An error is returned only when a tool could not run at all; a
-// wrong file is a Report that does not pass.
-func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []Chunk, encoded []string, stitched string) (*Report, error) {
+// Verify checks stitched, the file StitchArgs made from the encoded chunks,
+// against the plan and the source; hashes[i] is what chunk i's encode job
+// found decoding its EncodeArgs output alone (HashChunk), so that the
+// stitch decodes only the stitched file (docs/chunked.md#verification). An
+// error is returned only when a tool could not run at all; a wrong file is a
+// Report that does not pass.
+func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []Chunk, hashes []*ChunkHashes, stitched string) (*Report, error) {
 	r := &Report{Timestamps: TSCheck{Monotonic: true, MatchSource: true}}
 	for _, c := range chunks {
 		r.ExpectedFrames += c.Frames
@@ -97,7 +99,9 @@ func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []C
 	if r.ExpectedFrames != len(src.Frames) {
 		r.fail("the plan's chunks hold %d frames, the source %d", r.ExpectedFrames, len(src.Frames))
 	}
-	out, err := probeStreams(ctx, ffprobe, stitched)
+	// One ffprobe pass reads the streams and every packet (demuxing only):
+	// the decode below is the only other reading of the file.
+	out, packets, err := probeStitched(ctx, ffprobe, stitched)
 	if err != nil {
 		return nil, err
 	}
@@ -117,10 +121,7 @@ func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []C
 		return r.done(), nil
 	}
 	sec := func(pts int64) float64 { return float64(pts) * float64(vtb[0]) / float64(vtb[1]) }
-	pkts, lastDur, err := probePackets(ctx, ffprobe, stitched, vi)
-	if err != nil {
-		return nil, err
-	}
+	pkts, lastDur := packets[vi].pkts, packets[vi].lastDur
 	r.Packets = len(pkts)
 	if r.Packets != r.ExpectedFrames {
 		r.fail("the stitched video has %d frames, the plan %d", r.Packets, r.ExpectedFrames)
@@ -181,7 +182,7 @@ func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []C
 	// stitched file and in the source (audio longer or shorter than the video
 	// stays so).
 	if ai >= 0 {
-		_, aEnd, err := streamSpan(ctx, ffprobe, stitched, audio)
+		_, aEnd, err := packetSpan(stitched, audio, packets[ai].pkts, packets[ai].lastDur)
 		if err != nil {
 			return nil, err
 		}
@@ -196,11 +197,12 @@ func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []C
 	}
 
 	// A full decode, with the video's frame hashes.
-	hashes, errs, err := decodeHashes(ctx, ffmpeg, stitched, ai >= 0)
+	// The only decode here: each chunk's came with its hashes.
+	stitchedHashes, errs, err := decodeHashes(ctx, ffmpeg, stitched, ai >= 0)
 	if err != nil && errs == "" {
 		return nil, err
 	}
-	r.DecodedFrames = len(hashes)
+	r.DecodedFrames = len(stitchedHashes)
 	r.Decode = DecodeCheck{Clean: err == nil && errs == "", Errors: tail(errs, 2000)}
 	if !r.Decode.Clean {
 		r.fail("the stitched file does not decode cleanly: %s", firstLine(errs, err))
@@ -213,21 +215,24 @@ func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []C
 	at := 0
 	for i, c := range chunks {
 		cc := ChunkCheck{Index: c.Index, Start: c.Start, End: c.End, ExpectedFrames: c.Frames}
-		if i < len(encoded) {
-			h, errs, err := decodeHashes(ctx, ffmpeg, encoded[i], false)
-			if err != nil || errs != "" {
-				r.fail("chunk %d does not decode cleanly on its own: %s", c.Index, firstLine(errs, err))
+		switch ch := chunkHashes(hashes, i); {
+		case ch == nil:
+			r.fail("chunk %d has no frame hashes from its encode to check", c.Index)
+		case ch.Hash != FrameHash:
+			r.fail("chunk %d's frame hashes are %q, not %s", c.Index, ch.Hash, FrameHash)
+		default:
+			h := ch.Frames
+			if ch.Errors != "" {
+				r.fail("chunk %d does not decode cleanly on its own: %s", c.Index, firstLine(ch.Errors, nil))
 			}
 			cc.DecodedFrames = len(h)
-			cc.HashesMatch = at+len(h) <= len(hashes) && equal(h, hashes[at:at+len(h)])
+			cc.HashesMatch = at+len(h) <= len(stitchedHashes) && equal(h, stitchedHashes[at:at+len(h)])
 			if cc.DecodedFrames != c.Frames {
 				r.fail("chunk %d decodes to %d frames, the plan %d", c.Index, cc.DecodedFrames, c.Frames)
 			}
 			if !cc.HashesMatch {
 				r.fail("chunk %d decoded alone differs from the stitched file's frames %d to %d", c.Index, at, at+len(h)-1)
 			}
-		} else {
-			r.fail("chunk %d has no encoded file to check", c.Index)
 		}
 		if i > 0 && at < len(frames) && at < len(src.Frames) {
 			seam := &SeamCheck{Time: sec(frames[at]) - outStart}
@@ -279,6 +284,69 @@ func probeStreams(ctx context.Context, ffprobe, path string) (*probeOut, error) 
 	return &p, nil
 }
 
+// streamPackets are one stream's packets in file order, and the last one's
+// duration (probePackets).
+type streamPackets struct {
+	pkts    []Packet
+	lastDur int64
+}
+
+// probeStitched is probeStreams and probePackets of every stream in one
+// ffprobe run, by stream index.
+func probeStitched(ctx context.Context, ffprobe, path string) (*probeOut, map[int]*streamPackets, error) {
+	out, err := run(ctx, ffprobe, "-v", "error", "-protocol_whitelist", "file", "-show_entries",
+		"stream=index,codec_type,codec_name,time_base,start_time,duration:format=start_time,duration:packet=stream_index,pts,dts,duration,flags",
+		"-of", "json=c=1", path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("probing %s: %w", path, err)
+	}
+	var p struct {
+		probeOut
+		Packets []struct {
+			Stream   int    `json:"stream_index"`
+			PTS      optInt `json:"pts"`
+			DTS      optInt `json:"dts"`
+			Duration optInt `json:"duration"`
+			Flags    string `json:"flags"`
+		} `json:"packets"`
+	}
+	if err := json.Unmarshal(out, &p); err != nil {
+		return nil, nil, fmt.Errorf("probing %s: %w", path, err)
+	}
+	byStream := map[int]*streamPackets{}
+	for _, st := range p.Streams {
+		byStream[st.Index] = &streamPackets{}
+	}
+	for _, k := range p.Packets {
+		sp := byStream[k.Stream]
+		if sp == nil {
+			sp = &streamPackets{}
+			byStream[k.Stream] = sp
+		}
+		pk := Packet{PTS: NoDTS, DTS: NoDTS, Key: strings.HasPrefix(k.Flags, "K")}
+		if k.PTS.ok {
+			pk.PTS = k.PTS.v
+		}
+		if k.DTS.ok {
+			pk.DTS = k.DTS.v
+		}
+		sp.pkts, sp.lastDur = append(sp.pkts, pk), k.Duration.v
+	}
+	return &p.probeOut, byStream, nil
+}
+
+// optInt is an integer ffprobe may leave out or write as "N/A" (unset).
+type optInt struct {
+	v  int64
+	ok bool
+}
+
+func (o *optInt) UnmarshalJSON(b []byte) error {
+	v, err := strconv.ParseInt(strings.Trim(string(b), `"`), 10, 64)
+	*o = optInt{v, err == nil}
+	return nil
+}
+
 func parseTB(s string) [2]int64 {
 	num, den, _ := strings.Cut(s, "/")
 	n, _ := strconv.ParseInt(num, 10, 64)
@@ -286,12 +354,49 @@ func parseTB(s string) [2]int64 {
 	return [2]int64{n, d}
 }
 
+// FrameHash is the hash of each decoded frame (ffmpeg's framehash muxer):
+// MurmurHash3's 128 bits. The check is against accidents (a frame missing,
+// moved or decoded from other references), not forgery: the encode job that
+// hashes its chunk writes the chunk too. 128 well-mixed bits make two
+// different pictures hash alike with odds of about 2^-128, as MD5 did, at
+// about a third of MD5's cost, which was half the cost of decoding a 720p
+// H.264 frame (docs/benchmarks.md).
+const FrameHash = "murmur3"
+
+// ChunkHashes is an encoded chunk decoded alone, as its encode job writes it
+// (mj.ChunkHashesFileName) for the stitch's verification: each frame's hash
+// in presentation order, and what the decoder said (errors).
+type ChunkHashes struct {
+	Hash   string   `json:"hash"`
+	Frames []string `json:"frames"`
+	Errors string   `json:"errors,omitempty"`
+}
+
+// HashChunk decodes encoded (an EncodeArgs output) alone, as the chunk's
+// encode job does once it is encoded. A chunk that does not decode cleanly
+// is not an error: the stitch's verification reports it, naming the chunk;
+// an error is a tool that could not run.
+func HashChunk(ctx context.Context, ffmpeg, encoded string) (*ChunkHashes, error) {
+	h, errs, err := decodeHashes(ctx, ffmpeg, encoded, false)
+	if err != nil && errs == "" {
+		return nil, err
+	}
+	return &ChunkHashes{Hash: FrameHash, Frames: h, Errors: tail(errs, 2000)}, nil
+}
+
+func chunkHashes(hashes []*ChunkHashes, i int) *ChunkHashes {
+	if i < len(hashes) {
+		return hashes[i]
+	}
+	return nil
+}
+
 // decodeHashes decodes path's first video stream (and its audio, when audio is
-// set: a full decode) and returns each video frame's MD5 in presentation
-// order, and what ffmpeg said at level error.
+// set: a full decode) and returns each video frame's hash (FrameHash) in
+// presentation order, and what ffmpeg said at level error.
 func decodeHashes(ctx context.Context, ffmpeg, path string, audio bool) ([]string, string, error) {
 	args := []string{"-nostdin", "-v", "error", "-xerror", "-i", path, "-map", "0:v:0",
-		"-fps_mode", "passthrough", "-f", "framemd5", "-"}
+		"-fps_mode", "passthrough", "-f", "framehash", "-hash", FrameHash, "-"}
 	if audio {
 		args = append(args, "-map", "0:a", "-f", "null", "-")
 	}

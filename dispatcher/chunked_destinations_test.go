@@ -49,7 +49,7 @@ func TestChunkedDestinationsReachTheParent(t *testing.T) {
 		t.Fatalf("the stitch's own destinations: %+v, %v (the URLs stay under the parent's key)", d, err)
 	}
 	out := func(j *mj.Job) {
-		j.Outputs = []mj.Output{{Name: j.OutputNames[0], Key: "k/" + j.ID + "/" + j.OutputNames[0]}}
+		j.Outputs = chunkOutputs(j, "k/"+j.ID+"/"+j.OutputNames[0])
 		now := time.Now()
 		j.StartedAt = &now
 		j.Succeed(now, "")

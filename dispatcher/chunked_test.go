@@ -59,6 +59,19 @@ func (r *pipelineRig) newChunkedJob() (*mj.Job, *mj.Pipeline) {
 }
 
 // succeedPlan ends the plan job with n chunks and the files that go with them.
+// chunkOutputs are what job j made, as the runner uploads them: its first
+// output at key, and an encode's chunk hashes (mj.ChunkHashesFileName),
+// which the stitch takes too, beside it.
+func chunkOutputs(j *mj.Job, key string) []mj.Output {
+	outs := []mj.Output{{Name: j.OutputNames[0], Key: key}}
+	if j.Chunk != nil && j.Chunk.Phase == mj.PhaseEncode {
+		for _, n := range j.OutputNames[1:] {
+			outs = append(outs, mj.Output{Name: n, Key: key + "/" + n})
+		}
+	}
+	return outs
+}
+
 func (r *pipelineRig) succeedPlan(b *blobMap, planID string, n int) {
 	r.t.Helper()
 	if !r.trySucceedPlan(b, planID, n) {
@@ -158,7 +171,7 @@ func TestChunkedPipelineExtendsAndParentFollows(t *testing.T) {
 	}
 
 	out := func(j *mj.Job) {
-		j.Outputs = []mj.Output{{Name: j.OutputNames[0], Key: "k/" + j.ID + "/" + j.OutputNames[0]}}
+		j.Outputs = chunkOutputs(j, "k/"+j.ID+"/"+j.OutputNames[0])
 		now := time.Now()
 		j.StartedAt = &now
 		j.Succeed(now, "")
@@ -169,7 +182,7 @@ func TestChunkedPipelineExtendsAndParentFollows(t *testing.T) {
 		r.end(id, out)
 	}
 	testenv.Eventually(t, time.Minute, "the stitch released", func() bool { return len(r.job(stitch).Awaits) == 0 })
-	if j := r.job(stitch); len(j.InputKeys) != 5 || j.InputKeys["aux"] == "" || j.InputKeys[mj.ChunkInputName(2)] == "" {
+	if j := r.job(stitch); len(j.InputKeys) != 8 || j.InputKeys["aux"] == "" || j.InputKeys[mj.ChunkInputName(2)] == "" || j.InputKeys[mj.ChunkHashesInputName(2)] == "" {
 		t.Fatalf("stitch inputs %v", j.InputKeys)
 	}
 	b.put("k/"+stitch+"/verification.json", []byte(`{"pass":true,"expected_frames":150}`))
@@ -265,7 +278,7 @@ func TestChunkedFailedVerificationReachesParent(t *testing.T) {
 	testenv.Eventually(t, time.Minute, "extended", func() bool { pl := r.pipeline(p.ID); return len(pl.Steps) == 4 && len(pl.Plan) == 0 })
 	pl := r.pipeline(p.ID)
 	ok := func(j *mj.Job) {
-		j.Outputs = []mj.Output{{Name: j.OutputNames[0], Key: "k/" + j.ID}}
+		j.Outputs = chunkOutputs(j, "k/"+j.ID)
 		j.Succeed(time.Now(), "")
 	}
 	r.end(pl.Steps[1].Jobs[0], ok)
@@ -342,7 +355,7 @@ func TestChunkedParentEndsAfterAFailedVerificationRead(t *testing.T) {
 	})
 	pl := r.pipeline(p.ID)
 	ok := func(j *mj.Job) {
-		j.Outputs = []mj.Output{{Name: j.OutputNames[0], Key: "k/" + j.ID}}
+		j.Outputs = chunkOutputs(j, "k/"+j.ID)
 		j.Succeed(time.Now(), "")
 	}
 	r.end(pl.Steps[1].Jobs[0], ok)

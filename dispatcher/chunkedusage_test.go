@@ -50,7 +50,7 @@ func TestChunkedParentUsageIsItsJobsSumMeteredOnce(t *testing.T) {
 	enc, audio, stitch := pl.Steps[1].Jobs, pl.Steps[2].Jobs[0], pl.Steps[3].Jobs[0]
 	n := 1
 	out := func(j *mj.Job) {
-		j.Outputs = []mj.Output{{Name: j.OutputNames[0], Key: "k/" + j.ID + "/" + j.OutputNames[0]}}
+		j.Outputs = chunkOutputs(j, "k/"+j.ID+"/"+j.OutputNames[0])
 		now := time.Now()
 		u := used(n)
 		n++

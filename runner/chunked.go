@@ -122,7 +122,18 @@ func (r *Runner) chunkPhase(ctx context.Context, m *mj.Manifest) (*chunkPhase, e
 		if err := json.Unmarshal(t.Chunk, &c); err != nil {
 			return nil, fmt.Errorf("the chunk to encode: %v", err)
 		}
-		return &chunkPhase{argvs: [][]string{chunked.EncodeArgs(cmd, c, jobInputs+"chunk", jobOutputs+mj.ChunkFileName(c.Index))}}, nil
+		enc := jobOutputs + mj.ChunkFileName(c.Index)
+		ph := &chunkPhase{argvs: [][]string{chunked.EncodeArgs(cmd, c, jobInputs+"chunk", enc)}}
+		// verify: the chunk decoded alone here, in parallel with the other
+		// chunks, so that the stitch decodes only the stitched file.
+		ph.after = func(context.Context) error {
+			h, err := chunked.HashChunk(ctx, r.ffmpegBin(), enc)
+			if err != nil {
+				return fmt.Errorf("decoding the encoded chunk: %v", err)
+			}
+			return r.writeJobFile(jobOutputs+mj.ChunkHashesFileName(c.Index), h)
+		}
+		return ph, nil
 	case mj.PhaseAudio:
 		return &chunkPhase{argvs: [][]string{chunked.AuxArgs(cmd, jobOutputs+mj.AuxFileName(t.Output))}}, nil
 	case mj.PhaseReference:
@@ -134,7 +145,7 @@ func (r *Runner) chunkPhase(ctx context.Context, m *mj.Manifest) (*chunkPhase, e
 }
 
 // stitchPhase joins the encoded chunks (inputs c0000...) with the rest (aux)
-// and verifies the result: a file that fails is removed, and the job fails
+// and verifies the result against the chunks' hashes (inputs h0000...): a file that fails is removed, and the job fails
 // with the report's failures, so a wrong file is never published.
 func (r *Runner) stitchPhase(ctx context.Context, m *mj.Manifest, cmd *chunked.Command) (*chunkPhase, error) {
 	var plan planFile
@@ -144,10 +155,15 @@ func (r *Runner) stitchPhase(ctx context.Context, m *mj.Manifest, cmd *chunked.C
 	if plan.Source == nil || len(plan.Chunks) != m.Chunk.Chunks {
 		return nil, fmt.Errorf("the plan has %d chunks, the step %d", len(plan.Chunks), m.Chunk.Chunks)
 	}
-	names, encoded := make([]string, len(plan.Chunks)), make([]string, len(plan.Chunks))
+	names, hashes := make([]string, len(plan.Chunks)), make([]*chunked.ChunkHashes, len(plan.Chunks))
 	for i := range plan.Chunks {
 		names[i] = mj.ChunkInputName(i)
-		encoded[i] = jobInputs + names[i]
+		// verify: each chunk's hashes, from its encode; one missing or
+		// unreadable is the report's failure naming the chunk.
+		var h chunked.ChunkHashes
+		if err := r.readJobFile(jobInputs+mj.ChunkHashesInputName(i), &h); err == nil {
+			hashes[i] = &h
+		}
 	}
 	// The list sits beside the chunks: its names are relative to it.
 	list := jobInputs + "chunks.ffconcat"
@@ -160,7 +176,7 @@ func (r *Runner) stitchPhase(ctx context.Context, m *mj.Manifest, cmd *chunked.C
 	}
 	ph := &chunkPhase{argvs: [][]string{chunked.StitchArgs(plan.Source, cmd, list, aux)}}
 	ph.after = func(context.Context) error {
-		rep, err := chunked.Verify(ctx, r.ffmpegBin(), r.ffprobe(), plan.Source, plan.Chunks, encoded, cmd.Output)
+		rep, err := chunked.Verify(ctx, r.ffmpegBin(), r.ffprobe(), plan.Source, plan.Chunks, hashes, cmd.Output)
 		if err != nil {
 			return fmt.Errorf("verifying the stitched file: %v", err)
 		}

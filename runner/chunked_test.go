@@ -68,12 +68,12 @@ func TestChunkedPhases(t *testing.T) {
 	for i, c := range list.Chunks {
 		enc := task(mj.PhaseEncode)
 		enc.Chunk = c
-		res := run(t, srv, mj.Manifest{InputFiles: map[string]string{"chunk": in("plan/" + mj.ChunkFileName(i))}, OutputNames: []string{mj.ChunkFileName(i)},
+		res := run(t, srv, mj.Manifest{InputFiles: map[string]string{"chunk": in("plan/" + mj.ChunkFileName(i))}, OutputNames: []string{mj.ChunkFileName(i), mj.ChunkHashesFileName(i)},
 			FFmpegCommands: []string{user}, AllowLoopback: true, Chunk: enc})
 		if !res.Succeeded {
 			t.Fatalf("encode %d: %s", i, res.ErrorMessage)
 		}
-		take("enc/", mj.ChunkFileName(i))
+		take("enc/", mj.ChunkFileName(i), mj.ChunkHashesFileName(i))
 	}
 	res = run(t, srv, mj.Manifest{InputFiles: map[string]string{"video": in("src.mp4")}, OutputNames: []string{mj.AuxFileName("out.mp4")},
 		FFmpegCommands: []string{user}, AllowLoopback: true, Chunk: task(mj.PhaseAudio)})
@@ -82,12 +82,14 @@ func TestChunkedPhases(t *testing.T) {
 	}
 	take("", mj.AuxFileName("out.mp4"))
 
-	stitch := func(order func(i int) int) *mj.Result {
+	// order: which encode's chunk (and hashes, hashOrder) each input takes.
+	stitch := func(order, hashOrder func(i int) int) *mj.Result {
 		s := task(mj.PhaseStitch)
 		s.Chunks = len(list.Chunks)
 		files := map[string]string{"plan": in("plan/" + mj.ChunkPlanFile), "aux": in(mj.AuxFileName("out.mp4"))}
 		for i := range list.Chunks {
 			files[mj.ChunkInputName(i)] = in("enc/" + mj.ChunkFileName(order(i)))
+			files[mj.ChunkHashesInputName(i)] = in("enc/" + mj.ChunkHashesFileName(hashOrder(i)))
 		}
 		for k := range up.files {
 			delete(up.files, k)
@@ -95,7 +97,8 @@ func TestChunkedPhases(t *testing.T) {
 		return run(t, srv, mj.Manifest{InputFiles: files, OutputNames: []string{"out.mp4", mj.ChunkVerification},
 			FFmpegCommands: []string{user}, AllowLoopback: true, Chunk: s})
 	}
-	res = stitch(func(i int) int { return i })
+	same := func(i int) int { return i }
+	res = stitch(same, same)
 	if !res.Succeeded {
 		t.Fatalf("stitch: %s", res.ErrorMessage)
 	}
@@ -111,7 +114,8 @@ func TestChunkedPhases(t *testing.T) {
 	}
 
 	n := len(list.Chunks)
-	res = stitch(func(i int) int { return n - 1 - i })
+	reverse := func(i int) int { return n - 1 - i }
+	res = stitch(reverse, reverse)
 	if res.Succeeded || !strings.Contains(res.ErrorMessage, "failed its verification") {
 		t.Fatalf("a stitch of the chunks in reverse: succeeded %v, %q", res.Succeeded, res.ErrorMessage)
 	}
@@ -125,6 +129,17 @@ func TestChunkedPhases(t *testing.T) {
 	}
 	if len(res.Analysis) != 1 || res.Analysis[0].Filter != mj.ChunkVerifyFilter || json.Unmarshal(res.Analysis[0].Data, &failed) != nil || failed.Pass || len(failed.Failures) == 0 {
 		t.Fatalf("the failed verification's analysis: %+v", res.Analysis)
+	}
+
+	// The chunks in order, but chunk 0's hashes from another encode: the
+	// stitch decodes only the stitched file, and checks it against the
+	// hashes the encodes wrote.
+	res = stitch(same, func(i int) int { return (i + 1) % n })
+	if res.Succeeded || !strings.Contains(res.ErrorMessage, "chunk 0 decoded alone differs from the stitched file's frames") {
+		t.Fatalf("a stitch with chunk 0's hashes from chunk 1: succeeded %v, %q", res.Succeeded, res.ErrorMessage)
+	}
+	if _, ok := up.files["outputs/out.mp4"]; ok {
+		t.Fatal("a file that failed its verification was uploaded")
 	}
 }
 

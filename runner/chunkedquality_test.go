@@ -59,12 +59,12 @@ func TestChunkedQualityPhases(t *testing.T) {
 		take("plan/", mj.ChunkFileName(i))
 		enc := task(mj.PhaseEncode)
 		enc.Chunk = c
-		res := runIn(mj.Manifest{InputFiles: map[string]string{"chunk": in("plan/" + mj.ChunkFileName(i))}, OutputNames: []string{mj.ChunkFileName(i)},
+		res := runIn(mj.Manifest{InputFiles: map[string]string{"chunk": in("plan/" + mj.ChunkFileName(i))}, OutputNames: []string{mj.ChunkFileName(i), mj.ChunkHashesFileName(i)},
 			FFmpegCommands: []string{user}, AllowLoopback: true, Chunk: enc})
 		if !res.Succeeded {
 			t.Fatalf("encode %d: %s", i, res.ErrorMessage)
 		}
-		take("enc/", mj.ChunkFileName(i))
+		take("enc/", mj.ChunkFileName(i), mj.ChunkHashesFileName(i))
 	}
 	res = runIn(mj.Manifest{InputFiles: map[string]string{"video": in("src.mp4")}, OutputNames: []string{mj.ChunkReferenceFile},
 		FFmpegCommands: []string{user}, AllowLoopback: true, Chunk: task(mj.PhaseReference)})
@@ -79,6 +79,7 @@ func TestChunkedQualityPhases(t *testing.T) {
 		files := map[string]string{"plan": in("plan/" + mj.ChunkPlanFile), mj.ChunkSourceInput: in("src.mp4"), mj.ChunkReferenceInput: in(reference)}
 		for i := range list.Chunks {
 			files[mj.ChunkInputName(i)] = in("enc/" + mj.ChunkFileName(i))
+			files[mj.ChunkHashesInputName(i)] = in("enc/" + mj.ChunkHashesFileName(i))
 		}
 		for k := range up.files {
 			delete(up.files, k)
