@@ -294,10 +294,11 @@ func compare(ctx context.Context, ffmpeg, ref, dist string, w, h int, format str
 		// The renumbered frames, one millisecond apart, kept as they are.
 		args = append(args, "-map", o, "-fps_mode", "passthrough", "-enc_time_base", "1/1000", "-f", "null", "-")
 	}
-	cmd, err := toolCommand(ctx, ffmpeg, args...)
+	cmd, done, err := toolCommand(ctx, ffmpeg, args...)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	stderr := &tailWriter{max: 64 << 10}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()

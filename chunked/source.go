@@ -294,10 +294,11 @@ func streamSpan(ctx context.Context, ffprobe, path string, st probeStream) (star
 }
 
 func run(ctx context.Context, name string, args ...string) ([]byte, error) {
-	cmd, err := toolCommand(ctx, name, args...)
+	cmd, done, err := toolCommand(ctx, name, args...)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -58,11 +58,13 @@ func (r *Runner) chunkCommand(m *mj.Manifest) (*chunked.Command, error) {
 	return chunked.Parse(argv)
 }
 
-// chunkContext makes chunked's probes and decodes run as the runner's tools.
+// chunkContext makes chunked's probes and decodes run as the runner's tools,
+// each releasing its sandbox's device copies once it has exited: ctx lasts the
+// whole phase.
 func (r *Runner) chunkContext(ctx context.Context) context.Context {
 	return chunked.WithCommander(ctx, func(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
 		return r.readOnlyCommand(ctx, name, args...)
-	})
+	}, released)
 }
 
 func (r *Runner) ffmpegBin() string {
