@@ -69,10 +69,9 @@ func (j *Job) child(p *Pipeline, step string, item *int, now time.Time) *Job {
 		FFmpegCommands: j.FFmpegCommands, Pipeline: &PipelineRef{ID: p.ID, Step: step, Item: item},
 		CreatedAt: now, QueuedAt: now, UpdatedAt: now,
 	}
-	if step == ChunkStepPlan {
-		// The plan fetches the user's source: the account's cap applies.
-		// The other steps read the service's own files (chunks, the
-		// source again, every encoded chunk), which it does not cap.
+	if step == ChunkStepPlan || step == ChunkStepAudio {
+		// The steps that may fetch the user's source: the account's cap
+		// applies (InputCap).
 		c.MaxInputBytes = j.MaxInputBytes
 	}
 	return c
@@ -86,32 +85,49 @@ func (j *Job) ChunkStitch() bool {
 }
 
 // InputCap is the bytes j's inputs may take in all (0: no cap): the
-// account's max_input_bytes, except for a chunked job's internal steps
-// (encode, audio, stitch), whose inputs are the service's own files.
+// account's max_input_bytes, except for a chunked job's steps that read only
+// the service's own files (encode, reference, stitch: the stitch reads every
+// encoded chunk, together about the output's size). The plan fetches the
+// user's source, and the audio step fetches it again unless the plan kept it
+// (ChunkSourceFile): both are capped.
 func (j *Job) InputCap() int64 {
-	if j.Chunk != nil && j.Chunk.Phase != PhasePlan {
+	if j.Chunk != nil && j.Chunk.Phase != PhasePlan && j.Chunk.Phase != PhaseAudio {
 		return 0
 	}
 	return j.MaxInputBytes
 }
 
+// ChunkSourceFile is the plan step's copy of the source as it fetched it,
+// kept with "quality" (the file it probed and split, moved to its outputs):
+// the reference, the stitch and the audio step read it from storage, so the
+// user's URL is fetched once, under the account's max_input_bytes, and a
+// presigned URL need only live until the plan fetched it.
+const ChunkSourceFile = "source"
+
 // NewChunkedPipeline makes parent j (a job whose Parallel is chunked, as the
 // gateway checked it) the owner of a new pipeline, whose one step, plan, is
 // planned: its job takes j's input, with what the gateway resolved of it (a
 // job: reference's awaits), and j keeps none. j's Parallel names the pipeline.
+// The plan's outputs (the split chunks, the plan, with "quality" the source)
+// are intermediate: only the pipeline's steps read them, and they are
+// deleted, their storage count ended, when the pipeline ends.
 func NewChunkedPipeline(j *Job, now time.Time) *Pipeline {
 	now = now.UTC()
 	p := &Pipeline{ID: ChunkedPipelineID(j.ID), AccountID: j.AccountID, Kind: PipelineKindChunked, Owner: j.ID,
 		FailFast: true, CreatedAt: now, UpdatedAt: now}
 	plan := j.child(p, ChunkStepPlan, nil, now)
+	plan.Pipeline.Intermediate = true
 	name, value := chunkedInput(j)
 	plan.InputFiles = map[string]string{name: value}
 	plan.Awaits, plan.InputKeys, plan.StatusDetail = j.Awaits, j.InputKeys, j.StatusDetail
 	plan.OutputNames = []string{ChunkPlanFile, ChunkListFile, ChunkSplitPattern}
+	if j.Parallel.Quality {
+		plan.OutputNames = append(plan.OutputNames, ChunkSourceFile)
+	}
 	plan.Chunk = j.chunkTask(PhasePlan)
 	plan.Chunk.ChunkSeconds, plan.Chunk.MaxChunks = j.Parallel.ChunkSeconds, j.Parallel.MaxChunks
 	plan.Chunk.SceneCuts = j.Parallel.SceneCuts
-	p.Steps = []PipelineStep{{Name: ChunkStepPlan, Jobs: []string{plan.ID}}}
+	p.Steps = []PipelineStep{{Name: ChunkStepPlan, Jobs: []string{plan.ID}, Intermediate: true}}
 	p.Plan = []*Job{plan}
 	j.Awaits, j.InputKeys, j.StatusDetail = nil, nil, "planning the chunks"
 	j.Parallel.PipelineID = p.ID
@@ -151,6 +167,23 @@ func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Tim
 	}
 	if len(list.Chunks) == 0 {
 		return nil, nil, fmt.Errorf("the plan has no chunks")
+	}
+	// The source, as the steps after the plan read it: the plan's kept copy
+	// with "quality", else the plan's input again (audio alone reads it).
+	srcName, srcValue := chunkedInput(plan)
+	srcKey := plan.InputKeys[srcName]
+	if j.Parallel.Quality {
+		if keys[ChunkSourceFile] == "" {
+			return nil, nil, fmt.Errorf("the plan job made no %s", ChunkSourceFile)
+		}
+		srcValue, srcKey = "job:"+plan.ID+"/"+ChunkSourceFile, keys[ChunkSourceFile]
+	}
+	source := func(name string) (map[string]string, map[string]string) {
+		files, keys := map[string]string{name: srcValue}, map[string]string{}
+		if srcKey != "" {
+			keys[name] = srcKey
+		}
+		return files, keys
 	}
 	if m := j.Parallel.MaxChunks; m > 0 && len(list.Chunks) > m {
 		// The plan step honours it; a list past it is not trusted.
@@ -204,9 +237,7 @@ func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Tim
 	stitchStep := PipelineStep{Name: ChunkStepStitch, Jobs: []string{stitch.ID}, Needs: []string{ChunkStepPlan, ChunkStepEncode}}
 	if list.Aux {
 		a := j.child(p, ChunkStepAudio, nil, now)
-		name, value := chunkedInput(plan)
-		a.InputFiles = map[string]string{name: value}
-		a.InputKeys = plan.InputKeys // the source, as the plan fetched it
+		a.InputFiles, a.InputKeys = source(srcName)
 		a.OutputNames = []string{AuxFileName(j.OutputNames[0])}
 		a.Chunk = j.chunkTask(PhaseAudio)
 		steps = append(steps, PipelineStep{Name: ChunkStepAudio, Jobs: []string{a.ID}})
@@ -218,20 +249,16 @@ func ExtendChunked(p *Pipeline, j *Job, plan *Job, list *ChunkList, now time.Tim
 	if j.Parallel.Quality {
 		ref := j.child(p, ChunkStepReference, nil, now)
 		ref.Pipeline.Intermediate = true
-		name, value := chunkedInput(plan)
-		ref.InputFiles = map[string]string{name: value}
-		ref.InputKeys = plan.InputKeys // the source, as the plan fetched it
+		ref.InputFiles, ref.InputKeys = source(srcName)
 		ref.OutputNames = []string{ChunkReferenceFile}
 		ref.Chunk = j.chunkTask(PhaseReference)
 		steps = append(steps, PipelineStep{Name: ChunkStepReference, Jobs: []string{ref.ID}, Intermediate: true})
 		jobs = append(jobs, ref)
 		// The stitch measures both encodes against the source: it takes
-		// the source too, under a name of its own (the user's input name
-		// may be any of the stitch's others).
-		stitch.InputFiles[ChunkSourceInput] = value
-		if k := plan.InputKeys[name]; k != "" {
-			stitch.InputKeys[ChunkSourceInput] = k
-		}
+		// the plan's copy too, under a name of its own (the user's input
+		// name may be any of the stitch's others).
+		stitch.InputFiles[ChunkSourceInput] = srcValue
+		stitch.InputKeys[ChunkSourceInput] = srcKey
 		stitch.InputFiles[ChunkReferenceInput] = "job:" + ref.ID + "/" + ChunkReferenceFile
 		stitch.Awaits = append(stitch.Awaits, ref.ID)
 		stitchStep.Needs = append(stitchStep.Needs, ChunkStepReference)

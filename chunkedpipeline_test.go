@@ -70,19 +70,25 @@ func TestExtendChunkedIsDeterministic(t *testing.T) {
 	if _, _, err := ExtendChunked(op, over, plan(op), list, now); err == nil || !strings.Contains(err.Error(), "max_chunks (2)") {
 		t.Fatalf("3 chunks over max_chunks 2: %v", err)
 	}
-	// The account's max_input_bytes caps the plan's fetch of the user's
-	// source, not the internal steps' inputs (every chunk, in the stitch).
-	if p := NewChunkedPipeline(parent(), now); p.Plan[0].MaxInputBytes != 1<<30 || p.Plan[0].InputCap() != 1<<30 {
-		t.Fatalf("plan job's cap %d", p.Plan[0].InputCap())
+	// The account's max_input_bytes caps every fetch of the user's source
+	// (the plan's, the audio step's), not the internal steps' inputs (every
+	// chunk, in the stitch).
+	pp := NewChunkedPipeline(parent(), now)
+	if pp.Plan[0].MaxInputBytes != 1<<30 || pp.Plan[0].InputCap() != 1<<30 || !pp.Plan[0].IntermediateOutputs() || !pp.Steps[0].Intermediate {
+		t.Fatalf("plan job's cap %d, intermediate %v", pp.Plan[0].InputCap(), pp.Plan[0].Pipeline)
 	}
 	for _, c := range jobs {
-		if c.MaxInputBytes != 0 || c.InputCap() != 0 {
-			t.Fatalf("%s (%s) capped at %d bytes of inputs", c.ID, c.Chunk.Phase, c.MaxInputBytes)
+		want := int64(0)
+		if c.Chunk.Phase == PhaseAudio {
+			want = 1 << 30
+		}
+		if c.MaxInputBytes != want || c.InputCap() != want {
+			t.Fatalf("%s (%s) capped at %d bytes of inputs, want %d", c.ID, c.Chunk.Phase, c.InputCap(), want)
 		}
 		capped := *c
-		capped.MaxInputBytes = 1 << 20 // a record stored before
-		if capped.InputCap() != 0 {
-			t.Fatalf("%s (%s): a stored cap applies", c.ID, c.Chunk.Phase)
+		capped.MaxInputBytes = 1 << 20 // the store sets every job's
+		if got := capped.InputCap(); got != 0 && c.Chunk.Phase != PhaseAudio || got != 1<<20 && c.Chunk.Phase == PhaseAudio {
+			t.Fatalf("%s (%s): cap %d from a stored 1 MiB", c.ID, c.Chunk.Phase, got)
 		}
 	}
 }
@@ -103,7 +109,7 @@ func TestExtendChunkedDestinationsOnTheStitch(t *testing.T) {
 			t.Fatalf("destinations %v: the plan job has destinations %v, stitch %v", dests, plan.HasDestinations, plan.ChunkStitch())
 		}
 		plan.Status = StatusSucceeded
-		for _, n := range []string{ChunkPlanFile, ChunkListFile, ChunkFileName(0), ChunkFileName(1)} {
+		for _, n := range []string{ChunkPlanFile, ChunkListFile, ChunkFileName(0), ChunkFileName(1), ChunkSourceFile} {
 			plan.Outputs = append(plan.Outputs, Output{Name: n, Key: "k/" + n})
 		}
 		list := &ChunkList{Aux: true, Chunks: []json.RawMessage{[]byte(`{"start":0,"end":2}`), []byte(`{"start":2,"end":3}`)}}

@@ -8,28 +8,51 @@ import (
 	"time"
 )
 
-// With "quality", the extension adds the step reference: one job, beside the
-// encodes (it awaits nothing), the user's command over the source as the
-// plan fetched it, its output intermediate; the stitch takes it and the
-// source, awaits it and needs its step. Without, no such step, and the
-// stitch takes neither.
+// With "quality", the plan keeps the source it fetched (an intermediate
+// output, as its chunks) and the extension adds the step reference: one job,
+// beside the encodes (it awaits nothing), the user's command over the plan's
+// copy of the source, its output intermediate; the stitch takes it and the
+// plan's copy, awaits it and needs its step, and the audio reads the copy
+// too: the user's URL is the plan's input alone, fetched once under the
+// account's cap. Without, no such step or copy; the stitch takes neither and
+// the audio fetches the source again, capped as the plan. A plan that kept
+// no copy though asked is refused.
 func TestExtendChunkedReferenceOnlyWithQuality(t *testing.T) {
 	now := time.Unix(1000, 0)
 	list := &ChunkList{Aux: true, Chunks: []json.RawMessage{[]byte(`{"start":0,"end":2}`), []byte(`{"start":2,"end":4}`)}}
+	var planID string
+	copied := func() string { return "job:" + planID + "/" + ChunkSourceFile }
 	extend := func(quality bool) ([]PipelineStep, []*Job) {
 		j := &Job{ID: "11111111-2222-3333-4444-555555555555", AccountID: "a", Machine: "cpu", TimeoutSeconds: 60,
 			InputFiles: map[string]string{"aux": "https://media.example/src.mp4"}, OutputNames: []string{"out.mp4"},
 			FFmpegCommands: []string{"-i {{aux}} -c:v libx264 -crf 28 {{out.mp4}}"},
-			Parallel:       &Parallel{Mode: ParallelChunked, ChunkSeconds: 2, MaxWorkers: 1, MaxChunks: 64, Quality: quality}}
+			MaxInputBytes:  1 << 20, Parallel: &Parallel{Mode: ParallelChunked, ChunkSeconds: 2, MaxWorkers: 1, MaxChunks: 64, Quality: quality}}
 		p := NewChunkedPipeline(j, now)
 		plan := *p.Plan[0]
-		plan.Status, plan.InputKeys = StatusSucceeded, map[string]string{"aux": "src-key"}
+		if slices.Contains(plan.OutputNames, ChunkSourceFile) != quality || !plan.IntermediateOutputs() || !p.Steps[0].Intermediate {
+			t.Fatalf("quality %v: plan outputs %v, intermediate %v", quality, plan.OutputNames, plan.Pipeline)
+		}
+		plan.Status = StatusSucceeded
+		planID = plan.ID
 		for _, n := range []string{ChunkPlanFile, ChunkListFile, ChunkFileName(0), ChunkFileName(1)} {
 			plan.Outputs = append(plan.Outputs, Output{Name: n, Key: "k/" + n})
+		}
+		if quality {
+			if _, _, err := ExtendChunked(p, j, &plan, list, now); err == nil || !strings.Contains(err.Error(), ChunkSourceFile) {
+				t.Fatalf("a plan without its copy of the source: %v", err)
+			}
+			plan.Outputs = append(plan.Outputs, Output{Name: ChunkSourceFile, Key: "k/" + ChunkSourceFile})
 		}
 		steps, jobs, err := ExtendChunked(p, j, &plan, list, now)
 		if err != nil {
 			t.Fatal(err)
+		}
+		for _, c := range jobs {
+			for _, v := range c.InputFiles {
+				if strings.HasPrefix(v, "https:") && (quality || c.Chunk.Phase != PhaseAudio) {
+					t.Fatalf("quality %v: step %s fetches the user's URL again", quality, c.Pipeline.Step)
+				}
+			}
 		}
 		return steps, jobs
 	}
@@ -49,6 +72,9 @@ func TestExtendChunkedReferenceOnlyWithQuality(t *testing.T) {
 	if _, ok := stitch.InputFiles[ChunkReferenceInput]; ok || stitch.InputFiles[ChunkSourceInput] != "" || len(stitch.Awaits) != 3 {
 		t.Fatalf("stitch without quality: inputs %v, awaits %v", stitch.InputFiles, stitch.Awaits)
 	}
+	if audio := jobs[len(jobs)-2]; audio.InputFiles["aux"] != "https://media.example/src.mp4" || audio.InputCap() != 1<<20 {
+		t.Fatalf("audio without quality: inputs %v, cap %d", audio.InputFiles, audio.InputCap())
+	}
 
 	steps, jobs = extend(true)
 	if got := names(steps); !slices.Equal(got, []string{"encode", "audio", "reference", "stitch"}) {
@@ -57,21 +83,24 @@ func TestExtendChunkedReferenceOnlyWithQuality(t *testing.T) {
 	ref, stitch := jobs[len(jobs)-2], jobs[len(jobs)-1]
 	refStep, stitchStep := steps[2], steps[3]
 	if ref.Chunk.Phase != PhaseReference || ref.Chunk.Input != "aux" || ref.Chunk.Output != "out.mp4" || len(ref.Awaits) != 0 ||
-		ref.InputFiles["aux"] != "https://media.example/src.mp4" || ref.InputKeys["aux"] != "src-key" ||
+		ref.InputFiles["aux"] != copied() || ref.InputKeys["aux"] != "k/"+ChunkSourceFile ||
 		!slices.Equal(ref.OutputNames, []string{ChunkReferenceFile}) || ref.ID != ChunkedJobID(ref.Pipeline.ID, ChunkStepReference, 0) {
 		t.Fatalf("reference job %+v, task %+v", ref, ref.Chunk)
 	}
 	if !ref.IntermediateOutputs() || !refStep.Intermediate || !slices.Equal(refStep.Jobs, []string{ref.ID}) || len(refStep.Needs) != 0 {
 		t.Fatalf("the reference step's output must be intermediate, beside the encodes: step %+v, job's pipeline %+v", refStep, ref.Pipeline)
 	}
-	if stitch.InputFiles[ChunkReferenceInput] != "job:"+ref.ID+"/"+ChunkReferenceFile || stitch.InputFiles[ChunkSourceInput] != "https://media.example/src.mp4" ||
-		stitch.InputKeys[ChunkSourceInput] != "src-key" || !slices.Contains(stitch.Awaits, ref.ID) || !slices.Contains(stitchStep.Needs, ChunkStepReference) ||
+	if stitch.InputFiles[ChunkReferenceInput] != "job:"+ref.ID+"/"+ChunkReferenceFile || stitch.InputFiles[ChunkSourceInput] != copied() ||
+		stitch.InputKeys[ChunkSourceInput] != "k/"+ChunkSourceFile || !slices.Contains(stitch.Awaits, ref.ID) || !slices.Contains(stitchStep.Needs, ChunkStepReference) ||
 		// The user's input is named "aux": the stitch's own "aux" stays the audio step's.
 		!strings.HasPrefix(stitch.InputFiles["aux"], "job:"+jobs[len(jobs)-3].ID+"/") {
 		t.Fatalf("stitch with quality: inputs %v, keys %v, awaits %v, needs %v", stitch.InputFiles, stitch.InputKeys, stitch.Awaits, stitchStep.Needs)
 	}
 	if stitch.Chunk.Phase != PhaseStitch || stitch.Pipeline.Intermediate {
 		t.Fatalf("stitch %+v", stitch.Pipeline)
+	}
+	if audio := jobs[len(jobs)-3]; audio.InputFiles["aux"] != copied() || audio.InputKeys["aux"] != "k/"+ChunkSourceFile {
+		t.Fatalf("audio with quality: inputs %v, keys %v", audio.InputFiles, audio.InputKeys)
 	}
 }
 

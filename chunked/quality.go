@@ -196,24 +196,44 @@ func HasVMAF(ctx context.Context, ffmpeg string) (bool, string) {
 }
 
 // videoGeometry is the size and pixel format of path's first video stream
-// that is not a cover picture.
+// that is not a cover picture, as it decodes: ffmpeg turns the pictures of a
+// video with a display matrix (autorotation), so a rotation of ±90° swaps
+// the coded width and height (Source.Rotation); the encodes, turned alike,
+// carry no matrix.
 func videoGeometry(ctx context.Context, ffprobe, path string) (w, h int, pixFmt string, err error) {
 	out, err := run(ctx, ffprobe, "-v", "error", "-protocol_whitelist", "file", "-select_streams", "V:0",
-		"-show_entries", "stream=width,height,pix_fmt", "-of", "json", path)
+		"-show_entries", "stream=width,height,pix_fmt:stream_side_data=rotation", "-of", "json", path)
 	if err != nil {
 		return 0, 0, "", fmt.Errorf("probing %s: %w", path, err)
 	}
 	var p struct {
 		Streams []struct {
-			Width  int    `json:"width"`
-			Height int    `json:"height"`
-			PixFmt string `json:"pix_fmt"`
+			Width    int    `json:"width"`
+			Height   int    `json:"height"`
+			PixFmt   string `json:"pix_fmt"`
+			SideData []struct {
+				Rotation *float64 `json:"rotation"`
+			} `json:"side_data_list"`
 		} `json:"streams"`
 	}
 	if err := json.Unmarshal(out, &p); err != nil || len(p.Streams) == 0 || p.Streams[0].Width <= 0 || p.Streams[0].Height <= 0 {
 		return 0, 0, "", fmt.Errorf("probing %s: no video stream with a size", path)
 	}
-	return p.Streams[0].Width, p.Streams[0].Height, p.Streams[0].PixFmt, nil
+	st := p.Streams[0]
+	w, h = st.Width, st.Height
+	for _, sd := range st.SideData {
+		if sd.Rotation != nil && quarterTurn(*sd.Rotation) {
+			w, h = h, w
+		}
+	}
+	return w, h, st.PixFmt, nil
+}
+
+// quarterTurn reports whether a display rotation (degrees) is an odd
+// multiple of 90°: the picture's width and height swap.
+func quarterTurn(deg float64) bool {
+	r := math.Round(deg)
+	return math.Abs(deg-r) <= 0.01 && int(math.Abs(r))%180 == 90
 }
 
 // compareFormats are the pixel formats psnr, ssim and libvmaf all take.
@@ -274,10 +294,11 @@ func compare(ctx context.Context, ffmpeg, ref, dist string, w, h int, format str
 		// The renumbered frames, one millisecond apart, kept as they are.
 		args = append(args, "-map", o, "-fps_mode", "passthrough", "-enc_time_base", "1/1000", "-f", "null", "-")
 	}
-	cmd, err := toolCommand(ctx, ffmpeg, args...)
+	cmd, done, err := toolCommand(ctx, ffmpeg, args...)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	stderr := &tailWriter{max: 64 << 10}
 	cmd.Stderr = stderr
 	stdout, err := cmd.StdoutPipe()

@@ -161,3 +161,40 @@ func TestVMAFDetection(t *testing.T) {
 		t.Fatalf("VMAF score read %v", m)
 	}
 }
+
+// A phone's video (a display matrix turning it 90° or 270°): ffmpeg turns
+// the source's pictures when it decodes them in the comparison, as it did in
+// both encodes, so the comparison runs at the turned size (96x128), not the
+// coded one, and scores both encodes (psnr and ssim refuse inputs of two
+// sizes). 180° keeps the size.
+func TestQualityOnARotatedSource(t *testing.T) {
+	for name, rot := range rotations {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t)
+			r.makeSource(name)
+			user := "-i inputs/src.mp4 -c:v libx264 -preset veryfast -crf 28 -c:a aac -b:a 64k outputs/out.mp4"
+			rep, chunks := r.chunked(user, 1, nil)
+			r.mustPass(rep, chunks, 50+25*boolInt(rot == 90))
+			r.run(ReferenceArgs(parseUser(t, user), "chunks/reference.nut")...)
+			at := func(p string) string { return filepath.Join(r.dir, p) }
+			q := MeasureQuality(r.ctx, r.ffmpeg, r.ffprobe, at("inputs/src.mp4"), at("outputs/out.mp4"), at("chunks/reference.nut"), chunks)
+			b, _ := json.Marshal(q)
+			if q.Error != "" {
+				t.Fatalf("quality on a source rotated %d°: %s", rot, b)
+			}
+			want := "96x128 yuv420p"
+			if rot == 180 {
+				want = "128x96 yuv420p"
+			}
+			if q.ComparedAt != want || q.Stitched.Frames != q.Frames || q.SinglePass.Frames != q.Frames {
+				t.Fatalf("compared at %q (want %q): %s", q.ComparedAt, want, b)
+			}
+			// Pictures turned alike: a high score, not a comparison of a
+			// turned picture with an unturned one.
+			if q.Stitched.PSNRMean < 30 || q.SinglePass.PSNRMean < 30 || math.Abs(q.PSNRDelta) > 3 {
+				t.Fatalf("scores on a source rotated %d°: %s", rot, b)
+			}
+		})
+	}
+}

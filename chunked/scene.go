@@ -60,13 +60,15 @@ func (s *Source) SceneScores(ctx context.Context, ffmpeg string, times []float64
 			args = append(args, "-map", fmt.Sprintf("%d:%d", i, s.VideoIndex), "-frames:v", "2",
 				"-filter:v", "scdet=threshold=0", "-f", "null", "-")
 		}
-		cmd, err := toolCommand(ctx, ffmpeg, args...)
+		cmd, done, err := toolCommand(ctx, ffmpeg, args...)
 		if err != nil {
 			return nil, err
 		}
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
-		if err := cmd.Run(); err != nil {
+		err = cmd.Run()
+		done()
+		if err != nil {
 			return nil, fmt.Errorf("measuring scene changes: %s: %v: %s", ffmpeg, err, strings.TrimSpace(tail(errorLines(out.String()), 2000)))
 		}
 		for _, m := range scdetRe.FindAllStringSubmatch(out.String(), -1) {

@@ -302,10 +302,11 @@ func packetSpan(path string, st probeStream, pkts []Packet, lastDur int64) (star
 }
 
 func run(ctx context.Context, name string, args ...string) ([]byte, error) {
-	cmd, err := toolCommand(ctx, name, args...)
+	cmd, done, err := toolCommand(ctx, name, args...)
 	if err != nil {
 		return nil, err
 	}
+	defer done()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -400,10 +400,11 @@ func decodeHashes(ctx context.Context, ffmpeg, path string, audio bool) ([]strin
 	if audio {
 		args = append(args, "-map", "0:a", "-f", "null", "-")
 	}
-	cmd, err := toolCommand(ctx, ffmpeg, args...)
+	cmd, done, err := toolCommand(ctx, ffmpeg, args...)
 	if err != nil {
 		return nil, "", err
 	}
+	defer done()
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()

@@ -286,9 +286,17 @@ func checkOpened(w, f, v string, spec Spec) error {
 // checkFormat refuses devices (ffmpeg -devices) as formats: they read or write the
 // machine's cameras, screens and sound cards. lavfi is allowed for inputs (-f).
 // Format names match case-insensitively, as in ffmpeg.
+// formatNameRe is the shape of a muxer's or demuxer's name.
+var formatNameRe = regexp.MustCompile(`^[a-z0-9_]+$`)
+
 func checkFormat(w, v string, lavfi bool) error {
 	for _, f := range strings.Split(strings.ToLower(v), ",") {
 		f = strings.TrimSpace(f)
+		if !formatNameRe.MatchString(f) {
+			// ffmpeg's muxers and demuxers are named in these letters alone:
+			// anything else is no format, and may read as a path.
+			return fmt.Errorf("%s %q: not a format name (letters, digits and _, as in mp4, mpegts, image2; a list separated by commas)", w, v)
+		}
 		if deviceFormats[f] && !(lavfi && f == "lavfi") {
 			return refuse(fmt.Sprintf("%s %s", w, v), refusal{"devices (cameras, screens, sound cards) cannot be used", "put the media in input_files, or generate it with -f lavfi -i (testsrc, sine, color...)"})
 		}

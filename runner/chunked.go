@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,11 +58,13 @@ func (r *Runner) chunkCommand(m *mj.Manifest) (*chunked.Command, error) {
 	return chunked.Parse(argv)
 }
 
-// chunkContext makes chunked's probes and decodes run as the runner's tools.
+// chunkContext makes chunked's probes and decodes run as the runner's tools,
+// each releasing its sandbox's device copies once it has exited: ctx lasts the
+// whole phase.
 func (r *Runner) chunkContext(ctx context.Context) context.Context {
 	return chunked.WithCommander(ctx, func(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
 		return r.readOnlyCommand(ctx, name, args...)
-	})
+	}, released)
 }
 
 func (r *Runner) ffmpegBin() string {
@@ -112,6 +115,14 @@ func (r *Runner) chunkPhase(ctx context.Context, m *mj.Manifest) (*chunkPhase, e
 			}
 			if err := r.writeJobFile(jobOutputs+mj.ChunkListFile, list); err != nil {
 				return err
+			}
+			if slices.Contains(m.OutputNames, mj.ChunkSourceFile) {
+				// "quality": the steps that need the whole source read the
+				// file probed and split here, so the user's URL is
+				// fetched once. Moved, not copied: the splits are done.
+				if err := r.moveJobFile(jobInputs+t.Input, jobOutputs+mj.ChunkSourceFile); err != nil {
+					return fmt.Errorf("keeping the source for the quality comparison: %v", err)
+				}
 			}
 			return r.writeJobFile(jobOutputs+mj.ChunkPlanFile, planFile{Source: src, Chunks: chunks})
 		}
@@ -281,6 +292,17 @@ func (r *Runner) readJobFile(rel string, v any) error {
 	}
 	defer f.Close()
 	return json.NewDecoder(f).Decode(v)
+}
+
+// moveJobFile renames from to to in the job's directory, through an
+// os.Root: neither path may leave it.
+func (r *Runner) moveJobFile(from, to string) error {
+	root, err := os.OpenRoot(r.WorkDir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return root.Rename(from, to)
 }
 
 func (r *Runner) removeJobFile(rel string) {

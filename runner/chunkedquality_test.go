@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -43,9 +44,12 @@ func TestChunkedQualityPhases(t *testing.T) {
 		return runSandboxed(t, srv, m)
 	}
 
+	// With quality the plan also keeps the source it fetched (the source,
+	// byte for byte), which the reference and the stitch read, not the
+	// user's URL again.
 	plan := task(mj.PhasePlan)
 	plan.ChunkSeconds, plan.MaxChunks = 1, 64
-	res := runIn(mj.Manifest{InputFiles: map[string]string{"video": in("src.mp4")}, OutputNames: []string{mj.ChunkPlanFile, mj.ChunkListFile, mj.ChunkSplitPattern},
+	res := runIn(mj.Manifest{InputFiles: map[string]string{"video": in("src.mp4")}, OutputNames: []string{mj.ChunkPlanFile, mj.ChunkListFile, mj.ChunkSplitPattern, mj.ChunkSourceFile},
 		FFmpegCommands: []string{user}, AllowLoopback: true, Chunk: plan})
 	if !res.Succeeded {
 		t.Fatalf("plan: %s", res.ErrorMessage)
@@ -54,7 +58,10 @@ func TestChunkedQualityPhases(t *testing.T) {
 	if err := json.Unmarshal(up.files["outputs/"+mj.ChunkListFile], &list); err != nil || len(list.Chunks) < 2 || list.Aux {
 		t.Fatalf("chunks.json %s: %v", up.files["outputs/"+mj.ChunkListFile], err)
 	}
-	take("plan/", mj.ChunkPlanFile)
+	take("plan/", mj.ChunkPlanFile, mj.ChunkSourceFile)
+	if !bytes.Equal(inputs["plan/"+mj.ChunkSourceFile], inputs["src.mp4"]) {
+		t.Fatalf("the plan's %s: %d bytes, not the source's %d", mj.ChunkSourceFile, len(inputs["plan/"+mj.ChunkSourceFile]), len(inputs["src.mp4"]))
+	}
 	for i, c := range list.Chunks {
 		take("plan/", mj.ChunkFileName(i))
 		enc := task(mj.PhaseEncode)
@@ -66,7 +73,7 @@ func TestChunkedQualityPhases(t *testing.T) {
 		}
 		take("enc/", mj.ChunkFileName(i), mj.ChunkHashesFileName(i))
 	}
-	res = runIn(mj.Manifest{InputFiles: map[string]string{"video": in("src.mp4")}, OutputNames: []string{mj.ChunkReferenceFile},
+	res = runIn(mj.Manifest{InputFiles: map[string]string{"video": in("plan/" + mj.ChunkSourceFile)}, OutputNames: []string{mj.ChunkReferenceFile},
 		FFmpegCommands: []string{user}, AllowLoopback: true, Chunk: task(mj.PhaseReference)})
 	if !res.Succeeded {
 		t.Fatalf("reference: %s", res.ErrorMessage)
@@ -76,7 +83,7 @@ func TestChunkedQualityPhases(t *testing.T) {
 	stitch := func(reference string) (*mj.Result, *chunked.Report) {
 		s := task(mj.PhaseStitch)
 		s.Chunks = len(list.Chunks)
-		files := map[string]string{"plan": in("plan/" + mj.ChunkPlanFile), mj.ChunkSourceInput: in("src.mp4"), mj.ChunkReferenceInput: in(reference)}
+		files := map[string]string{"plan": in("plan/" + mj.ChunkPlanFile), mj.ChunkSourceInput: in("plan/" + mj.ChunkSourceFile), mj.ChunkReferenceInput: in(reference)}
 		for i := range list.Chunks {
 			files[mj.ChunkInputName(i)] = in("enc/" + mj.ChunkFileName(i))
 			files[mj.ChunkHashesInputName(i)] = in("enc/" + mj.ChunkHashesFileName(i))

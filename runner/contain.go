@@ -59,6 +59,10 @@ func (r *Runner) readOnlyCommand(ctx context.Context, bin string, args ...string
 	return r.command(ctx, bin, args...)
 }
 
+// released removes the device node copies cmd's sandbox held (sandbox.Release),
+// once cmd has exited: a command's context may last the whole job.
+func released(cmd *exec.Cmd) { sandbox.Release(cmd) }
+
 // specialBits are the mode bits no file of a job keeps.
 const specialBits = fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky
 

@@ -43,6 +43,11 @@ func (r *Runner) Exec(ctx context.Context, m *mj.Manifest, st *State) {
 	}
 	defer release()
 	if err := r.exec(ctx, m, st); err != nil {
+		if errors.Is(err, sandbox.ErrNoGPUNodes) { // the node's fault too: retried elsewhere
+			st.WorkerFault = err.Error()
+			fmt.Fprintf(r.Log, "worker fault, the job is not run here: %s\n", err)
+			return
+		}
 		st.fail(err)
 		fmt.Fprintf(r.Log, "job failed: %s\n", err)
 	}
@@ -83,7 +88,7 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 			fmt.Fprintf(r.Log, "the job's commands run in a sandbox each: %v\n", err)
 			sb = nil
 		default:
-			return fmt.Errorf("command 1 of %d failed: %v", len(argvs), err)
+			return fmt.Errorf("command 1 of %d failed: %w", len(argvs), err)
 		}
 	}
 	for i, argv := range argvs {
@@ -119,7 +124,7 @@ func (r *Runner) exec(ctx context.Context, m *mj.Manifest, st *State) error {
 			if ctx.Err() != nil {
 				return interrupted(ctx, m, st, fmt.Sprintf("while running command %d of %d", i+1, len(argvs)))
 			}
-			return fmt.Errorf("command %d of %d failed: %v", i+1, len(argvs), err)
+			return fmt.Errorf("command %d of %d failed: %w", i+1, len(argvs), err)
 		}
 	}
 	if sb != nil {
@@ -251,6 +256,7 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskL
 		err = cmd.Wait()
 		r.meter(cmd, start)
 	}
+	released(cmd)
 	// The progress pipe ends when its last writer goes: ffmpeg, normally with
 	// the sandbox. A process left outside bwrap's reach (the sandbox killed as
 	// it was being set up, when the job is stopped just then) may hold it for

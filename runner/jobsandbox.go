@@ -108,8 +108,9 @@ func (r *Runner) startJobSandbox(ctx context.Context, diskLimit int64) (*jobSand
 	gpu := r.Sandbox.GPU
 	// The same sandbox as a command's (sandbox.Args), showing the runner's
 	// binary too, read-only at its path, when it is outside /usr.
-	// A GPU job's device nodes are per-sandbox copies (sandbox.HostLayout),
-	// removed when the sandbox's context ends.
+	// Its device nodes are per-sandbox copies (sandbox.HostLayout), removed
+	// once bwrap has exited, or was not started; the sandbox's context's end
+	// is a backstop.
 	l := sandbox.HostLayout(gpu, self, ffAbs)
 	if err := l.Err(); err != nil {
 		return nil, err
@@ -150,12 +151,13 @@ func (r *Runner) startJobSandbox(ctx context.Context, diskLimit int64) (*jobSand
 	ctlR.Close() // the driver holds them now
 	evW.Close()
 	if err != nil {
+		l.Release()
 		cancel(nil)
 		ctlW.Close()
 		evR.Close()
 		return nil, fmt.Errorf("could not start bubblewrap: %v", err)
 	}
-	go func() { cmd.Wait(); close(sb.exited) }()
+	go func() { cmd.Wait(); l.Release(); close(sb.exited) }()
 	go sb.unblock()
 	if diskLimit > 0 {
 		go watchDisk(sctx, hostDir, diskLimit, cancel)

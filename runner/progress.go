@@ -222,6 +222,7 @@ func (r *Runner) runFFprobe(ctx context.Context, rel string) (*mj.Probe, error) 
 	}
 	start := time.Now()
 	out, err := cmd.Output()
+	released(cmd)
 	r.meter(cmd, start)
 	if err != nil {
 		return nil, err

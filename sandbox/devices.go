@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -44,8 +45,14 @@ type Device struct {
 	ReadOnly   bool
 }
 
-// copyPrefix names the directories of the copies.
+// copyPrefix names the directories of the copies: copyPrefix, the runner's
+// pid, "-" and a random suffix (RemoveStaleCopies).
 const copyPrefix = "mediajobs-dev-"
+
+// ErrNoGPUNodes: a GPU sandbox's device nodes could not be made. The causes
+// are the node's (no CAP_MKNOD, a full, read-only or nodev temporary
+// directory), not the job's.
+var ErrNoGPUNodes = errors.New("no GPU device nodes for the sandbox")
 
 // copies are one sandbox's copies of device nodes, in a directory of its own
 // (0700) made at the first copy and removed by Layout.Release.
@@ -127,7 +134,7 @@ func gpuNodes(c *copies) ([]Device, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("no GPU device nodes for the sandbox: %v", err)
+			return nil, fmt.Errorf("%w: %v", ErrNoGPUNodes, err)
 		}
 		devs = append(devs, d)
 	}
@@ -143,7 +150,7 @@ func copyDir() (string, error) {
 			why = append(why, err.Error())
 			continue
 		}
-		dir, err := os.MkdirTemp(base, copyPrefix)
+		dir, err := os.MkdirTemp(base, fmt.Sprintf("%s%d-", copyPrefix, os.Getpid()))
 		if err != nil {
 			why = append(why, err.Error())
 			continue

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 )
 
 // Dir is where the job's directory appears inside the sandbox: the working
@@ -62,8 +63,9 @@ func (l Layout) Err() error { return l.err }
 func (l Layout) DevicesErr() error { return l.devErr }
 
 // Release removes the sandbox's copies of the device nodes. Once bwrap has
-// bound them they are no longer needed, so it is called when the command's
-// context ends.
+// bound them they are no longer needed: it is called once the command has
+// exited (Release, the package's function), at the latest when its context
+// ends.
 func (l Layout) Release() error {
 	if l.copies == "" {
 		return nil
@@ -243,16 +245,50 @@ func (b *Bwrap) command(ctx context.Context, dir, bin string, args, env []string
 	if l.err != nil {
 		return nil, l.err
 	}
-	if l.copies != "" {
-		context.AfterFunc(ctx, func() { l.Release() })
-	}
 	cmd := exec.CommandContext(ctx, bwrap, mkArgs(l, hostDir, b.GPU, argv)...)
 	if b.Pids != nil {
 		b.Pids.wrap(cmd)
 	}
 	cmd.Env = env // bwrap hands its own environment to the command
 	cmd.Dir = hostDir
+	if l.copies != "" {
+		heldMu.Lock()
+		// The context's end is a backstop only: callers' contexts can be
+		// long-lived (a chunked job's probes), or never end (os.Exit).
+		held[cmd] = heldCopies{l: l, stop: context.AfterFunc(ctx, func() { Release(cmd) })}
+		heldMu.Unlock()
+	}
 	return cmd, nil
+}
+
+// held are the device copies of each command of Command and ReadOnlyCommand
+// until Release.
+var (
+	heldMu sync.Mutex
+	held   = map[*exec.Cmd]heldCopies{}
+)
+
+type heldCopies struct {
+	l    Layout
+	stop func() bool // the context backstop's
+}
+
+// Release removes the copies of the device nodes that Command or
+// ReadOnlyCommand made for cmd's sandbox. Call it once cmd has exited (after
+// Wait, Run or Output) or when it will not be started: bwrap has bound them
+// by then, and the bind mounts keep them for what still runs. Without it they
+// stay until the command's context ends. Calling it again, or for any other
+// command, does nothing.
+func Release(cmd *exec.Cmd) error {
+	heldMu.Lock()
+	h, ok := held[cmd]
+	delete(held, cmd)
+	heldMu.Unlock()
+	if !ok {
+		return nil
+	}
+	h.stop()
+	return h.l.Release()
 }
 
 // SetupError returns bwrap's own complaint when the sandbox could not be set up

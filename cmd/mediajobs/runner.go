@@ -55,6 +55,17 @@ func runRunner(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if *box == "bwrap" {
+		// What a killed runner of this task left in its $TMPDIR: a sandbox's
+		// device copies are released when its command exits.
+		gone, err := sandbox.RemoveStaleCopies()
+		if len(gone) > 0 {
+			fmt.Fprintf(stdout, "removed %d stale sandbox device directories\n", len(gone))
+		}
+		if err != nil {
+			fmt.Fprintf(stdout, "stale sandbox device directories: %v\n", err)
+		}
+	}
 	if *warm {
 		if *pool == "" || *control == "" {
 			return exit2{fmt.Errorf("-warm needs -pool and -control")}
