@@ -116,7 +116,7 @@ func TestChunkedQualityReadsThePlansSourceAndPurgesIt(t *testing.T) {
 	}
 
 	for i, id := range enc {
-		end(id, put(id, mj.ChunkFileName(i), 100))
+		end(id, put(id, mj.ChunkFileName(i), 100), put(id, mj.ChunkHashesFileName(i), 10))
 	}
 	end(audio, put(audio, mj.AuxFileName("out.mp4"), 10))
 	end(ref, put(ref, mj.ChunkReferenceFile, 150))
