@@ -156,8 +156,9 @@ func (r *Runner) chunkPhase(ctx context.Context, m *mj.Manifest) (*chunkPhase, e
 }
 
 // stitchPhase joins the encoded chunks (inputs c0000...) with the rest (aux)
-// and verifies the result against the chunks' hashes (inputs h0000...): a file that fails is removed, and the job fails
-// with the report's failures, so a wrong file is never published.
+// and verifies the result against the chunks' hashes (inputs h0000...): a
+// file that fails is removed, and the job fails with the report's failures,
+// so a wrong file is never published.
 func (r *Runner) stitchPhase(ctx context.Context, m *mj.Manifest, cmd *chunked.Command) (*chunkPhase, error) {
 	var plan planFile
 	if err := r.readJobFile(jobInputs+"plan", &plan); err != nil {
