@@ -36,6 +36,22 @@ func (u Usage) Bounded() Usage {
 	return u
 }
 
+// SumUsage is the usage of jobs added up in their order (a chunked job's, of
+// its pipeline's jobs); nil when none has any. Nil jobs are skipped.
+func SumUsage(jobs []*Job) *Usage {
+	var sum *Usage
+	for _, j := range jobs {
+		if j == nil || j.Usage == nil {
+			continue
+		}
+		if sum == nil {
+			sum = &Usage{}
+		}
+		*sum = sum.Add(*j.Usage)
+	}
+	return sum
+}
+
 // Add returns u plus o.
 func (u Usage) Add(o Usage) Usage {
 	return Usage{WallSeconds: u.WallSeconds + o.WallSeconds, CPUSeconds: u.CPUSeconds + o.CPUSeconds, GPUSeconds: u.GPUSeconds + o.GPUSeconds,

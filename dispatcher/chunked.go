@@ -381,23 +381,13 @@ func (p *pipelines) endParent(ctx context.Context, id string) bool {
 func (p *pipelines) chunkedUsage(ctx context.Context, pl *mj.Pipeline) (*mj.Usage, bool) {
 	ids := pl.JobIDs()
 	jobs, errs := p.store.Jobs(ctx, ids)
-	var sum *mj.Usage
-	for i, j := range jobs {
-		if errs[i] != nil {
-			if mj.ErrorCode(errs[i]) == mj.ENotFound {
-				continue // deleted by the retention
-			}
-			p.log.Warn("reading a chunked job's jobs failed; the next resync tries again", "pipeline", pl.ID, "err", errs[i])
+	for _, err := range errs {
+		if err != nil && mj.ErrorCode(err) != mj.ENotFound { // not found: deleted by the retention
+			p.log.Warn("reading a chunked job's jobs failed; the next resync tries again", "pipeline", pl.ID, "err", err)
 			return nil, false
 		}
-		if j == nil || j.Usage == nil {
-			continue
-		}
-		if sum == nil {
-			sum = &mj.Usage{}
-		}
-		*sum = sum.Add(*j.Usage)
 	}
+	sum := mj.SumUsage(jobs)
 	if sum != nil {
 		b := sum.Bounded()
 		sum = &b

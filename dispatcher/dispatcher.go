@@ -268,12 +268,14 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// warmLeaseTTL is pool's warm lease_ttl, 0 when it has no warm block now.
+// warmLeaseTTL is pool's warm lease_ttl; the default for a pool whose warm
+// block went (its runs still end).
 func (d *Dispatcher) warmLeaseTTL(pool string) time.Duration {
-	if p := d.Config.Pool(pool); p != nil && p.Warm != nil {
+	if p := d.Config.Pool(pool); p != nil && p.Warm != nil && p.Warm.LeaseTTLD > 0 {
 		return p.Warm.LeaseTTLD
 	}
-	return 0
+	ttl, _ := time.ParseDuration(config.DefaultWarmLeaseTTL)
+	return ttl
 }
 
 // st is the store the loops use: the current (or last) term's, which refuses

@@ -449,13 +449,7 @@ func (b *warmBroker) warmOverdue(overdue map[string]time.Time, r store.WarmRun, 
 		first = now
 	}
 	overdue[r.Run] = first
-	ttl, _ := time.ParseDuration(config.DefaultWarmLeaseTTL) // a pool whose warm block went
-	if b.leaseTTL != nil {
-		if d := b.leaseTTL(r.Pool); d > 0 {
-			ttl = d
-		}
-	}
-	return now.Sub(first) >= 2*ttl
+	return now.Sub(first) >= 2*b.leaseTTL(r.Pool)
 }
 
 // warmTimedOut fails a warm job still running past its timeout and the grace,

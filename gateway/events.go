@@ -551,16 +551,12 @@ func fillSteps(v *mj.JobView, p *mj.Pipeline, jobs map[string]*mj.Job, sign func
 	if v.Usage != nil {
 		return
 	}
-	var sum *mj.Usage
-	for _, id := range p.JobIDs() {
-		if j := jobs[id]; j != nil && j.Usage != nil {
-			if sum == nil {
-				sum = &mj.Usage{}
-			}
-			*sum = sum.Add(*j.Usage)
-		}
+	ids := p.JobIDs()
+	ordered := make([]*mj.Job, len(ids))
+	for i, id := range ids {
+		ordered[i] = jobs[id]
 	}
-	v.Usage = sum
+	v.Usage = mj.SumUsage(ordered)
 }
 
 // accountEvents: GET /api/events, every job of the account as it changes (from
