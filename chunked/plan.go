@@ -105,9 +105,10 @@ func window(keyframes []float64, target, prev, end, cs float64) []float64 {
 	return in
 }
 
-// SceneCandidates lists the keyframes PlanScenes may move a cut to (sorted):
-// the ones to measure. prev is taken as the target before, so the list holds
-// every keyframe PlanScenes can ask about.
+// SceneCandidates lists the keyframes to measure for PlanScenes (sorted): for
+// each cut, the nearest of its widest window (the previous cut as early as it
+// can be). Once the previous cut is known PlanScenes' window may be narrower and
+// its nearest few others, not measured: those have no score and are passed over.
 func SceneCandidates(keyframes []float64, end, chunkSeconds float64, maxChunks int) []float64 {
 	if len(keyframes) == 0 || end <= keyframes[0] {
 		return nil
