@@ -10,7 +10,7 @@ import (
 
 var testSpec = command.Spec{
 	Inputs:  map[string]bool{"src.mp4": true, "src.mkv": true, "src.ts": true, "logo.png": true, "subs.srt": true},
-	Outputs: map[string]bool{"out.mp4": true, "out.webm": true, "out.mkv": true, "out.m3u8": true, "seg_%03d.ts": true, "f%04d.png": true},
+	Outputs: map[string]bool{"out.mp4": true, "out.webm": true, "out.mkv": true, "out.ts": true, "out.m3u8": true, "seg_%03d.ts": true, "f%04d.png": true},
 }
 
 // prepare runs the service's command checker first, as the gateway does.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -62,7 +63,9 @@ var sources = map[string][]string{
 	"opengop": cat(video("25", "3"), tone("3"), []string{"-c:v", "libx264", "-preset", "veryfast", "-bf", "3",
 		"-x264-params", "open-gop=1:keyint=25:min-keyint=25:scenecut=0:b-pyramid=normal"}, aac),
 	// 83 frames at 25 fps with a keyframe every 5: the last chunk holds 8.
-	"tail":       cat(video("25", "3.32"), tone("3.32"), x264(5), aac),
+	"tail": cat(video("25", "3.32"), tone("3.32"), x264(5), aac),
+	// Chunks longer than the seams' windows: 250 frames.
+	"long":       cat(video("25", "10"), tone("10"), x264(25), aac),
 	"audiolong":  cat(video("25", "2"), tone("2.6"), x264(10), aac),
 	"audioshort": cat(video("25", "3"), tone("1.5"), x264(10), aac),
 	"noaudio":    cat(video("25", "2"), x264(10)),
@@ -133,6 +136,9 @@ type rig struct {
 	ctx             context.Context
 	sceneCuts       bool // plan with scene-change cuts (PlanSceneCuts)
 	noRoll          bool // plan without the pre- and post-roll the filters need (Source.Roll)
+	// afterStitch, when set, changes the stitched file (its path) before
+	// the verification reads it.
+	afterStitch func(path string)
 }
 
 func newRig(t *testing.T) *rig {
@@ -239,7 +245,7 @@ func (r *rig) chunkedHashes(userCmd string, chunkSeconds float64, mutate func([]
 			r.checkSplit(src, c, split)
 		}
 		r.run(EncodeArgs(cmd, c, split, enc)...)
-		h, err := HashChunk(r.ctx, r.ffmpeg, filepath.Join(r.dir, enc))
+		h, err := HashChunk(r.ctx, r.ffmpeg, r.ffprobe, filepath.Join(r.dir, enc))
 		if err != nil {
 			t.Fatalf("HashChunk: %v", err)
 		}
@@ -258,6 +264,9 @@ func (r *rig) chunkedHashes(userCmd string, chunkSeconds float64, mutate func([]
 		t.Fatal(err)
 	}
 	r.run(StitchArgs(src, cmd, "chunks/list.txt", aux)...)
+	if r.afterStitch != nil {
+		r.afterStitch(filepath.Join(r.dir, cmd.Output))
+	}
 	src.Path = filepath.Join(r.dir, cmd.Input)
 	rep, err := Verify(r.ctx, r.ffmpeg, r.ffprobe, src, chunks, hashes, filepath.Join(r.dir, cmd.Output))
 	if err != nil {
@@ -297,8 +306,13 @@ func (r *rig) mustPass(rep *Report, chunks []Chunk, wantFrames int) {
 	if rep.DecodedFrames != wantFrames || rep.Packets != wantFrames || rep.ExpectedFrames != wantFrames {
 		r.t.Fatalf("frames: expected %d, packets %d, decoded %d; want %d", rep.ExpectedFrames, rep.Packets, rep.DecodedFrames, wantFrames)
 	}
+	// Every output container here keeps the chunks' packets as they are
+	// (PacketFilter), so only the seams are decoded again.
+	if rep.Decode.Mode != DecodeSeams || rep.Decode.Frames == 0 || rep.Decode.Frames > wantFrames {
+		r.t.Fatalf("decode %+v, want the seams decoded", rep.Decode)
+	}
 	for _, c := range rep.Chunks {
-		if c.DecodedFrames != c.ExpectedFrames || !c.HashesMatch || (c.Index > 0 && (c.Seam == nil || !c.Seam.Keyframe || !c.Seam.Closed)) {
+		if c.DecodedFrames != c.ExpectedFrames || !c.HashesMatch || !c.PacketsMatch || (c.Index > 0 && (c.Seam == nil || !c.Seam.Keyframe || !c.Seam.Closed)) {
 			r.t.Fatalf("chunk %+v", c)
 		}
 	}
@@ -440,6 +454,100 @@ func TestVerifyChecksTheEncodesHashes(t *testing.T) {
 	if len(rep.Failures) != 3 || rep.Chunks[1].HashesMatch || !rep.Decode.Clean || rep.DecodedFrames != 75 {
 		t.Errorf("failures %q, report %s; want the three above only", joined, rep.JSON())
 	}
+}
+
+// The stitch decodes the stitched file only across its seams when its
+// packets are the chunks': fewer frames than the file holds, each window
+// compared with the chunks decoded alone (a hash changed there fails, naming
+// the frame). A byte changed in a packet far from any seam makes the packets
+// differ, so the whole file is decoded, and the damage is found. An output
+// whose container frames the packets otherwise (H.264 in MPEG-TS) is decoded
+// whole, and passes.
+func TestVerifyDecodesOnlyTheSeams(t *testing.T) {
+	t.Parallel()
+	const userCmd = "-i inputs/src.mp4 -vf scale=96:-2 -c:v libx264 -preset veryfast -g 25 -c:a aac outputs/out.mp4"
+	t.Run("seams", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		r.makeSource("long")
+		rep, chunks := r.chunked(userCmd, 4, nil)
+		r.mustPass(rep, chunks, 250)
+		// Two seams, each decoded from the keyframe before it (one every 25
+		// frames) to DecodeWindow frames past it.
+		if len(chunks) != 3 || rep.Decode.Frames > 2*(25+DecodeWindow) || rep.Decode.Frames < 2*DecodeWindow || rep.Decode.FullReason != "" {
+			t.Fatalf("%d chunks, decode %+v: want the seams alone decoded", len(chunks), rep.Decode)
+		}
+	})
+	t.Run("a hash in a seam's window", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		r.makeSource("long")
+		var first int
+		rep, chunks := r.chunkedHashes(userCmd, 4, nil, func(h []*ChunkHashes) {
+			first = len(h[0].Frames)
+			h[1].Frames[3] = strings.Repeat("0", len(h[1].Frames[3]))
+		})
+		want := fmt.Sprintf("chunk 1 decoded alone differs from the stitched file's frame %d, decoded across the seam before chunk 1", first+3)
+		if rep.Pass || len(rep.Failures) != 1 || rep.Failures[0] != want || rep.Decode.Mode != DecodeSeams {
+			t.Fatalf("failures %q, decode %+v; want only %q (%+v)", rep.Failures, rep.Decode, want, chunks)
+		}
+	})
+	t.Run("a byte changed far from the seams", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		r.makeSource("long")
+		r.afterStitch = func(path string) {
+			// Frame 150, in the middle of chunk 1 (frames 100 to 199), outside
+			// both windows: a byte in the middle of its packet.
+			pos, size := r.packetAt(path, 150)
+			b, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[pos+size/2] ^= 0x55
+			if err := os.WriteFile(path, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rep, _ := r.chunked(userCmd, 4, nil)
+		if rep.Pass || rep.Decode.Mode != DecodeFull || !strings.Contains(rep.Decode.FullReason, "chunk 1's packets differ") ||
+			rep.Chunks[1].PacketsMatch || !rep.Chunks[0].PacketsMatch || rep.Chunks[1].HashesMatch {
+			t.Fatalf("verification of a changed packet: %s", rep.JSON())
+		}
+	})
+	t.Run("MPEG-TS output", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		r.makeSource("long")
+		rep, chunks := r.chunked(strings.Replace(userCmd, "out.mp4", "out.ts", 1), 4, nil)
+		if !rep.Pass || rep.Decode.Mode != DecodeFull || rep.Decode.Frames != 250 || rep.DecodedFrames != 250 || rep.Decode.FullReason == "" {
+			t.Fatalf("verification of an MPEG-TS output (%+v): %s", chunks, rep.JSON())
+		}
+	})
+}
+
+// packetAt is the byte position and size of the video packet shown n-th in
+// path.
+func (r *rig) packetAt(path string, n int) (pos, size int) {
+	r.t.Helper()
+	out, err := exec.CommandContext(r.ctx, r.ffprobe, "-v", "error", "-select_streams", "v:0", "-show_entries", "packet=pts,pos,size", "-of", "csv=p=0", path).Output()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	type pkt struct{ pts, pos, size int }
+	var pkts []pkt
+	for _, l := range strings.Fields(string(out)) {
+		var p pkt
+		if _, err := fmt.Sscanf(l, "%d,%d,%d", &p.pts, &p.size, &p.pos); err != nil {
+			r.t.Fatalf("ffprobe line %q: %v", l, err)
+		}
+		pkts = append(pkts, p)
+	}
+	sort.Slice(pkts, func(i, j int) bool { return pkts[i].pts < pkts[j].pts })
+	if n >= len(pkts) {
+		r.t.Fatalf("%d packets, want frame %d", len(pkts), n)
+	}
+	return pkts[n].pos, pkts[n].size
 }
 
 // An open GOP's keyframe is followed in decode order by pictures shown before

@@ -43,8 +43,13 @@ type ChunkCheck struct {
 	ExpectedFrames int     `json:"expected_frames"`
 	DecodedFrames  int     `json:"decoded_frames"`
 	// HashesMatch: the chunk decoded alone gives, frame by frame, the pictures
-	// the stitched file gives at its place.
+	// the stitched file gives at its place (with Decode.Mode "seams", where
+	// they were decoded across a seam; PacketsMatch holds for the rest).
 	HashesMatch bool `json:"hashes_match"`
+	// PacketsMatch: the stitched file holds the chunk's coded pictures
+	// unchanged, in order (packet by packet, under the container's framing:
+	// PacketFilter). False when they could not be compared.
+	PacketsMatch bool `json:"packets_match"`
 	// Seam is the join before the chunk (none before the first).
 	Seam *SeamCheck `json:"seam,omitempty"`
 }
@@ -75,11 +80,33 @@ type EndCheck struct {
 	OK        bool    `json:"ok"`
 }
 
-// DecodeCheck is a full decode of the stitched file (ffmpeg -xerror).
+// DecodeCheck is how the stitched file was decoded (ffmpeg -xerror), and
+// whether cleanly. Mode "seams": its coded pictures are the chunks' byte for
+// byte (ChunkCheck.PacketsMatch), which their encode jobs decoded cleanly
+// alone, so only the frames around each seam were decoded again, across the
+// seam: from the last closed keyframe before it to DecodeWindow frames past
+// it. Mode "full": the whole file, because its packets could not be shown
+// to be the chunks' (FullReason).
 type DecodeCheck struct {
-	Clean  bool   `json:"clean"`
+	Clean      bool   `json:"clean"`
+	Mode       string `json:"mode"`
+	FullReason string `json:"full_reason,omitempty"`
+	// Frames is how many of the stitched file's frames were decoded.
+	Frames int    `json:"frames"`
 	Errors string `json:"errors,omitempty"`
 }
+
+// The modes of DecodeCheck.
+const (
+	DecodeSeams = "seams"
+	DecodeFull  = "full"
+)
+
+// DecodeWindow is how many frames past each seam the stitched file is decoded
+// across it (Mode "seams"): twice the most reference pictures H.264 and HEVC
+// keep (16), so that every picture the seam's keyframe could have left to
+// the decoder from before it has been shown and replaced.
+const DecodeWindow = 32
 
 func (r *Report) fail(format string, args ...any) {
 	r.Failures = append(r.Failures, fmt.Sprintf(format, args...))
@@ -88,7 +115,8 @@ func (r *Report) fail(format string, args ...any) {
 // Verify checks stitched, the file StitchArgs made from the encoded chunks,
 // against the plan and the source; hashes[i] is what chunk i's encode job
 // found decoding its EncodeArgs output alone (HashChunk), so that the
-// stitch decodes only the stitched file (docs/chunked.md#verification). An
+// stitch decodes the stitched file only where that could differ: across its
+// seams (DecodeCheck; docs/chunked.md#reading-the-verification-report). An
 // error is returned only when a tool could not run at all; a wrong file is a
 // Report that does not pass.
 func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []Chunk, hashes []*ChunkHashes, stitched string) (*Report, error) {
@@ -196,16 +224,19 @@ func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []C
 		}
 	}
 
-	// A full decode, with the video's frame hashes.
-	// The only decode here: each chunk's came with its hashes.
-	stitchedHashes, errs, err := decodeHashes(ctx, ffmpeg, stitched, ai >= 0)
-	if err != nil && errs == "" {
+	// The decode: across the seams when the packets are the chunks', else
+	// the whole file.
+	dec := &decoder{ffmpeg: ffmpeg, path: stitched, audio: ai >= 0, pkts: pkts, frames: frames, hashes: hashes, tb: vtb}
+	for _, c := range chunks {
+		dec.planned = append(dec.planned, c.Frames)
+	}
+	if err := dec.run(ctx, out.Streams, vi); err != nil {
 		return nil, err
 	}
-	r.DecodedFrames = len(stitchedHashes)
-	r.Decode = DecodeCheck{Clean: err == nil && errs == "", Errors: tail(errs, 2000)}
+	r.Decode = dec.check
+	r.DecodedFrames = dec.decodedFrames()
 	if !r.Decode.Clean {
-		r.fail("the stitched file does not decode cleanly: %s", firstLine(errs, err))
+		r.fail("the stitched file does not decode cleanly: %s", firstLine(r.Decode.Errors, nil))
 	}
 	if r.DecodedFrames != r.ExpectedFrames {
 		r.fail("the stitched video decodes to %d frames, the plan %d", r.DecodedFrames, r.ExpectedFrames)
@@ -221,17 +252,18 @@ func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []C
 		case ch.Hash != FrameHash:
 			r.fail("chunk %d's frame hashes are %q, not %s", c.Index, ch.Hash, FrameHash)
 		default:
-			h := ch.Frames
 			if ch.Errors != "" {
 				r.fail("chunk %d does not decode cleanly on its own: %s", c.Index, firstLine(ch.Errors, nil))
 			}
-			cc.DecodedFrames = len(h)
-			cc.HashesMatch = at+len(h) <= len(stitchedHashes) && equal(h, stitchedHashes[at:at+len(h)])
+			cc.DecodedFrames = len(ch.Frames)
 			if cc.DecodedFrames != c.Frames {
 				r.fail("chunk %d decodes to %d frames, the plan %d", c.Index, cc.DecodedFrames, c.Frames)
 			}
+			cc.PacketsMatch = dec.packetsMatch(i)
+			var bad string
+			cc.HashesMatch, bad = dec.hashesMatch(i)
 			if !cc.HashesMatch {
-				r.fail("chunk %d decoded alone differs from the stitched file's frames %d to %d", c.Index, at, at+len(h)-1)
+				r.fail("chunk %d decoded alone differs from the stitched file's %s", c.Index, bad)
 			}
 		}
 		if i > 0 && at < len(frames) && at < len(src.Frames) {
@@ -365,23 +397,38 @@ const FrameHash = "murmur3"
 
 // ChunkHashes is an encoded chunk decoded alone, as its encode job writes it
 // (mj.ChunkHashesFileName) for the stitch's verification: each frame's hash
-// in presentation order, and what the decoder said (errors).
+// in presentation order, and what the decoder said (errors); and its
+// packets' hashes in file order under PacketFilter, which the stitched
+// file's must equal for the stitch to decode only across the seams.
 type ChunkHashes struct {
-	Hash   string   `json:"hash"`
-	Frames []string `json:"frames"`
-	Errors string   `json:"errors,omitempty"`
+	Hash         string   `json:"hash"`
+	Frames       []string `json:"frames"`
+	Errors       string   `json:"errors,omitempty"`
+	PacketFilter string   `json:"packet_filter,omitempty"`
+	Packets      []string `json:"packets,omitempty"`
 }
 
 // HashChunk decodes encoded (an EncodeArgs output) alone, as the chunk's
-// encode job does once it is encoded. A chunk that does not decode cleanly
-// is not an error: the stitch's verification reports it, naming the chunk;
-// an error is a tool that could not run.
-func HashChunk(ctx context.Context, ffmpeg, encoded string) (*ChunkHashes, error) {
+// encode job does once it is encoded, and hashes its packets. A chunk that
+// does not decode cleanly is not an error: the stitch's verification reports
+// it, naming the chunk; nor are packets that cannot be hashed (Packets
+// stays empty, and the stitch decodes the whole file). An error is a tool
+// that could not run.
+func HashChunk(ctx context.Context, ffmpeg, ffprobe, encoded string) (*ChunkHashes, error) {
 	h, errs, err := decodeHashes(ctx, ffmpeg, encoded, false)
 	if err != nil && errs == "" {
 		return nil, err
 	}
-	return &ChunkHashes{Hash: FrameHash, Frames: h, Errors: tail(errs, 2000)}, nil
+	ch := &ChunkHashes{Hash: FrameHash, Frames: h, Errors: tail(errs, 2000)}
+	st, err := probeStreams(ctx, ffprobe, encoded)
+	if err != nil || len(st.Streams) == 0 {
+		return ch, nil
+	}
+	filter := PacketFilter(st.Streams[0].CodecName)
+	if p, errs, err := packetHashes(ctx, ffmpeg, encoded, filter, false); err == nil && errs == "" && len(p) > 0 {
+		ch.PacketFilter, ch.Packets = filter, p
+	}
+	return ch, nil
 }
 
 func chunkHashes(hashes []*ChunkHashes, i int) *ChunkHashes {

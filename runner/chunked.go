@@ -138,7 +138,7 @@ func (r *Runner) chunkPhase(ctx context.Context, m *mj.Manifest) (*chunkPhase, e
 		// verify: the chunk decoded alone here, in parallel with the other
 		// chunks, so that the stitch decodes only the stitched file.
 		ph.after = func(context.Context) error {
-			h, err := chunked.HashChunk(ctx, r.ffmpegBin(), enc)
+			h, err := chunked.HashChunk(ctx, r.ffmpegBin(), r.ffprobe(), enc)
 			if err != nil {
 				return fmt.Errorf("decoding the encoded chunk: %v", err)
 			}
