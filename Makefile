@@ -96,7 +96,7 @@ SOAK_TIMEOUT  ?= 45m
 SOAK = MEDIAJOBS_SOAK_DURATION=$(SOAK_DURATION) $(GO) test -run '^$$' -bench '^BenchmarkSoak$$' -benchtime=1x -count=1 -timeout=$(SOAK_TIMEOUT) ./bench/e2e/ -e2e.soak 2>&1
 
 .PHONY: bench
-bench: ## gateway create/GET beside raw etcd and bare fiber, 200 MB transfers beside MinIO's client; the dispatcher at 10,000 jobs beside its old path, fair share, the pass at 100,000 queued, warm done-apply, the janitor at 100,000 held; chunked encoding beside one encode (x264 and x265 at 720p; BENCH_LONG=1 for 2-minute sources); on Nomad: job latency and throughput beside raw Nomad, warm pools, webhooks; then the soak (SOAK_DURATION=0 skips it) (docs/benchmarks.md)
+bench: ## gateway create/GET beside raw etcd and bare fiber, 200 MB transfers beside MinIO's client; the dispatcher at 10,000 jobs beside its old path, fair share, the pass at 100,000 queued, warm done-apply, the janitor at 100,000 held; chunked encoding beside one encode (720p: 2 minutes of x264, 60 s of x265; BENCH_LONG=1 for 2 minutes of both); on Nomad: job latency and throughput beside raw Nomad, warm pools, webhooks; then the soak (SOAK_DURATION=0 skips it) (docs/benchmarks.md)
 	$(GO) build -o bin/bench-report ./bench/report
 	{ for i in $$(seq $(BENCHCOUNT)); do $(GO) test -run '^$$' -bench . -benchtime=$(BENCHTIME) -count=1 ./bench/ 2>&1; done; \
 	  for i in $$(seq $(SCALECOUNT)); do $(GO) test -run '^$$' -bench Dispatcher -benchtime=1x -count=1 -timeout=30m ./dispatcher/ 2>&1; \

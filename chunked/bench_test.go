@@ -9,8 +9,8 @@ package chunked
 //
 //	go test -run '^$' -bench Chunked -benchtime=1x -timeout 60m ./chunked/
 //
-// BENCH_LONG=1 encodes the full 2 minutes (x264 and x265) instead of
-// the short default (30 s of x264, 20 s of x265); BENCH_CHUNKS (default 4)
+// The x264 source is the 2 minutes; x265's is 60 s unless
+// BENCH_LONG=1 (2 minutes too); BENCH_CHUNKS (default 4)
 // sets how many chunks the source is cut into; BENCH_SECONDS, the source's
 // length.
 
@@ -45,8 +45,8 @@ type benchCase struct {
 }
 
 var (
-	benchX264 = benchCase{"libx264", "-c:v libx264 -preset medium -crf 23 -c:a aac -b:a 128k -movflags +faststart", 30, 120}
-	benchX265 = benchCase{"libx265", "-c:v libx265 -preset medium -crf 28 -x265-params log-level=error -tag:v hvc1 -c:a aac -b:a 128k -movflags +faststart", 20, 120}
+	benchX264 = benchCase{"libx264", "-c:v libx264 -preset medium -crf 23 -c:a aac -b:a 128k -movflags +faststart", 120, 120}
+	benchX265 = benchCase{"libx265", "-c:v libx265 -preset medium -crf 28 -x265-params log-level=error -tag:v hvc1 -c:a aac -b:a 128k -movflags +faststart", 60, 120}
 )
 
 const (
@@ -160,6 +160,9 @@ type benchRig struct {
 	tb  testing.TB
 	dir string
 	ctx context.Context
+	// procs counts the tools run, so that the model scales each's start-up
+	// cost (startupCPU) by how many run at scale, not by pixels.
+	procs int
 }
 
 func newBenchRig(tb testing.TB) *benchRig {
@@ -181,6 +184,7 @@ func (r *benchRig) ffmpeg(ffmpeg string, args ...string) (wall, cpu float64) {
 	cmd := exec.CommandContext(r.ctx, ffmpeg, append([]string{"-nostdin", "-hide_banner", "-v", "error"}, args...)...)
 	cmd.Dir = r.dir
 	start := time.Now()
+	r.procs++
 	if out, err := cmd.CombinedOutput(); err != nil {
 		r.tb.Fatalf("ffmpeg %s: %v\n%s", strings.Join(args, " "), err, tail(string(out), 3000))
 	}
@@ -206,6 +210,15 @@ type benchResult struct {
 	singleCPU, probeCPU, splitCPU, audioCPU, stitchCPU, verifyCPU, hashCPU float64
 	encodeCPU                                                              []float64
 	hashCPUs                                                               []float64 // each chunk's decode and hash
+	// Tools run per phase, and one's start-up CPU time (s): an ffmpeg that
+	// does nothing.
+	probeProcs, splitProcs, verifyProcs, hashProcs int
+	startupCPU                                     float64
+	// The verification's decode (DecodeCheck): its mode, the frames it
+	// decoded, and the most frames from one keyframe of the chunked output
+	// to the next (the most a seam's lead-in decodes).
+	decodeMode              string
+	seamFrames, frames, gop int
 
 	chunks []Chunk
 	// Sizes: the source, each chunk's split and encode, the stitched file,
@@ -243,7 +256,12 @@ func (r *benchRig) measure(ffmpeg, ffprobe string, bc benchCase, seconds float64
 	if err != nil {
 		tb.Fatalf("Parse: %v", err)
 	}
-	res := &benchResult{}
+	res := &benchResult{startupCPU: r.startupCPU(ffmpeg)}
+	// Probe, HashChunk and Verify run their tools through ctx: counted.
+	ctx := WithCommander(r.ctx, func(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
+		r.procs++
+		return exec.CommandContext(ctx, name, args...), nil
+	}, nil)
 
 	// One encode: the user's command as it stands.
 	single := append([]string{"-y"}, argv[:len(argv)-1]...)
@@ -252,7 +270,8 @@ func (r *benchRig) measure(ffmpeg, ffprobe string, bc benchCase, seconds float64
 	// Chunked: the steps of docs/chunked.md in turn, on this one machine.
 	cpu := childCPU()
 	start := time.Now()
-	src, err := Probe(r.ctx, ffprobe, filepath.Join(r.dir, cmd.Input))
+	procs := r.procs
+	src, err := Probe(ctx, ffprobe, filepath.Join(r.dir, cmd.Input))
 	if err != nil {
 		tb.Fatalf("Probe: %v", err)
 	}
@@ -262,6 +281,7 @@ func (r *benchRig) measure(ffmpeg, ffprobe string, bc benchCase, seconds float64
 		tb.Fatalf("Plan: %v", err)
 	}
 	res.probe, res.probeCPU = time.Since(start).Seconds(), childCPU()-cpu
+	res.probeProcs, procs = r.procs-procs, r.procs
 	var hashes []*ChunkHashes
 	var names []string
 	for i, c := range res.chunks {
@@ -270,18 +290,20 @@ func (r *benchRig) measure(ffmpeg, ffprobe string, bc benchCase, seconds float64
 		res.split, res.splitCPU = res.split+w, res.splitCPU+cpu
 		res.splitBytes = append(res.splitBytes, r.size(split))
 	}
+	res.splitProcs = r.procs - procs
 	for i, c := range res.chunks {
 		split := fmt.Sprintf("chunks/split_%03d.nut", i)
 		enc := fmt.Sprintf("chunks/enc_%03d.nut", i)
 		w, cpu := r.ffmpeg(ffmpeg, EncodeArgs(cmd, c, split, enc)...)
 		// The encode job then decodes and hashes its chunk (HashChunk):
 		// its time is the job's, in parallel with the other chunks'.
-		hcpu, hstart := childCPU(), time.Now()
-		h, err := HashChunk(r.ctx, ffmpeg, ffprobe, filepath.Join(r.dir, enc))
+		hcpu, hstart, hprocs := childCPU(), time.Now(), r.procs
+		h, err := HashChunk(ctx, ffmpeg, ffprobe, filepath.Join(r.dir, enc))
 		if err != nil {
 			tb.Fatalf("HashChunk: %v", err)
 		}
 		hw, hc := time.Since(hstart).Seconds(), childCPU()-hcpu
+		res.hashProcs += r.procs - hprocs
 		hashes = append(hashes, h)
 		res.hash, res.hashCPU, res.hashCPUs = res.hash+hw, res.hashCPU+hc, append(res.hashCPUs, hc)
 		res.encode, res.encodeCPU = append(res.encode, w+hw), append(res.encodeCPU, cpu+hc)
@@ -298,12 +320,15 @@ func (r *benchRig) measure(ffmpeg, ffprobe string, bc benchCase, seconds float64
 	}
 	res.stitch, res.stitchCPU = r.ffmpeg(ffmpeg, StitchArgs(src, cmd, "chunks/list.txt", aux)...)
 	src.Path = filepath.Join(r.dir, cmd.Input)
-	cpu, start = childCPU(), time.Now()
-	rep, err := Verify(r.ctx, ffmpeg, ffprobe, src, res.chunks, hashes, filepath.Join(r.dir, cmd.Output))
+	cpu, start, procs = childCPU(), time.Now(), r.procs
+	rep, err := Verify(ctx, ffmpeg, ffprobe, src, res.chunks, hashes, filepath.Join(r.dir, cmd.Output))
 	if err != nil {
 		tb.Fatalf("Verify: %v", err)
 	}
 	res.verify, res.verifyCPU = time.Since(start).Seconds(), childCPU()-cpu
+	res.verifyProcs = r.procs - procs
+	res.decodeMode, res.seamFrames, res.frames = rep.Decode.Mode, rep.Decode.Frames, rep.ExpectedFrames
+	res.gop = r.longestGOP(ffprobe, cmd.Output)
 	if !rep.Pass {
 		tb.Fatalf("verification failed: %s", strings.Join(rep.Failures, "; "))
 	}
@@ -331,6 +356,34 @@ func (r *benchRig) measure(ffmpeg, ffprobe string, bc benchCase, seconds float64
 		first += c.Frames
 	}
 	return res
+}
+
+// startupCPU is the CPU time (s) of an ffmpeg that does nothing: what each
+// tool run costs besides its work. The least of three runs.
+func (r *benchRig) startupCPU(ffmpeg string) float64 {
+	least := math.Inf(1)
+	for range 3 {
+		_, cpu := r.ffmpeg(ffmpeg, "-f", "lavfi", "-i", "nullsrc=s=16x16:d=0.04", "-f", "null", "-")
+		r.procs--
+		least = math.Min(least, cpu)
+	}
+	return least
+}
+
+// longestGOP is the most packets from one keyframe of name's video to the
+// next (or to its end).
+func (r *benchRig) longestGOP(ffprobe, name string) int {
+	pkts, _, err := probePackets(r.ctx, ffprobe, filepath.Join(r.dir, name), 0)
+	if err != nil {
+		r.tb.Fatal(err)
+	}
+	longest, last := 0, 0
+	for i, p := range pkts {
+		if p.Key {
+			longest, last = max(longest, i-last), i
+		}
+	}
+	return max(longest, len(pkts)-last)
 }
 
 // videoBytes sums the sizes of the file's video packets.
@@ -465,8 +518,8 @@ func (x *benchResult) modelSlower(seconds, slow float64) scaleModel {
 		one: slow*x.singleCPU/modelCores*px + (src+out)/modelBandwidth + modelJobStart,
 		// plan: fetch the source, probe, split, store the chunks; stitch:
 		// fetch the encoded chunks, stitch, verify, store the output.
-		serial: x.probeCPU/modelCores*k + x.splitCPU/modelCores*px + 2*src/modelBandwidth + modelJobStart +
-			(x.stitchCPU+x.verifyCPU)/modelCores*px + 2*out/modelBandwidth + modelJobStart,
+		serial: x.scaled(x.probeCPU, x.probeProcs, x.probeProcs, k) + x.scaled(x.splitCPU, x.splitProcs, n, px) + 2*src/modelBandwidth + modelJobStart +
+			x.scaled(x.stitchCPU, 1, 1, px) + x.verifyModel(px, n) + 2*out/modelBandwidth + modelJobStart,
 	}
 	for i := 0; i < n; i++ {
 		j := i % len(x.chunks)
@@ -476,6 +529,31 @@ func (x *benchResult) modelSlower(seconds, slow float64) scaleModel {
 		m.chunks = append(m.chunks, cpu/modelCores*f+(x.splitBytes[j]+x.encBytes[j])*f/modelBandwidth+modelJobStart)
 	}
 	return m
+}
+
+// scaled is a phase's time at scale (s on modelCores) from its measured CPU
+// time (s) over procs tools: the work scales by scale, the tools' start-up
+// by how many run at scale (atScale).
+func (x *benchResult) scaled(cpu float64, procs, atScale int, scale float64) float64 {
+	work := math.Max(cpu-float64(procs)*x.startupCPU, 0)
+	return (work*scale + float64(atScale)*x.startupCPU) / modelCores
+}
+
+// verifyModel is the verification's time at scale (s), for n chunks. With
+// DecodeSeams its decode is per seam: the frames from the keyframe before
+// it (at most the output's longest GOP) to DecodeWindow past it, each at
+// what a frame cost the chunks' decodes (HashChunk), times the pixels; the
+// rest (the packets' hashes, the audio's decode, the probes) scales with
+// pixels × duration. With DecodeFull all of it does.
+func (x *benchResult) verifyModel(px float64, n int) float64 {
+	if x.decodeMode != DecodeSeams {
+		return x.scaled(x.verifyCPU, x.verifyProcs, x.verifyProcs, px)
+	}
+	perFrame := math.Max(x.hashCPU-float64(x.hashProcs)*x.startupCPU, 0) / float64(x.frames)
+	seams := float64(x.seamFrames) * perFrame
+	atScale := x.verifyProcs - (len(x.chunks) - 1) + (n - 1) // one decode per seam
+	return x.scaled(x.verifyCPU-seams, x.verifyProcs, atScale, px) +
+		float64(n-1)*float64(x.gop+DecodeWindow)*perFrame*modelPixels/modelCores
 }
 
 func (x *benchResult) table(bc benchCase, seconds, ratio, cpuRatio float64, rounds int, m scaleModel) string {
@@ -504,7 +582,7 @@ func (x *benchResult) table(bc benchCase, seconds, ratio, cpuRatio float64, roun
 		{"– of which decode and hash", x.hash, x.hashCPU, ""},
 		{"– audio", x.audio, x.audioCPU, ""},
 		{"– stitch", x.stitch, x.stitchCPU, ""},
-		{"– verify (the stitched file)", x.verify, x.verifyCPU, ""},
+		{"– verify (the stitched file): decode " + x.decodeMode + fmt.Sprintf(", %d of %d frames; %d tools", x.seamFrames, x.frames, x.verifyProcs), x.verify, x.verifyCPU, ""},
 	} {
 		fmt.Fprintf(&b, "| %s%s | %.2f | %.2f |\n", p.what, p.note, p.wall, p.cpu)
 	}
@@ -514,9 +592,16 @@ func (x *benchResult) table(bc benchCase, seconds, ratio, cpuRatio float64, roun
 	fmt.Fprintf(&b, "| worst seam window, %d frames (dB lost) | | at %.2f s | %.3f | ≤ 0.5 |\n", 2*seamHalf, x.worstSeamAt, x.worstSeam)
 	fmt.Fprintf(&b, "| video bitrate (kbit/s) | %.0f | %.0f | %+.2f %% | ± 2 %% |\n\n",
 		x.bytesSingle*8/seconds/1e3, x.bytesChunked*8/seconds/1e3, 100*(x.bytesChunked/x.bytesSingle-1))
+	fmt.Fprintf(&b, "tools' start-up %.3f CPU s each; the output's longest GOP %d frames\n\n", x.startupCPU, x.gop)
 	fmt.Fprintf(&b, "model, 2-hour 1080p: one worker %.0f s (%.1f h); serial %.0f s (verify %.0f s of it); %d chunks of %.1f s of source, each ≈ %.0f s (its decode and hash ≈ %.0f s of it)\n\n",
-		m.one, m.one/3600, m.serial, x.verifyCPU/modelCores*modelPixels*modelSeconds/seconds, len(m.chunks), modelSeconds/float64(len(m.chunks)), mean(m.chunks),
+		m.one, m.one/3600, m.serial, x.verifyModel(modelPixels*modelSeconds/seconds, len(m.chunks)), len(m.chunks), modelSeconds/float64(len(m.chunks)), mean(m.chunks),
 		x.hashCPU/modelCores*modelPixels*modelSeconds/seconds/float64(len(m.chunks)))
+	// The model before it told the tools' start-up from their work: every
+	// tool's start-up scaled with pixels × duration too.
+	asBefore := *x
+	asBefore.startupCPU = 0
+	fmt.Fprintf(&b, "with every tool's start-up scaled as its work (the model before): serial %.0f s, %.2f × at 16 workers\n\n",
+		asBefore.model(seconds).serial, asBefore.model(seconds).one/asBefore.model(seconds).wall(16))
 	slow := x.modelSlower(seconds, modelSlow)
 	fmt.Fprintf(&b, "| workers | wall (s) | speed-up over one | with the encodes %.1f × as costly |\n|---:|---:|---:|---:|\n", modelSlow)
 	for _, n := range []int{1, 4, 8, 16} {

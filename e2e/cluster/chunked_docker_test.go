@@ -41,6 +41,11 @@ func TestChunkedOnDocker(t *testing.T) {
 	if v, _ := p["verification"].(map[string]any); v == nil || v["pass"] != true || v["decoded_frames"] != 150.0 {
 		t.Fatalf("verification %v", p["verification"])
 	}
+	// The encode jobs hashed their chunks' packets in the sandbox, so the
+	// stitch decoded the seams alone (docs/chunked.md#reading-the-verification-report).
+	if d, _ := p["verification"].(map[string]any)["decode"].(map[string]any); d["mode"] != "seams" || d["clean"] != true {
+		t.Fatalf("verification's decode %v, want the seams decoded", d)
+	}
 	// Every job of its pipeline ran on the docker pool, the encode a job per chunk.
 	names := map[string]int{}
 	for _, s := range p["steps"].([]any) {

@@ -135,6 +135,11 @@ func TestChunkedEndToEnd(t *testing.T) {
 	if v == nil || v["pass"] != true || v["decoded_frames"] != 150.0 {
 		t.Fatalf("verification %v", p["verification"])
 	}
+	// The encode jobs hashed their chunks' packets in the sandbox, so the
+	// stitch decoded the seams alone (docs/chunked.md#reading-the-verification-report).
+	if d, _ := p["verification"].(map[string]any)["decode"].(map[string]any); d["mode"] != "seams" || d["clean"] != true {
+		t.Fatalf("verification's decode %v, want the seams decoded", d)
+	}
 	enc := e2e.StepJobs(parallelStep(t, j, "encode"))
 	if len(enc) != 3 || enc[1]["item"].(map[string]any)["start"] != "2.000000" {
 		t.Fatalf("encode step %v", enc)

@@ -338,7 +338,9 @@ function verificationCard(v) {
       "timestamps increase and match the source's" + (v.timestamps.first_mismatch ? ` (first mismatch: ${v.timestamps.first_mismatch})` : "")) : "",
     v.duration ? check("duration", v.duration.ok, `the video lasts ${fmt(v.duration.output)} s, the source's ${fmt(v.duration.source)} s`) : "",
     v.av ? check("av", v.av.ok, `the audio ends ${fmt(v.av.output)} s after the video, in the source ${fmt(v.av.source)} s`) : "",
-    v.decode ? check("decode", v.decode.clean, v.decode.clean ? "decodes without an error" : "decode errors: " + (v.decode.errors || "")) : "",
+    v.decode ? check("decode", v.decode.clean, (v.decode.clean ? "decodes without an error" : "decode errors: " + (v.decode.errors || "")) +
+      (v.decode.mode === "seams" ? ` (the stitched file's packets are the chunks': ${v.decode.frames} frames decoded again across the seams)`
+        : v.decode.mode === "full" ? ` (decoded whole: ${v.decode.full_reason || ""})` : "")) : "",
   ];
   return h("section", { class: "card", id: "verification", "aria-label": "verification" },
     h("h2", {}, "Verification"),
