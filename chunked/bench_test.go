@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -219,6 +220,7 @@ type benchResult struct {
 	// to the next (the most a seam's lead-in decodes).
 	decodeMode              string
 	seamFrames, frames, gop int
+	seamCPU                 float64 // the seams' decodes, of verifyCPU
 
 	chunks []Chunk
 	// Sizes: the source, each chunk's split and encode, the stitched file,
@@ -258,10 +260,15 @@ func (r *benchRig) measure(ffmpeg, ffprobe string, bc benchCase, seconds float64
 	}
 	res := &benchResult{startupCPU: r.startupCPU(ffmpeg)}
 	// Probe, HashChunk and Verify run their tools through ctx: counted.
+	// The seams' decodes are timed on their own (verifyModel).
 	ctx := WithCommander(r.ctx, func(ctx context.Context, name string, args ...string) (*exec.Cmd, error) {
 		r.procs++
 		return exec.CommandContext(ctx, name, args...), nil
-	}, nil)
+	}, func(c *exec.Cmd) {
+		if c.ProcessState != nil && slices.Contains(c.Args, "-seek_timestamp") {
+			res.seamCPU += (c.ProcessState.UserTime() + c.ProcessState.SystemTime()).Seconds()
+		}
+	})
 
 	// One encode: the user's command as it stands.
 	single := append([]string{"-y"}, argv[:len(argv)-1]...)
@@ -542,18 +549,17 @@ func (x *benchResult) scaled(cpu float64, procs, atScale int, scale float64) flo
 // verifyModel is the verification's time at scale (s), for n chunks. With
 // DecodeSeams its decode is per seam: the frames from the keyframe before
 // it (at most the output's longest GOP) to DecodeWindow past it, each at
-// what a frame cost the chunks' decodes (HashChunk), times the pixels; the
-// rest (the packets' hashes, the audio's decode, the probes) scales with
-// pixels × duration. With DecodeFull all of it does.
+// what a frame cost the measured seams' decodes, times the pixels, with a
+// tool's start-up each; the rest (the packets' hashes, the audio's decode,
+// the probe) scales with pixels × duration. With DecodeFull all of it does.
 func (x *benchResult) verifyModel(px float64, n int) float64 {
 	if x.decodeMode != DecodeSeams {
 		return x.scaled(x.verifyCPU, x.verifyProcs, x.verifyProcs, px)
 	}
-	perFrame := math.Max(x.hashCPU-float64(x.hashProcs)*x.startupCPU, 0) / float64(x.frames)
-	seams := float64(x.seamFrames) * perFrame
-	atScale := x.verifyProcs - (len(x.chunks) - 1) + (n - 1) // one decode per seam
-	return x.scaled(x.verifyCPU-seams, x.verifyProcs, atScale, px) +
-		float64(n-1)*float64(x.gop+DecodeWindow)*perFrame*modelPixels/modelCores
+	windows := x.verifyProcs - 2 // besides the probe and the packets' pass
+	perFrame := math.Max(x.seamCPU-float64(windows)*x.startupCPU, 0) / float64(x.seamFrames)
+	return x.scaled(x.verifyCPU-x.seamCPU, x.verifyProcs-windows, 2, px) +
+		float64(n-1)*(x.startupCPU+float64(x.gop+DecodeWindow)*perFrame*modelPixels)/modelCores
 }
 
 func (x *benchResult) table(bc benchCase, seconds, ratio, cpuRatio float64, rounds int, m scaleModel) string {
@@ -596,11 +602,11 @@ func (x *benchResult) table(bc benchCase, seconds, ratio, cpuRatio float64, roun
 	fmt.Fprintf(&b, "model, 2-hour 1080p: one worker %.0f s (%.1f h); serial %.0f s (verify %.0f s of it); %d chunks of %.1f s of source, each ≈ %.0f s (its decode and hash ≈ %.0f s of it)\n\n",
 		m.one, m.one/3600, m.serial, x.verifyModel(modelPixels*modelSeconds/seconds, len(m.chunks)), len(m.chunks), modelSeconds/float64(len(m.chunks)), mean(m.chunks),
 		x.hashCPU/modelCores*modelPixels*modelSeconds/seconds/float64(len(m.chunks)))
-	// The model before it told the tools' start-up from their work: every
-	// tool's start-up scaled with pixels × duration too.
+	// The same model with the tools' start-up scaled with pixels × duration,
+	// as the model did before it told them from their work.
 	asBefore := *x
 	asBefore.startupCPU = 0
-	fmt.Fprintf(&b, "with every tool's start-up scaled as its work (the model before): serial %.0f s, %.2f × at 16 workers\n\n",
+	fmt.Fprintf(&b, "the same model with every tool's start-up scaled as its work (as the model did before): serial %.0f s, %.2f × at 16 workers\n\n",
 		asBefore.model(seconds).serial, asBefore.model(seconds).one/asBefore.model(seconds).wall(16))
 	slow := x.modelSlower(seconds, modelSlow)
 	fmt.Fprintf(&b, "| workers | wall (s) | speed-up over one | with the encodes %.1f × as costly |\n|---:|---:|---:|---:|\n", modelSlow)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"math/big"
+	"sort"
 	"strconv"
 	"strings"
 )
@@ -14,15 +16,20 @@ import (
 // and HEVC differently (start codes against lengths, parameter sets in the
 // header or before each keyframe, access unit delimiters) and MP4 drops
 // AV1's temporal delimiters, so only the coded pictures are kept, in one
-// framing. VP9 and the rest are compared as they are. Packets that still
+// framing: the pictures' slices, SEI (HEVC's suffix SEI only: MP4 moves
+// x265's prefix SEI into its header) and the end-of-sequence and
+// end-of-stream units. Parameter sets are not compared (one side carries
+// them in its header, the other before each keyframe); the seams' decode
+// reads each chunk's first pictures with the stitched file's. VP9 and the
+// rest are compared as they are. Packets that still
 // differ (an MPEG-TS output's H.264 is split otherwise) make Verify decode
 // the whole file, so a chain that misses a case costs time, never a check.
 func PacketFilter(codec string) string {
 	switch codec {
 	case "h264":
-		return "h264_mp4toannexb,filter_units=pass_types=1-5"
+		return "h264_mp4toannexb,filter_units=pass_types=1-6|10-11"
 	case "hevc":
-		return "hevc_mp4toannexb,filter_units=pass_types=0-31"
+		return "hevc_mp4toannexb,filter_units=pass_types=0-31|36-38|40"
 	case "av1":
 		return "filter_units=remove_types=2"
 	}
@@ -100,9 +107,11 @@ type decoder struct {
 	frameStart []int // chunk i's first frame in the stitched file (presentation index)
 	pktStart   []int // chunk i's first packet in the stitched file (decode index)
 	pktOK      []bool
-	full       []string       // DecodeFull: every frame's hash
-	seen       map[int]string // DecodeSeams: presentation index → hash decoded across a seam
-	seamOf     map[int]int    // DecodeSeams: presentation index → the seam (chunk) it was decoded across
+	audioDone  bool     // the packet pass decoded the audio cleanly
+	full       []string // DecodeFull: every frame's hash
+	// DecodeSeams: each chunk's first frame that decoded otherwise across a
+	// seam, and that seam (the chunk after it).
+	differs map[int][2]int
 }
 
 // run decodes, filling check. An error is a tool that could not run at all.
@@ -125,13 +134,14 @@ func (d *decoder) run(ctx context.Context, streams []probeStream, vi int) error 
 		d.frameStart[i+1] = d.frameStart[i] + n
 		switch {
 		case why != "":
-		case ch == nil || ch.Hash != FrameHash || ch.Packets == nil:
-			why = fmt.Sprintf("chunk %d's encode left no packet hashes to compare", i)
+		case ch == nil || ch.Hash != FrameHash || len(ch.Packets) == 0 || len(ch.Packets) != len(ch.Frames):
+			why = fmt.Sprintf("chunk %d's encode left no packet hashes to compare, or not one per frame", i)
 		case ch.PacketFilter != filter:
 			why = fmt.Sprintf("chunk %d's packets were hashed under %q, the stitched file's %s under %q", i, ch.PacketFilter, codec, filter)
 		}
+		d.pktStart[i+1] = d.pktStart[i]
 		if ch != nil {
-			d.pktStart[i+1] = d.pktStart[i] + len(ch.Packets)
+			d.pktStart[i+1] += len(ch.Packets)
 		}
 	}
 	if why == "" {
@@ -141,9 +151,10 @@ func (d *decoder) run(ctx context.Context, streams []probeStream, vi int) error 
 			return err
 		case err != nil || errs != "":
 			why = "the stitched file's packets could not be read cleanly: " + firstLine(errs, err)
-		case len(stitched) != d.pktStart[len(d.planned)]:
-			why = fmt.Sprintf("the stitched file has %d video packets, its chunks %d", len(stitched), d.pktStart[len(d.planned)])
+		case len(stitched) != d.pktStart[len(d.planned)] || len(stitched) != len(d.pkts):
+			why = fmt.Sprintf("the stitched file has %d video packets (%d filtered), its chunks %d", len(d.pkts), len(stitched), d.pktStart[len(d.planned)])
 		}
+		d.audioDone = d.audio && err == nil && errs == ""
 		for i := range d.planned {
 			lo, hi := d.pktStart[i], d.pktStart[i+1]
 			d.pktOK[i] = hi <= len(stitched) && equal(d.hashes[i].Packets, stitched[lo:hi])
@@ -162,13 +173,23 @@ func (d *decoder) run(ctx context.Context, streams []probeStream, vi int) error 
 	return d.decodeFull(ctx, why)
 }
 
+// seamWindow is one decode across seams: from a closed keyframe (decode index
+// lead, presentation index first) to frame end (excluded), over the seams
+// of chunks seams[0]...
+type seamWindow struct {
+	lead, first, end int
+	seams            []int
+}
+
 // seams decodes the stitched file across each seam: from the last closed
 // keyframe of the chunk before (the decoder's whole state at the seam comes
-// from there on) to DecodeWindow frames past it. why, when not empty, is why
-// the window could not be placed, and the whole file must be decoded.
+// from there on) to DecodeWindow frames past it, windows that overlap as
+// one decode. Each frame is compared with the chunks' hashes. why, when not
+// empty, is why a window could not be placed or read, and the whole file
+// must be decoded.
 func (d *decoder) seams(ctx context.Context) (why string, err error) {
 	d.check = DecodeCheck{Clean: true, Mode: DecodeSeams}
-	d.seen, d.seamOf = map[int]string{}, map[int]int{}
+	d.differs = map[int][2]int{}
 	index := make(map[int64]int, len(d.frames))
 	for i, pts := range d.frames {
 		index[pts] = i
@@ -180,73 +201,123 @@ func (d *decoder) seams(ctx context.Context) (why string, err error) {
 	for k := len(d.pkts) - 1; k >= 0; k-- {
 		minAfter[k] = min(minAfter[k+1], d.pkts[k].PTS)
 	}
-	var errs []string
+	var wins []seamWindow
 	for i := 1; i < len(d.planned); i++ {
 		seam := d.frameStart[i]
 		if seam >= len(d.frames) {
 			break
 		}
-		lead := d.pktStart[i-1]
-		for k := d.pktStart[i] - 1; k > d.pktStart[i-1]; k-- {
+		lead := -1
+		for k := d.pktStart[i] - 1; k >= d.pktStart[i-1] && k >= 0; k-- {
 			if d.pkts[k].Key && minAfter[k+1] >= d.pkts[k].PTS {
 				lead = k
 				break
 			}
 		}
+		if lead < 0 {
+			return fmt.Sprintf("chunk %d has no closed keyframe to decode the seam after it from", i-1), nil
+		}
 		first, ok := index[d.pkts[lead].PTS]
 		if !ok || first > seam {
 			return fmt.Sprintf("no keyframe to decode the seam before chunk %d from", i), nil
 		}
-		end := min(seam+DecodeWindow, len(d.frames))
-		// -seek_timestamp: the keyframe's own time, not one from the file's
-		// start; rounded up to the microsecond, so that seeking lands on it
-		// and not on the keyframe before.
-		num := d.pkts[lead].PTS * d.tb[0] * 1_000_000
-		us := num / d.tb[1]
-		if num%d.tb[1] != 0 && num > 0 {
-			us++
+		w := seamWindow{lead: lead, first: first, end: min(seam+DecodeWindow, len(d.frames)), seams: []int{i}}
+		if n := len(wins); n > 0 && w.first <= wins[n-1].end {
+			// Overlapping: one decode from the earlier keyframe goes on
+			// across both seams.
+			wins[n-1].end, wins[n-1].seams = w.end, append(wins[n-1].seams, i)
+			continue
 		}
-		lines, e, err := framehash(ctx, d.ffmpeg, []string{"-nostdin", "-v", "error", "-xerror",
-			"-copyts", "-seek_timestamp", "1", "-noaccurate_seek", "-ss", fmt.Sprintf("%dus", us), "-i", d.path,
-			"-map", "0:v:0", "-frames:v", strconv.Itoa(end - first), "-fps_mode", "passthrough",
-			"-enc_time_base:v", "-1", "-f", "framehash", "-hash", FrameHash, "-"})
-		if err != nil && e == "" {
-			return "", err
+		wins = append(wins, w)
+	}
+	var errs []string
+	for _, w := range wins {
+		why, e, err := d.window(ctx, w, index)
+		if why != "" || err != nil {
+			return why, err
 		}
 		if e != "" {
-			errs = append(errs, fmt.Sprintf("across the seam before chunk %d: %s", i, e))
-		}
-		got := map[int]bool{}
-		for _, l := range lines {
-			k, ok := index[l.pts]
-			if !ok {
-				return fmt.Sprintf("decoding across the seam before chunk %d gave a frame at %d, which the file does not show", i, l.pts), nil
-			}
-			got[k], d.seen[k] = true, l.hash
-			if _, ok := d.seamOf[k]; !ok {
-				d.seamOf[k] = i
-			}
-		}
-		for k := first; k < end && e == ""; k++ {
-			if !got[k] {
-				return fmt.Sprintf("decoding across the seam before chunk %d from frame %d did not give frame %d", i, first, k), nil
-			}
+			errs = append(errs, fmt.Sprintf("across the seam before chunk %d: %s", w.seams[0], e))
 		}
 	}
-	d.check.Frames = len(d.seen)
 	if len(errs) > 0 {
 		d.check.Clean, d.check.Errors = false, tail(strings.Join(errs, "\n"), 2000)
 	}
 	return "", nil
 }
 
+// window decodes w and compares each frame with the chunks' hashes. errs is
+// what ffmpeg said; why, that the window was not what it should be.
+func (d *decoder) window(ctx context.Context, w seamWindow, index map[int64]int) (why, errs string, err error) {
+	// -seek_timestamp: the keyframe's own time, not one from the file's
+	// start; rounded up to the microsecond, so that seeking lands on it and
+	// not on the keyframe before. Where the demuxer seeks otherwise (ffmpeg
+	// seeks Matroska with B-frames a little earlier), it lands on an
+	// earlier keyframe: the window ends at a time, not after a count, and
+	// the frames before it are compared too.
+	us := new(big.Int).Mul(big.NewInt(d.pkts[w.lead].PTS), big.NewInt(d.tb[0]*1_000_000))
+	us.Div(us.Add(us, big.NewInt(d.tb[1]-1)), big.NewInt(d.tb[1])) // a ceiling, for pts ≥ 0
+	if d.pkts[w.lead].PTS < 0 {
+		us.Quo(new(big.Int).Mul(big.NewInt(d.pkts[w.lead].PTS), big.NewInt(d.tb[0]*1_000_000)), big.NewInt(d.tb[1]))
+	}
+	args := []string{"-nostdin", "-v", "error", "-xerror", "-copyts", "-seek_timestamp", "1", "-noaccurate_seek",
+		"-ss", us.String() + "us", "-i", d.path, "-map", "0:v:0"}
+	if w.end < len(d.frames) {
+		args = append(args, "-vf", fmt.Sprintf("trim=end_pts=%d", d.frames[w.end]))
+	}
+	args = append(args, "-fps_mode", "passthrough", "-enc_time_base:v", "-1", "-f", "framehash", "-hash", FrameHash, "-")
+	lines, errs, err := framehash(ctx, d.ffmpeg, args)
+	if err != nil && errs == "" {
+		return "", "", err
+	}
+	got := map[int]bool{}
+	for _, l := range lines {
+		k, ok := index[l.pts]
+		if !ok {
+			return fmt.Sprintf("decoding across the seam before chunk %d gave a frame at %d, which the file does not show", w.seams[0], l.pts), errs, nil
+		}
+		got[k] = true
+		d.check.Frames++
+		c := d.chunkOf(k)
+		if want := d.hashes[c].Frames; k-d.frameStart[c] < len(want) && want[k-d.frameStart[c]] != l.hash {
+			if _, seen := d.differs[c]; !seen {
+				d.differs[c] = [2]int{k, w.seamFor(k, d.frameStart)}
+			}
+		}
+	}
+	for k := w.first; k < w.end && errs == ""; k++ {
+		if !got[k] {
+			return fmt.Sprintf("decoding across the seam before chunk %d from frame %d did not give frame %d", w.seams[0], w.first, k), errs, nil
+		}
+	}
+	return "", errs, nil
+}
+
+// chunkOf is the chunk that frame k (presentation index) is from.
+func (d *decoder) chunkOf(k int) int {
+	c := sort.SearchInts(d.frameStart[1:len(d.planned)], k+1)
+	return min(c, len(d.planned)-1)
+}
+
+// seamFor is the seam of w that frame k was decoded across: the last one at
+// or before it, else w's first.
+func (w seamWindow) seamFor(k int, frameStart []int) int {
+	s := w.seams[0]
+	for _, c := range w.seams {
+		if frameStart[c] <= k {
+			s = c
+		}
+	}
+	return s
+}
+
 // decodeFull decodes the whole stitched file, video and audio.
 func (d *decoder) decodeFull(ctx context.Context, why string) error {
-	h, errs, err := decodeHashes(ctx, d.ffmpeg, d.path, d.audio)
+	h, errs, err := decodeHashes(ctx, d.ffmpeg, d.path, d.audio && !d.audioDone)
 	if err != nil && errs == "" {
 		return err
 	}
-	d.full, d.seen = h, nil
+	d.full, d.differs = h, nil
 	d.check = DecodeCheck{Clean: err == nil && errs == "", Mode: DecodeFull, FullReason: why, Frames: len(h), Errors: tail(errs, 2000)}
 	return nil
 }
@@ -274,10 +345,8 @@ func (d *decoder) hashesMatch(i int) (bool, string) {
 		}
 		return false, fmt.Sprintf("frames %d to %d", at, at+len(h)-1)
 	}
-	for k, want := range h {
-		if got, ok := d.seen[at+k]; ok && got != want {
-			return false, fmt.Sprintf("frame %d, decoded across the seam before chunk %d", at+k, d.seamOf[at+k])
-		}
+	if f, ok := d.differs[i]; ok {
+		return false, fmt.Sprintf("frame %d, decoded across the seam before chunk %d", f[0], f[1])
 	}
 	return d.pktOK[i], "packets"
 }

@@ -492,6 +492,36 @@ func TestVerifyDecodesOnlyTheSeams(t *testing.T) {
 			t.Fatalf("failures %q, decode %+v; want only %q (%+v)", rep.Failures, rep.Decode, want, chunks)
 		}
 	})
+	// x264's default GOP (250) is longer than a chunk here: each seam's
+	// window starts at the chunk before's first frame, and the two windows
+	// are one decode across both seams, each frame compared.
+	t.Run("one keyframe per chunk", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		r.makeSource("long")
+		var first int
+		rep, chunks := r.chunkedHashes(strings.Replace(userCmd, " -g 25", "", 1), 4, nil, func(h []*ChunkHashes) {
+			first = len(h[0].Frames)
+			h[1].Frames[3] = strings.Repeat("0", len(h[1].Frames[3]))
+		})
+		want := fmt.Sprintf("chunk 1 decoded alone differs from the stitched file's frame %d, decoded across the seam before chunk 1", first+3)
+		if rep.Pass || len(rep.Failures) != 1 || rep.Failures[0] != want || rep.Decode.Mode != DecodeSeams || rep.Decode.Frames != 250-50+DecodeWindow {
+			t.Fatalf("failures %q, decode %+v; want only %q, the first two chunks and %d frames past the second seam decoded once (%+v)", rep.Failures, rep.Decode, want, DecodeWindow, chunks)
+		}
+	})
+	// Matroska: ffmpeg seeks it a little before the time asked when the
+	// video has B-frames, landing on an earlier keyframe; the window still
+	// ends where it should.
+	t.Run("Matroska output with B-frames", func(t *testing.T) {
+		t.Parallel()
+		r := newRig(t)
+		r.makeSource("long")
+		rep, chunks := r.chunked(strings.Replace(userCmd, "out.mp4", "out.mkv", 1), 4, nil)
+		r.mustPass(rep, chunks, 250)
+		if rep.Decode.Frames >= 250 {
+			t.Fatalf("decode %+v: want the seams alone decoded", rep.Decode)
+		}
+	})
 	t.Run("a byte changed far from the seams", func(t *testing.T) {
 		t.Parallel()
 		r := newRig(t)
