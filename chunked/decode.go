@@ -10,30 +10,42 @@ import (
 	"strings"
 )
 
-// PacketFilter is the bitstream filter chain under which an encoded chunk's
-// video packets (NUT, as the encoder wrote them) and the stitched file's (in
-// the user's container) compare byte for byte: the containers frame H.264
-// and HEVC differently (start codes against lengths, parameter sets in the
-// header or before each keyframe, access unit delimiters) and MP4 drops
-// AV1's temporal delimiters, so only the coded pictures are kept, in one
-// framing: the pictures' slices, SEI (HEVC's suffix SEI only: MP4 moves
-// x265's prefix SEI into its header) and the end-of-sequence and
-// end-of-stream units. Parameter sets are not compared (one side carries
-// them in its header, the other before each keyframe); the seams' decode
-// reads each chunk's first pictures with the stitched file's. VP9 and the
-// rest are compared as they are. Packets that still
-// differ (an MPEG-TS output's H.264 is split otherwise) make Verify decode
-// the whole file, so a chain that misses a case costs time, never a check.
+// PacketFilter is the bitstream filter chain under which the stitched file's
+// video packets (in the user's container) and an encoded chunk's (NUT, as the
+// encoder wrote them, under ChunkPacketFilter) compare byte for byte. The
+// containers frame H.264 and HEVC differently (start codes against lengths,
+// parameter sets in the header or before each keyframe, access unit
+// delimiters) and MP4 drops AV1's temporal delimiters, so both sides are
+// brought to one framing: start codes, the parameter sets before each
+// keyframe (on the chunk's side from its own header, on the stitched file's
+// from the stitched header, which is what its decoder reads), the pictures'
+// slices and the end-of-sequence and end-of-stream units. Left out are
+// H.264's SEI (the filter puts the parameter sets after it on one side,
+// before it on the other) and HEVC's prefix SEI (MP4 moves x265's into its
+// header). VP9 and the rest are compared as they are. Packets that still
+// differ (an MPEG-TS output's are split otherwise) make Verify decode the
+// whole file, so a chain that misses a case costs time, never a check.
 func PacketFilter(codec string) string {
 	switch codec {
 	case "h264":
-		return "h264_mp4toannexb,filter_units=pass_types=1-6|10-11"
+		return "h264_mp4toannexb,filter_units=pass_types=1-5|7-8|10-11"
 	case "hevc":
-		return "hevc_mp4toannexb,filter_units=pass_types=0-31|36-38|40"
+		return "hevc_mp4toannexb,filter_units=pass_types=0-38|40"
 	case "av1":
 		return "filter_units=remove_types=2"
 	}
 	return ""
+}
+
+// ChunkPacketFilter is PacketFilter for an encoded chunk: its header's
+// parameter sets put before each keyframe first, as the stitched file's
+// filter does with its own.
+func ChunkPacketFilter(codec string) string {
+	switch codec {
+	case "h264", "hevc":
+		return "dump_extra=freq=keyframe," + PacketFilter(codec)
+	}
+	return PacketFilter(codec)
 }
 
 // packetHashes hashes path's first video stream's packets (FrameHash, in

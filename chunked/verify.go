@@ -238,8 +238,12 @@ func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []C
 	if !r.Decode.Clean {
 		r.fail("the stitched file does not decode cleanly: %s", firstLine(r.Decode.Errors, nil))
 	}
-	if r.DecodedFrames != r.ExpectedFrames {
+	switch {
+	case r.DecodedFrames == r.ExpectedFrames:
+	case r.Decode.Mode == DecodeFull:
 		r.fail("the stitched video decodes to %d frames, the plan %d", r.DecodedFrames, r.ExpectedFrames)
+	default: // its packets are the chunks', which decode to these
+		r.fail("the stitched video's chunks decode to %d frames, the plan %d", r.DecodedFrames, r.ExpectedFrames)
 	}
 
 	// Each chunk alone, and each seam.
@@ -398,8 +402,9 @@ const FrameHash = "murmur3"
 // ChunkHashes is an encoded chunk decoded alone, as its encode job writes it
 // (mj.ChunkHashesFileName) for the stitch's verification: each frame's hash
 // in presentation order, and what the decoder said (errors); and its
-// packets' hashes in file order under PacketFilter, which the stitched
-// file's must equal for the stitch to decode only across the seams.
+// packets' hashes in file order (under ChunkPacketFilter), which the
+// stitched file's under PacketFilter must equal for the stitch to decode
+// only across the seams.
 type ChunkHashes struct {
 	Hash         string   `json:"hash"`
 	Frames       []string `json:"frames"`
@@ -424,9 +429,10 @@ func HashChunk(ctx context.Context, ffmpeg, ffprobe, encoded string) (*ChunkHash
 	if err != nil || len(st.Streams) == 0 {
 		return ch, nil
 	}
-	filter := PacketFilter(st.Streams[0].CodecName)
-	if p, errs, err := packetHashes(ctx, ffmpeg, encoded, filter, false); err == nil && errs == "" && len(p) > 0 {
-		ch.PacketFilter, ch.Packets = filter, p
+	codec := st.Streams[0].CodecName
+	if p, errs, err := packetHashes(ctx, ffmpeg, encoded, ChunkPacketFilter(codec), false); err == nil && errs == "" && len(p) > 0 {
+		// Recorded as the stitched file's filter: what the stitch must use.
+		ch.PacketFilter, ch.Packets = PacketFilter(codec), p
 	}
 	return ch, nil
 }
