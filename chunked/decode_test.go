@@ -18,7 +18,7 @@ func TestPacketFilterComparesParameterSets(t *testing.T) {
 	r.makeSource("cfr25")
 	for _, c := range []struct {
 		name, refs1, out string
-		match1          bool
+		match1           bool
 	}{
 		{"same settings", "3", "same.mp4", true},
 		{"same settings, Matroska", "3", "same.mkv", true},
