@@ -22,7 +22,9 @@ import (
 // slices and the end-of-sequence and end-of-stream units. Left out are
 // H.264's SEI (the filter puts the parameter sets after it on one side,
 // before it on the other) and HEVC's prefix SEI (MP4 moves x265's into its
-// header). VP9 and the rest are compared as they are. Packets that still
+// header); a stream copy does not change them. An encoder that repeats its
+// parameter sets in every keyframe gets them twice on the chunk's side: the
+// whole file is decoded. VP9 and the rest are compared as they are. Packets that still
 // differ (an MPEG-TS output's are split otherwise) make Verify decode the
 // whole file, so a chain that misses a case costs time, never a check.
 func PacketFilter(codec string) string {
@@ -120,6 +122,7 @@ type decoder struct {
 	pktStart   []int // chunk i's first packet in the stitched file (decode index)
 	pktOK      []bool
 	audioDone  bool     // the packet pass decoded the audio cleanly
+	seekLate   int64    // µs added to each window's seek (run)
 	full       []string // DecodeFull: every frame's hash
 	// DecodeSeams: each chunk's first frame that decoded otherwise across a
 	// seam, and that seam (the chunk after it).
@@ -127,7 +130,8 @@ type decoder struct {
 }
 
 // run decodes, filling check. An error is a tool that could not run at all.
-func (d *decoder) run(ctx context.Context, streams []probeStream, vi int) error {
+func (d *decoder) run(ctx context.Context, probed *probeOut, vi int) error {
+	streams := probed.Streams
 	d.frameStart, d.pktStart = make([]int, len(d.planned)+1), make([]int, len(d.planned)+1)
 	d.pktOK = make([]bool, len(d.planned))
 	why := ""
@@ -135,6 +139,12 @@ func (d *decoder) run(ctx context.Context, streams []probeStream, vi int) error 
 	for _, st := range streams {
 		if st.Index == vi {
 			codec = st.CodecName
+			// ffmpeg seeks 3/23 s before the time asked where the demuxer
+			// seeks by decode time (all but MP4 and MOV's) and the video has
+			// B-frames (ffmpeg's dts heuristic): ask that much later.
+			if !strings.HasPrefix(probed.Format.Name, "mov,") && st.HasBFrames > 0 {
+				d.seekLate = 3 * 1_000_000 / 23
+			}
 		}
 	}
 	filter := PacketFilter(codec)
@@ -148,12 +158,18 @@ func (d *decoder) run(ctx context.Context, streams []probeStream, vi int) error 
 		case why != "":
 		case ch == nil || ch.Hash != FrameHash || len(ch.Packets) == 0 || len(ch.Packets) != len(ch.Frames):
 			why = fmt.Sprintf("chunk %d's encode left no packet hashes to compare, or not one per frame", i)
-		case ch.PacketFilter != filter:
-			why = fmt.Sprintf("chunk %d's packets were hashed under %q, the stitched file's %s under %q", i, ch.PacketFilter, codec, filter)
+		case ch.PacketFilter != ChunkPacketFilter(codec):
+			why = fmt.Sprintf("chunk %d's packets were hashed under %q, not %q (the stitched file's %s)", i, ch.PacketFilter, ChunkPacketFilter(codec), codec)
 		}
 		d.pktStart[i+1] = d.pktStart[i]
 		if ch != nil {
 			d.pktStart[i+1] += len(ch.Packets)
+		}
+	}
+	for _, p := range d.pkts {
+		if p.Discard && why == "" {
+			// Decoded but not shown: only a whole decode counts what is.
+			why = "the stitched file marks video packets to be dropped after decoding (an edit list)"
 		}
 	}
 	if why == "" {
@@ -263,15 +279,16 @@ func (d *decoder) seams(ctx context.Context) (why string, err error) {
 func (d *decoder) window(ctx context.Context, w seamWindow, index map[int64]int) (why, errs string, err error) {
 	// -seek_timestamp: the keyframe's own time, not one from the file's
 	// start; rounded up to the microsecond, so that seeking lands on it and
-	// not on the keyframe before. Where the demuxer seeks otherwise (ffmpeg
-	// seeks Matroska with B-frames a little earlier), it lands on an
-	// earlier keyframe: the window ends at a time, not after a count, and
-	// the frames before it are compared too.
+	// not on the keyframe before (seekLate undoes ffmpeg's own shift). Should
+	// it land on an earlier keyframe all the same, the window ends at a time,
+	// not after a count, and the frames before it are compared too; on a
+	// later one, the whole file is decoded.
 	us := new(big.Int).Mul(big.NewInt(d.pkts[w.lead].PTS), big.NewInt(d.tb[0]*1_000_000))
 	us.Div(us.Add(us, big.NewInt(d.tb[1]-1)), big.NewInt(d.tb[1])) // a ceiling, for pts ≥ 0
 	if d.pkts[w.lead].PTS < 0 {
 		us.Quo(new(big.Int).Mul(big.NewInt(d.pkts[w.lead].PTS), big.NewInt(d.tb[0]*1_000_000)), big.NewInt(d.tb[1]))
 	}
+	us.Add(us, big.NewInt(d.seekLate))
 	args := []string{"-nostdin", "-v", "error", "-xerror", "-copyts", "-seek_timestamp", "1", "-noaccurate_seek",
 		"-ss", us.String() + "us", "-i", d.path, "-map", "0:v:0"}
 	if w.end < len(d.frames) {

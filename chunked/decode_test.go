@@ -31,7 +31,7 @@ func TestPacketFilterComparesParameterSets(t *testing.T) {
 			r.run("-y", "-ss", fmt.Sprint(i), "-t", "1", "-i", "inputs/src.mp4", "-an", "-vf", "scale=96:-2",
 				"-c:v", "libx264", "-preset", "veryfast", "-x264-params", "ref="+refs, "-f", "nut", enc)
 			h, err := HashChunk(r.ctx, r.ffmpeg, r.ffprobe, filepath.Join(r.dir, enc))
-			if err != nil || len(h.Packets) != 25 || h.PacketFilter != PacketFilter("h264") {
+			if err != nil || len(h.Packets) != 25 || h.PacketFilter != ChunkPacketFilter("h264") {
 				t.Fatalf("%s: HashChunk %+v, %v", c.name, h, err)
 			}
 			hashes = append(hashes, h)

@@ -16,6 +16,9 @@ type Packet struct {
 	PTS int64 // in the stream's time base
 	DTS int64 // NoDTS when the container has none
 	Key bool
+	// Discard: the demuxer marks it to be decoded and dropped (flag D: an
+	// MP4 edit list that starts after it). Read for the stitched file only.
+	Discard bool
 }
 
 // NoDTS marks a packet without a decode timestamp.
@@ -62,6 +65,7 @@ type probeStream struct {
 	Index       int               `json:"index"`
 	CodecType   string            `json:"codec_type"`
 	CodecName   string            `json:"codec_name"`
+	HasBFrames  int               `json:"has_b_frames"`
 	TimeBase    string            `json:"time_base"`
 	StartTime   string            `json:"start_time"`
 	Duration    string            `json:"duration"`
@@ -72,6 +76,7 @@ type probeStream struct {
 type probeOut struct {
 	Streams []probeStream `json:"streams"`
 	Format  struct {
+		Name      string `json:"format_name"`
 		StartTime string `json:"start_time"`
 		Duration  string `json:"duration"`
 	} `json:"format"`

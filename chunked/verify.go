@@ -230,7 +230,7 @@ func Verify(ctx context.Context, ffmpeg, ffprobe string, src *Source, chunks []C
 	for _, c := range chunks {
 		dec.planned = append(dec.planned, c.Frames)
 	}
-	if err := dec.run(ctx, out.Streams, vi); err != nil {
+	if err := dec.run(ctx, out, vi); err != nil {
 		return nil, err
 	}
 	r.Decode = dec.check
@@ -331,7 +331,7 @@ type streamPackets struct {
 // ffprobe run, by stream index.
 func probeStitched(ctx context.Context, ffprobe, path string) (*probeOut, map[int]*streamPackets, error) {
 	out, err := run(ctx, ffprobe, "-v", "error", "-protocol_whitelist", "file", "-show_entries",
-		"stream=index,codec_type,codec_name,time_base,start_time,duration:format=start_time,duration:packet=stream_index,pts,dts,duration,flags",
+		"stream=index,codec_type,codec_name,time_base,start_time,duration,has_b_frames:format=format_name,start_time,duration:packet=stream_index,pts,dts,duration,flags",
 		"-of", "json=c=1", path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("probing %s: %w", path, err)
@@ -359,7 +359,7 @@ func probeStitched(ctx context.Context, ffprobe, path string) (*probeOut, map[in
 			sp = &streamPackets{}
 			byStream[k.Stream] = sp
 		}
-		pk := Packet{PTS: NoDTS, DTS: NoDTS, Key: strings.HasPrefix(k.Flags, "K")}
+		pk := Packet{PTS: NoDTS, DTS: NoDTS, Key: strings.HasPrefix(k.Flags, "K"), Discard: strings.Contains(k.Flags, "D")}
 		if k.PTS.ok {
 			pk.PTS = k.PTS.v
 		}
@@ -431,8 +431,7 @@ func HashChunk(ctx context.Context, ffmpeg, ffprobe, encoded string) (*ChunkHash
 	}
 	codec := st.Streams[0].CodecName
 	if p, errs, err := packetHashes(ctx, ffmpeg, encoded, ChunkPacketFilter(codec), false); err == nil && errs == "" && len(p) > 0 {
-		// Recorded as the stitched file's filter: what the stitch must use.
-		ch.PacketFilter, ch.Packets = PacketFilter(codec), p
+		ch.PacketFilter, ch.Packets = ChunkPacketFilter(codec), p
 	}
 	return ch, nil
 }
