@@ -187,15 +187,14 @@ func (d *decoder) run(ctx context.Context, probed *probeOut, vi int) error {
 			lo, hi := d.pktStart[i], d.pktStart[i+1]
 			d.pktOK[i] = hi <= len(stitched) && equal(d.hashes[i].Packets, stitched[lo:hi])
 			if !d.pktOK[i] && why == "" {
-				why = fmt.Sprintf("chunk %d's packets differ from the stitched file's (its container frames them otherwise)", i)
+				why = fmt.Sprintf("chunk %d's packets differ from the stitched file's (changed, or framed otherwise by its container)", i)
 			}
 		}
 	}
 	if why == "" {
-		if why2, err := d.seams(ctx); err != nil || why2 == "" {
+		var err error
+		if why, err = d.seams(ctx); err != nil || why == "" {
 			return err
-		} else {
-			why = why2
 		}
 	}
 	return d.decodeFull(ctx, why)
