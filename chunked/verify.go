@@ -1,7 +1,6 @@
 package chunked
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -452,25 +451,10 @@ func decodeHashes(ctx context.Context, ffmpeg, path string, audio bool) ([]strin
 	if audio {
 		args = append(args, "-map", "0:a", "-f", "null", "-")
 	}
-	cmd, done, err := toolCommand(ctx, ffmpeg, args...)
-	if err != nil {
-		return nil, "", err
-	}
-	defer done()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	errs := strings.TrimSpace(stderr.String())
-	if err != nil && errs == "" {
-		errs = err.Error()
-	}
+	lines, errs, err := framehash(ctx, ffmpeg, args)
 	var hashes []string
-	for _, line := range strings.Split(string(out), "\n") {
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		f := strings.Split(line, ",")
-		hashes = append(hashes, strings.TrimSpace(f[len(f)-1]))
+	for _, l := range lines {
+		hashes = append(hashes, l.hash)
 	}
 	return hashes, errs, err
 }
