@@ -305,7 +305,7 @@ func (r *benchRig) measure(ffmpeg, ffprobe string, bc benchCase, seconds float64
 		// The encode job then decodes and hashes its chunk (HashChunk):
 		// its time is the job's, in parallel with the other chunks'.
 		hcpu, hstart, hprocs := childCPU(), time.Now(), r.procs
-		h, err := HashChunk(ctx, ffmpeg, ffprobe, filepath.Join(r.dir, enc))
+		h, err := HashChunk(ctx, ffmpeg, cmd.Codec(), filepath.Join(r.dir, enc))
 		if err != nil {
 			tb.Fatalf("HashChunk: %v", err)
 		}

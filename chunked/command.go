@@ -56,6 +56,12 @@ type Command struct {
 // closed keyframe at the chunk's start (encoderArgs).
 var Encoders = []string{"libx264", "libx265", "libsvtav1", "libvpx-vp9"}
 
+// encoderCodecs are the codecs Encoders write (ffprobe's codec_name).
+var encoderCodecs = map[string]string{"libx264": "h264", "libx265": "hevc", "libsvtav1": "av1", "libvpx-vp9": "vp9"}
+
+// Codec is the codec the command's encoder writes (PacketFilter's name).
+func (c *Command) Codec() string { return encoderCodecs[c.Encoder] }
+
 // valueBools are boolean options that take a value (-autorotate 0) but whose
 // -noX form takes none (command/options_gen.go: optArg | optBool).
 var valueBools = map[string]bool{"autorotate": true, "autoscale": true}

@@ -283,10 +283,7 @@ func (d *decoder) window(ctx context.Context, w seamWindow, index map[int64]int)
 	// not after a count, and the frames before it are compared too; on a
 	// later one, the whole file is decoded.
 	us := new(big.Int).Mul(big.NewInt(d.pkts[w.lead].PTS), big.NewInt(d.tb[0]*1_000_000))
-	us.Div(us.Add(us, big.NewInt(d.tb[1]-1)), big.NewInt(d.tb[1])) // a ceiling, for pts ≥ 0
-	if d.pkts[w.lead].PTS < 0 {
-		us.Quo(new(big.Int).Mul(big.NewInt(d.pkts[w.lead].PTS), big.NewInt(d.tb[0]*1_000_000)), big.NewInt(d.tb[1]))
-	}
+	us.Div(us.Add(us, big.NewInt(d.tb[1]-1)), big.NewInt(d.tb[1])) // Euclidean: a ceiling, whatever the sign
 	us.Add(us, big.NewInt(d.seekLate))
 	args := []string{"-nostdin", "-v", "error", "-xerror", "-copyts", "-seek_timestamp", "1", "-noaccurate_seek",
 		"-ss", us.String() + "us", "-i", d.path, "-map", "0:v:0"}

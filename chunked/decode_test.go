@@ -30,7 +30,7 @@ func TestPacketFilterComparesParameterSets(t *testing.T) {
 			enc := fmt.Sprintf("chunks/%s_%d.nut", c.name[:4], i)
 			r.run("-y", "-ss", fmt.Sprint(i), "-t", "1", "-i", "inputs/src.mp4", "-an", "-vf", "scale=96:-2",
 				"-c:v", "libx264", "-preset", "veryfast", "-x264-params", "ref="+refs, "-f", "nut", enc)
-			h, err := HashChunk(r.ctx, r.ffmpeg, r.ffprobe, filepath.Join(r.dir, enc))
+			h, err := HashChunk(r.ctx, r.ffmpeg, "h264", filepath.Join(r.dir, enc))
 			if err != nil || len(h.Packets) != 25 || h.PacketFilter != ChunkPacketFilter("h264") {
 				t.Fatalf("%s: HashChunk %+v, %v", c.name, h, err)
 			}

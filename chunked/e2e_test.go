@@ -2,6 +2,7 @@ package chunked
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -245,7 +246,7 @@ func (r *rig) chunkedHashes(userCmd string, chunkSeconds float64, mutate func([]
 			r.checkSplit(src, c, split)
 		}
 		r.run(EncodeArgs(cmd, c, split, enc)...)
-		h, err := HashChunk(r.ctx, r.ffmpeg, r.ffprobe, filepath.Join(r.dir, enc))
+		h, err := HashChunk(r.ctx, r.ffmpeg, cmd.Codec(), filepath.Join(r.dir, enc))
 		if err != nil {
 			t.Fatalf("HashChunk: %v", err)
 		}
@@ -648,4 +649,18 @@ func TestProbeRefusesBrokenTimestamps(t *testing.T) {
 		t.Fatalf("Probe = %v, want a refusal naming broken timestamps", err)
 	}
 	t.Log(err)
+}
+
+// probeStreams reads path's streams and format (no packets).
+func probeStreams(ctx context.Context, ffprobe, path string) (*probeOut, error) {
+	out, err := run(ctx, ffprobe, "-v", "error", "-protocol_whitelist", "file", "-show_entries",
+		"stream=index,codec_type,codec_name,time_base,start_time,duration:format=start_time,duration", "-of", "json", path)
+	if err != nil {
+		return nil, fmt.Errorf("probing %s: %w", path, err)
+	}
+	var p probeOut
+	if err := json.Unmarshal(out, &p); err != nil {
+		return nil, fmt.Errorf("probing %s: %w", path, err)
+	}
+	return &p, nil
 }

@@ -3,6 +3,7 @@ package chunked
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/mediajobs/mediajobs/command"
@@ -113,11 +114,11 @@ func deinterlaceReach(args []command.FilterArg, defaultMode string) (int, int, s
 		case "mode":
 			mode = v
 		case "parity":
-			if !oneOf(v, "tff", "bff", "auto", "0", "1", "-1") {
+			if !slices.Contains([]string{"tff", "bff", "auto", "0", "1", "-1"}, v) {
 				return 0, 0, fmt.Sprintf("has parity %q, which chunked encoding does not know", kv.Val)
 			}
 		case "deint":
-			if !oneOf(v, "all", "interlaced", "0", "1") {
+			if !slices.Contains([]string{"all", "interlaced", "0", "1"}, v) {
 				return 0, 0, fmt.Sprintf("has deint %q, which chunked encoding does not know", kv.Val)
 			}
 		default:
@@ -131,15 +132,6 @@ func deinterlaceReach(args []command.FilterArg, defaultMode string) (int, int, s
 		return 0, 0, "outputs a frame per field (mode=" + mode + ", doubling the frame rate), which chunked encoding cannot verify against the source's frames; deinterlace frame for frame with mode=send_frame"
 	}
 	return 0, 0, fmt.Sprintf("has mode %q, which chunked encoding does not know", mode)
-}
-
-func oneOf(v string, vals ...string) bool {
-	for _, x := range vals {
-		if v == x {
-			return true
-		}
-	}
-	return false
 }
 
 // graphReach is how many frames before and after a frame graph g (checked)

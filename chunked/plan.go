@@ -236,15 +236,10 @@ func (s *Source) PlanScenes(chunkSeconds float64, maxChunks int, scores map[floa
 		if c.Frames == 0 {
 			return nil, fmt.Errorf("chunk %d would have no frames", i) // cannot happen: it starts with a keyframe
 		}
-		c.TrimFrom = s.Start - s.FrameDuration/2
-		if lo > 0 {
-			c.TrimFrom = (s.Seconds(s.Frames[lo-1]) + s.Seconds(startPTS)) / 2
-		}
+		// Frames[lo] is the chunk's keyframe, Frames[hi] the next one's (or
+		// past the last frame).
+		c.TrimFrom, c.TrimTo = s.between(lo), s.between(hi)
 		c.Rotation = s.Rotation
-		c.TrimTo = s.End
-		if !c.Last {
-			c.TrimTo = (s.Seconds(s.Frames[hi-1]) + s.Seconds(endPTS)) / 2
-		}
 	}
 	return chunks, nil
 }

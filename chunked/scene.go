@@ -39,12 +39,8 @@ func (s *Source) SceneScores(ctx context.Context, ffmpeg string, times []float64
 		if i <= 0 || i >= len(s.Frames) {
 			continue
 		}
-		prev := s.Seconds(s.Frames[i-1])
-		seek := prev - s.FrameDuration/2
-		if i >= 2 {
-			seek = (s.Seconds(s.Frames[i-2]) + prev) / 2
-		}
-		probes = append(probes, probe{t, seek})
+		// Just before the frame before the candidate.
+		probes = append(probes, probe{t, s.between(i - 1)})
 	}
 	for len(probes) > 0 {
 		batch := probes[:min(sceneBatch, len(probes))]

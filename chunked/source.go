@@ -101,6 +101,7 @@ func Probe(ctx context.Context, ffprobe, path string) (*Source, error) {
 		return nil, fmt.Errorf("probing %s: %w", path, err)
 	}
 	s := &Source{Path: path, VideoIndex: -1}
+	var audio probeStream
 	s.FormatStart, _ = strconv.ParseFloat(p.Format.StartTime, 64)
 	for _, st := range p.Streams {
 		if st.CodecType == "video" && st.Disposition["attached_pic"] == 0 && s.VideoIndex < 0 {
@@ -127,21 +128,35 @@ func Probe(ctx context.Context, ffprobe, path string) (*Source, error) {
 		}
 		s.Others++
 		if st.CodecType == "audio" && !s.HasAudio {
-			s.HasAudio = true
-			if s.AudioStart, s.AudioEnd, err = streamSpan(ctx, ffprobe, path, st); err != nil {
-				return nil, err
-			}
+			s.HasAudio, audio = true, st
 		}
 	}
 	if s.VideoIndex < 0 {
 		return nil, fmt.Errorf("the source has no video stream to split")
 	}
-	pkts, lastDur, err := probePackets(ctx, ffprobe, path, s.VideoIndex)
+	// The video's packets, and the audio's with them (every stream's): one
+	// pass over the file.
+	var sel []string
+	if !s.HasAudio {
+		sel = []string{"-select_streams", strconv.Itoa(s.VideoIndex)}
+	}
+	byStream, err := readPackets(ctx, ffprobe, path, sel...)
 	if err != nil {
 		return nil, err
 	}
-	s.Packets = pkts
-	if err := s.index(lastDur); err != nil {
+	if s.HasAudio {
+		if sp := byStream[audio.Index]; sp != nil {
+			if s.AudioStart, s.AudioEnd, err = packetSpan(path, audio, sp.pkts, sp.lastDur); err != nil {
+				return nil, err
+			}
+		}
+	}
+	v := byStream[s.VideoIndex]
+	if v == nil {
+		v = &streamPackets{}
+	}
+	s.Packets = v.pkts
+	if err := s.index(v.lastDur); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -248,45 +263,55 @@ func (s *Source) index(lastDur int64) error {
 // probePackets reads a stream's packets from the container's index: PTS or DTS
 // NoDTS where there is none, and the last packet's duration.
 func probePackets(ctx context.Context, ffprobe, path string, index int) ([]Packet, int64, error) {
-	out, err := run(ctx, ffprobe, "-v", "error", "-protocol_whitelist", "file", "-select_streams", strconv.Itoa(index),
-		"-show_entries", "packet=pts,dts,duration,flags", "-of", "csv=p=0", path)
+	byStream, err := readPackets(ctx, ffprobe, path, "-select_streams", strconv.Itoa(index))
 	if err != nil {
-		return nil, 0, fmt.Errorf("reading the packet index of %s: %w", path, err)
+		return nil, 0, err
 	}
-	var pkts []Packet
-	var lastDur int64
+	sp := byStream[index]
+	if sp == nil {
+		return nil, 0, nil
+	}
+	return sp.pkts, sp.lastDur, nil
+}
+
+// readPackets reads the packets of path's streams (args select them; none:
+// all of them) in one pass, demuxing only, by stream index.
+func readPackets(ctx context.Context, ffprobe, path string, args ...string) (map[int]*streamPackets, error) {
+	a := append([]string{"-v", "error", "-protocol_whitelist", "file"}, args...)
+	out, err := run(ctx, ffprobe, append(a, "-show_entries", "packet=stream_index,pts,dts,duration,flags", "-of", "csv=p=0", path)...)
+	if err != nil {
+		return nil, fmt.Errorf("reading the packet index of %s: %w", path, err)
+	}
+	byStream := map[int]*streamPackets{}
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
 		if line == "" {
 			continue
 		}
 		f := strings.Split(line, ",")
-		if len(f) < 4 {
-			return nil, 0, fmt.Errorf("reading the packet index of %s: unexpected line %q", path, line)
+		index, err := strconv.Atoi(f[0])
+		if len(f) < 5 || err != nil {
+			return nil, fmt.Errorf("reading the packet index of %s: unexpected line %q", path, line)
 		}
-		p := Packet{PTS: NoDTS, DTS: NoDTS, Key: strings.HasPrefix(f[3], "K")}
-		if v, err := strconv.ParseInt(f[0], 10, 64); err == nil {
+		p := Packet{PTS: NoDTS, DTS: NoDTS, Key: strings.HasPrefix(f[4], "K")}
+		if v, err := strconv.ParseInt(f[1], 10, 64); err == nil {
 			p.PTS = v
 		}
-		if v, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+		if v, err := strconv.ParseInt(f[2], 10, 64); err == nil {
 			p.DTS = v
 		}
-		lastDur, _ = strconv.ParseInt(f[2], 10, 64)
-		pkts = append(pkts, p)
+		sp := byStream[index]
+		if sp == nil {
+			sp = &streamPackets{}
+			byStream[index] = sp
+		}
+		sp.pkts = append(sp.pkts, p)
+		sp.lastDur, _ = strconv.ParseInt(f[3], 10, 64)
 	}
-	return pkts, lastDur, nil
+	return byStream, nil
 }
 
-// streamSpan is where a stream's packets start and end (seconds), from its
-// packets: some containers' stream durations are estimates (MPEG-TS).
-func streamSpan(ctx context.Context, ffprobe, path string, st probeStream) (start, end float64, err error) {
-	pkts, lastDur, err := probePackets(ctx, ffprobe, path, st.Index)
-	if err != nil {
-		return 0, 0, err
-	}
-	return packetSpan(path, st, pkts, lastDur)
-}
-
-// packetSpan is streamSpan over packets already read.
+// packetSpan is where a stream's packets start and end (seconds): some
+// containers' stream durations are estimates (MPEG-TS).
 func packetSpan(path string, st probeStream, pkts []Packet, lastDur int64) (start, end float64, err error) {
 	if len(pkts) == 0 {
 		return 0, 0, nil

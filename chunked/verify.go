@@ -306,19 +306,6 @@ func (r *Report) JSON() []byte {
 	return b
 }
 
-func probeStreams(ctx context.Context, ffprobe, path string) (*probeOut, error) {
-	out, err := run(ctx, ffprobe, "-v", "error", "-protocol_whitelist", "file", "-show_entries",
-		"stream=index,codec_type,codec_name,time_base,start_time,duration:format=start_time,duration", "-of", "json", path)
-	if err != nil {
-		return nil, fmt.Errorf("probing %s: %w", path, err)
-	}
-	var p probeOut
-	if err := json.Unmarshal(out, &p); err != nil {
-		return nil, fmt.Errorf("probing %s: %w", path, err)
-	}
-	return &p, nil
-}
-
 // streamPackets are one stream's packets in file order, and the last one's
 // duration (probePackets).
 type streamPackets struct {
@@ -412,25 +399,21 @@ type ChunkHashes struct {
 	Packets      []string `json:"packets,omitempty"`
 }
 
-// HashChunk decodes encoded (an EncodeArgs output) alone, as the chunk's
-// encode job does once it is encoded, and hashes its packets. A chunk that
-// does not decode cleanly is not an error: the stitch's verification reports
-// it, naming the chunk; nor are packets that cannot be hashed (Packets
-// stays empty, and the stitch decodes the whole file). An error is a tool
-// that could not run.
-func HashChunk(ctx context.Context, ffmpeg, ffprobe, encoded string) (*ChunkHashes, error) {
+// HashChunk decodes encoded (an EncodeArgs output, of codec: Command.Codec)
+// alone, as the chunk's encode job does once it is encoded, and hashes its
+// packets. A chunk that does not decode cleanly is not an error: the
+// stitch's verification reports it, naming the chunk; nor are packets that
+// cannot be hashed (Packets stays empty, and the stitch decodes the whole
+// file). An error is a tool that could not run.
+func HashChunk(ctx context.Context, ffmpeg, codec, encoded string) (*ChunkHashes, error) {
 	h, errs, err := decodeHashes(ctx, ffmpeg, encoded, false)
 	if err != nil && errs == "" {
 		return nil, err
 	}
 	ch := &ChunkHashes{Hash: FrameHash, Frames: h, Errors: tail(errs, 2000)}
-	st, err := probeStreams(ctx, ffprobe, encoded)
-	if err != nil || len(st.Streams) == 0 {
-		return ch, nil
-	}
-	codec := st.Streams[0].CodecName
-	if p, errs, err := packetHashes(ctx, ffmpeg, encoded, ChunkPacketFilter(codec), false); err == nil && errs == "" && len(p) > 0 {
-		ch.PacketFilter, ch.Packets = ChunkPacketFilter(codec), p
+	filter := ChunkPacketFilter(codec)
+	if p, errs, err := packetHashes(ctx, ffmpeg, encoded, filter, false); err == nil && errs == "" && len(p) > 0 {
+		ch.PacketFilter, ch.Packets = filter, p
 	}
 	return ch, nil
 }

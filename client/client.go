@@ -260,6 +260,19 @@ func (c *Client) Get(ctx context.Context, id string) (*Job, error) {
 	return &j, nil
 }
 
+// WithChunks is j read again when it is a chunked job read without its
+// chunks (parallel.steps), as a wait's last answer can be; j as it is when it
+// has them, is no chunked job, or the read fails (its outcome is known).
+func (c *Client) WithChunks(ctx context.Context, j *Job) *Job {
+	if j == nil || j.Parallel == nil || j.Parallel.Mode != mj.ParallelChunked || len(j.Parallel.Steps) > 0 {
+		return j
+	}
+	if again, err := c.Get(ctx, j.ID); err == nil {
+		return again
+	}
+	return j
+}
+
 // Cancel cancels a queued or running job and returns it. A job that has already
 // ended is returned as it ended, with an *Error "conflict" (which is also what a
 // retried cancel whose first try went through gets: check the job's Status).

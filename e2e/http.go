@@ -82,6 +82,21 @@ func Call(t *testing.T, method, path, key string, body any, headers ...string) R
 	return Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
 }
 
+// UploadTmp stores b as a temporary file through api's /api/tmp-file (api
+// empty: the shared stack's) with key, and answers its download link.
+func UploadTmp(t *testing.T, api, key string, b []byte) string {
+	t.Helper()
+	r := Call(t, "POST", api+"/api/tmp-file", key, nil)
+	if r.Status != 200 {
+		t.Fatalf("tmp-file: HTTP %d %s", r.Status, r.Body)
+	}
+	d := r.Data(t)
+	if up := Call(t, "PUT", d["upload_url"].(string), "", b); up.Status/100 != 2 {
+		t.Fatalf("upload: HTTP %d %s", up.Status, up.Body)
+	}
+	return d["download_url"].(string)
+}
+
 // Status is the HTTP status of a GET of url, 0 when nothing answers.
 func Status(url string) int {
 	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(url)

@@ -126,20 +126,11 @@ func TestChunkedJobEventsFollowItsChunks(t *testing.T) {
 	}
 
 	now := time.Now().UTC()
-	pj, err := h.store.UpdateJob(ctx, plan, func(j *mj.Job) error {
-		j.Status, j.StartedAt, j.Attempt = mj.StatusRunning, &now, 1
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pj := runningJob(t, h, ctx, plan, now)
 	untilEvent(t, events, "the plan job running", func(ev sseEvent) bool {
 		return chunkJobIn(parallelStep(ev.job, "plan"), 0)["status"] == "running"
 	})
-	pct := 40.0
-	if err := h.store.PutProgress(ctx, pj, 1, &mj.Progress{Percent: &pct, CommandIndex: 1, CommandCount: 1, UpdatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	putPercent(t, h, ctx, pj, 40.0, now)
 	untilEvent(t, events, "the plan job's progress", func(ev sseEvent) bool {
 		return percentOf(chunkJobIn(parallelStep(ev.job, "plan"), 0)) == 40.0
 	})
@@ -154,20 +145,11 @@ func TestChunkedJobEventsFollowItsChunks(t *testing.T) {
 	if sj := chunkJobIn(parallelStep(ev.job, "encode"), 1); sj["id"] != encodes[1] {
 		t.Fatalf("encode step: %+v", parallelStep(ev.job, "encode"))
 	}
-	ej, err := h.store.UpdateJob(ctx, encodes[1], func(j *mj.Job) error {
-		j.Status, j.StartedAt, j.Attempt = mj.StatusRunning, &now, 1
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ej := runningJob(t, h, ctx, encodes[1], now)
 	untilEvent(t, events, "the second chunk running", func(ev sseEvent) bool {
 		return chunkJobIn(parallelStep(ev.job, "encode"), 1)["status"] == "running"
 	})
-	pct = 70
-	if err := h.store.PutProgress(ctx, ej, 1, &mj.Progress{Percent: &pct, CommandIndex: 1, CommandCount: 1, UpdatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	putPercent(t, h, ctx, ej, 70, now)
 	ev = untilEvent(t, events, "the second chunk's progress", func(ev sseEvent) bool {
 		return percentOf(chunkJobIn(parallelStep(ev.job, "encode"), 1)) == 70.0
 	})
@@ -221,20 +203,11 @@ func TestPipelineEventsFollowJobsAddedLater(t *testing.T) {
 	encodes := extendChunked(t, h, ctx, id, pid, plan)
 	untilEvent(t, events, "the encode step", func(ev sseEvent) bool { return chunkJobIn(stepOf(ev.job, "encode"), 0) != nil })
 	now := time.Now().UTC()
-	ej, err := h.store.UpdateJob(ctx, encodes[0], func(j *mj.Job) error {
-		j.Status, j.StartedAt, j.Attempt = mj.StatusRunning, &now, 1
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ej := runningJob(t, h, ctx, encodes[0], now)
 	untilEvent(t, events, "the first chunk running", func(ev sseEvent) bool {
 		return chunkJobIn(stepOf(ev.job, "encode"), 0)["status"] == "running"
 	})
-	pct := 25.0
-	if err := h.store.PutProgress(ctx, ej, 1, &mj.Progress{Percent: &pct, CommandIndex: 1, CommandCount: 1, UpdatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	putPercent(t, h, ctx, ej, 25.0, now)
 	untilEvent(t, events, "the first chunk's progress", func(ev sseEvent) bool {
 		return percentOf(chunkJobIn(stepOf(ev.job, "encode"), 0)) == 25.0
 	})
@@ -250,17 +223,8 @@ func TestChunkedJobGetShowsChunkProgress(t *testing.T) {
 	planSucceeded(t, h, ctx, plan)
 	encodes := extendChunked(t, h, ctx, id, pid, plan)
 	now := time.Now().UTC()
-	ej, err := h.store.UpdateJob(ctx, encodes[0], func(j *mj.Job) error {
-		j.Status, j.StartedAt, j.Attempt = mj.StatusRunning, &now, 1
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pct := 40.0
-	if err := h.store.PutProgress(ctx, ej, 1, &mj.Progress{Percent: &pct, CommandIndex: 1, CommandCount: 1, UpdatedAt: now}); err != nil {
-		t.Fatal(err)
-	}
+	ej := runningJob(t, h, ctx, encodes[0], now)
+	putPercent(t, h, ctx, ej, 40.0, now)
 	var last map[string]any
 	testenv.Eventually(t, 30*time.Second, "GET to show the first chunk's progress", func() bool {
 		status, body, _ := h.do("GET", "/api/jobs/"+id, "alice", nil)
@@ -269,5 +233,26 @@ func TestChunkedJobGetShowsChunkProgress(t *testing.T) {
 	})
 	if sj := chunkJobIn(parallelStep(last, "encode"), 0); sj["id"] != encodes[0] || sj["status"] != "running" {
 		t.Fatalf("the first chunk in GET: %+v", sj)
+	}
+}
+
+// runningJob records job id running (attempt 1, started at now).
+func runningJob(t *testing.T, h *harness, ctx context.Context, id string, now time.Time) *mj.Job {
+	t.Helper()
+	j, err := h.store.UpdateJob(ctx, id, func(j *mj.Job) error {
+		j.Status, j.StartedAt, j.Attempt = mj.StatusRunning, &now, 1
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// putPercent records j's progress (attempt 1) at pct percent.
+func putPercent(t *testing.T, h *harness, ctx context.Context, j *mj.Job, pct float64, now time.Time) {
+	t.Helper()
+	if err := h.store.PutProgress(ctx, j, 1, &mj.Progress{Percent: &pct, CommandIndex: 1, CommandCount: 1, UpdatedAt: now}); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -1,7 +1,6 @@
 package mcp
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -204,19 +203,6 @@ func summarise(r *report) *verificationSummary {
 		v.Checks["decode"] = r.Decode.Clean
 	}
 	return v
-}
-
-// withSteps is j with its chunks, read again with GET when j has none; j as it
-// is when that read fails: the job's outcome is known, and an error here could
-// make an agent send it again.
-func (t *tools) withSteps(ctx context.Context, j *client.Job) *client.Job {
-	if !chunkedJob(j) || len(j.Parallel.Steps) > 0 {
-		return j
-	}
-	if again, err := t.c.Get(ctx, j.ID); err == nil {
-		return again
-	}
-	return j
 }
 
 // parallelInput is a job's "parallel", as the API takes it.

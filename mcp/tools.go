@@ -142,7 +142,7 @@ func (t *tools) runJob(ctx context.Context, _ *sdk.CallToolRequest, in runJobInp
 // wait follows j for at most seconds; a job still going is returned as it stands.
 func (t *tools) wait(ctx context.Context, j *client.Job, seconds int) (*client.Job, error) {
 	if seconds <= 0 || j.Status.Terminal() {
-		return t.withSteps(ctx, j), nil
+		return t.c.WithChunks(ctx, j), nil
 	}
 	j, err := waitAtMost(ctx, seconds,
 		func(ctx context.Context) (*client.Job, error) { return t.c.Wait(ctx, j.ID, nil) },
@@ -150,7 +150,7 @@ func (t *tools) wait(ctx context.Context, j *client.Job, seconds int) (*client.J
 	if err != nil {
 		return nil, err
 	}
-	return t.withSteps(ctx, j), nil
+	return t.c.WithChunks(ctx, j), nil
 }
 
 // waitAtMost follows something until it ends (wait), for at most seconds;

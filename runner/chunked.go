@@ -138,9 +138,9 @@ func (r *Runner) chunkPhase(ctx context.Context, m *mj.Manifest) (*chunkPhase, e
 		// verify: the chunk decoded alone here, in parallel with the other
 		// chunks, so that the stitch decodes only the stitched file.
 		ph.after = func(context.Context) error {
-			h, err := chunked.HashChunk(ctx, r.ffmpegBin(), r.ffprobe(), enc)
+			h, err := chunked.HashChunk(ctx, r.ffmpegBin(), cmd.Codec(), enc)
 			if err != nil {
-				return fmt.Errorf("decoding the encoded chunk: %v", err)
+				return fmt.Errorf("decoding the encoded chunk: %w", err)
 			}
 			return r.writeJobFile(jobOutputs+mj.ChunkHashesFileName(c.Index), h)
 		}
@@ -190,7 +190,7 @@ func (r *Runner) stitchPhase(ctx context.Context, m *mj.Manifest, cmd *chunked.C
 	ph.after = func(context.Context) error {
 		rep, err := chunked.Verify(ctx, r.ffmpegBin(), r.ffprobe(), plan.Source, plan.Chunks, hashes, cmd.Output)
 		if err != nil {
-			return fmt.Errorf("verifying the stitched file: %v", err)
+			return fmt.Errorf("verifying the stitched file: %w", err)
 		}
 		if _, ok := m.InputFiles[mj.ChunkReferenceInput]; ok && rep.Pass {
 			rep.Quality = r.measureQuality(ctx, cmd.Output, plan.Chunks)
@@ -217,7 +217,7 @@ func (r *Runner) stitchPhase(ctx context.Context, m *mj.Manifest, cmd *chunked.C
 // measurement leaves the stitch its time to publish, what it could not
 // measure is said in the report's error.
 func (r *Runner) measureQuality(ctx context.Context, stitched string, chunks []chunked.Chunk) *chunked.Quality {
-	qctx, cancel := context.WithCancel(ctx)
+	qctx, cancel := ctx, context.CancelFunc(func() {})
 	if d, ok := ctx.Deadline(); ok {
 		qctx, cancel = context.WithDeadline(ctx, time.Now().Add(time.Until(d)/2))
 	}

@@ -38,16 +38,7 @@ func TestChunkedPhases(t *testing.T) {
 		return &mj.ChunkTask{Phase: phase, Input: "video", Output: "out.mp4"}
 	}
 	in := func(name string) string { return srv.URL + "/in/" + name }
-	// take moves what the last run uploaded to the inputs the next runs fetch.
-	take := func(prefix string, names ...string) {
-		for _, n := range names {
-			b, ok := up.files["outputs/"+n]
-			if !ok {
-				t.Fatalf("no upload of %s: %v", n, uploadNames(up.files))
-			}
-			inputs[prefix+n] = b
-		}
-	}
+	take := func(prefix string, names ...string) { takeUploads(t, up, inputs, prefix, names...) }
 
 	plan := task(mj.PhasePlan)
 	plan.ChunkSeconds, plan.MaxChunks = 1, 64
@@ -140,6 +131,19 @@ func TestChunkedPhases(t *testing.T) {
 	}
 	if _, ok := up.files["outputs/out.mp4"]; ok {
 		t.Fatal("a file that failed its verification was uploaded")
+	}
+}
+
+// takeUploads moves what the last run uploaded (names, under outputs/) to
+// the inputs the next runs fetch, under prefix.
+func takeUploads(t *testing.T, up *uploads, inputs map[string][]byte, prefix string, names ...string) {
+	t.Helper()
+	for _, n := range names {
+		b, ok := up.files["outputs/"+n]
+		if !ok {
+			t.Fatalf("no upload of %s: %v", n, uploadNames(up.files))
+		}
+		inputs[prefix+n] = b
 	}
 }
 

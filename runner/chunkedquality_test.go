@@ -31,15 +31,7 @@ func TestChunkedQualityPhases(t *testing.T) {
 		return &mj.ChunkTask{Phase: phase, Input: "video", Output: "out.mp4"}
 	}
 	in := func(name string) string { return srv.URL + "/in/" + name }
-	take := func(prefix string, names ...string) {
-		for _, n := range names {
-			b, ok := up.files["outputs/"+n]
-			if !ok {
-				t.Fatalf("no upload of %s: %v", n, uploadNames(up.files))
-			}
-			inputs[prefix+n] = b
-		}
-	}
+	take := func(prefix string, names ...string) { takeUploads(t, up, inputs, prefix, names...) }
 	runIn := func(m mj.Manifest) *mj.Result {
 		return runSandboxed(t, srv, m)
 	}

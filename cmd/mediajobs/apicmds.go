@@ -246,7 +246,7 @@ func runJob(ctx context.Context, c *client.Client, req client.CreateRequest, loc
 	go func() {
 		// A chunked job's events carry its chunks (parallel.steps).
 		j, err := c.Wait(work, job.ID, stage.update)
-		done <- waited{withChunks(work, c, j), err}
+		done <- waited{c.WithChunks(work, j), err}
 	}()
 	var w waited
 	select {
@@ -365,7 +365,7 @@ func jobsCmd(api *apiFlags) *cobra.Command {
 	wait := waitCmd(api, "job", func(ctx context.Context, c *client.Client, id string, ui *progressUI) (*client.Job, error) {
 		stage := ui.stage(id)
 		j, err := c.Wait(ctx, id, stage.update)
-		j = withChunks(ctx, c, j)
+		j = c.WithChunks(ctx, j)
 		stage.finish(j)
 		return j, err
 	}, func(j *client.Job) error {

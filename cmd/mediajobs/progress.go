@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -291,18 +290,6 @@ func chunksLine(j *client.Job) string {
 		}
 	}
 	return strings.Join(parts, "; ")
-}
-
-// withChunks is j read again when it is a chunked job read without its
-// chunks, so that its last line shows them.
-func withChunks(ctx context.Context, c *client.Client, j *client.Job) *client.Job {
-	if j == nil || j.Parallel == nil || j.Parallel.Mode != mj.ParallelChunked || len(j.Parallel.Steps) > 0 {
-		return j
-	}
-	if again, err := c.Get(ctx, j.ID); err == nil {
-		return again
-	}
-	return j
 }
 
 func size(n int64) string {

@@ -1,8 +1,6 @@
 package cluster
 
 import (
-	"bytes"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -80,21 +78,7 @@ func uploadSource(t *testing.T, c *e2e.Cluster) string {
 		t.Fatalf("make the source: %v %s", err, out)
 	}
 	b, _ := os.ReadFile(p)
-	r := e2e.Call(t, "POST", c.APIURL+"/api/tmp-file", c.Key, nil)
-	if r.Status != 200 {
-		t.Fatalf("tmp-file: HTTP %d %s", r.Status, r.Body)
-	}
-	d := r.Data(t)
-	req, _ := http.NewRequest("PUT", d["upload_url"].(string), bytes.NewReader(b))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("upload: HTTP %d", resp.StatusCode)
-	}
-	return d["download_url"].(string)
+	return e2e.UploadTmp(t, c.APIURL, c.Key, b)
 }
 
 // countFrames counts a file's video frames (its packets).

@@ -1,9 +1,7 @@
 package devstack
 
 import (
-	"bytes"
 	"context"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,21 +23,7 @@ import (
 func chunkedSource(t *testing.T, size string) string {
 	t.Helper()
 	b, _ := os.ReadFile(chunkedSourceFile(t, size))
-	r := e2e.Call(t, "POST", "/api/tmp-file", e2e.Stack.APIKey, nil)
-	if r.Status != 200 {
-		t.Fatalf("tmp-file: HTTP %d %s", r.Status, r.Body)
-	}
-	d := r.Data(t)
-	req, _ := http.NewRequest("PUT", d["upload_url"].(string), bytes.NewReader(b))
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		t.Fatalf("upload: HTTP %d", resp.StatusCode)
-	}
-	return d["download_url"].(string)
+	return e2e.UploadTmp(t, "", e2e.Stack.APIKey, b)
 }
 
 // chunkedSourceFile makes the source in a local file.
