@@ -37,7 +37,7 @@ func (u Usage) Bounded() Usage {
 }
 
 // SumUsage is the usage of jobs added up in their order (a chunked job's, of
-// its pipeline's jobs); nil when none has any. Nil jobs are skipped.
+// its pipeline's jobs), Bounded; nil when none has any. Nil jobs are skipped.
 func SumUsage(jobs []*Job) *Usage {
 	var sum *Usage
 	for _, j := range jobs {
@@ -48,6 +48,9 @@ func SumUsage(jobs []*Job) *Usage {
 			sum = &Usage{}
 		}
 		*sum = sum.Add(*j.Usage)
+	}
+	if sum != nil {
+		*sum = sum.Bounded() // as stored: the view of a running job and an ended one agree
 	}
 	return sum
 }

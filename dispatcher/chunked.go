@@ -387,12 +387,7 @@ func (p *pipelines) chunkedUsage(ctx context.Context, pl *mj.Pipeline) (*mj.Usag
 			return nil, false
 		}
 	}
-	sum := mj.SumUsage(jobs)
-	if sum != nil {
-		b := sum.Bounded()
-		sum = &b
-	}
-	return sum, true
+	return mj.SumUsage(jobs), true
 }
 
 // summarise records usage on a parent that ended before its pipeline did
