@@ -768,6 +768,10 @@ func (b *barrierBlobs) ReadAll(ctx context.Context, key string) ([]byte, error) 
 func TestWarmDoneAppliedConcurrently(t *testing.T) {
 	e := newWarmEnv(t)
 	e.d.BlobTimeout = 10 * time.Minute // a read waits at the barrier, not for a timeout
+	// Nothing renews the runs' leases here: long ones, so that a loaded
+	// machine's slow sweep does not let the second batch's lapse (and run
+	// again) before their done keys are written.
+	e.pool.Warm.LeaseTTLD = 10 * time.Minute
 	const n = 4
 	// Jobs on distinct workers (one job's ends apply in order, on one).
 	batch := func() []store.WarmRun {
