@@ -53,6 +53,15 @@ func (p *switchProxy) up(t *testing.T) {
 				continue
 			}
 			p.mu.Lock()
+			if p.ln != ln {
+				// down ran between Accept and here: without this check the
+				// connection outlived the outage, and a client's keep-alive
+				// carried dispatches through it (seen under load).
+				p.mu.Unlock()
+				c.Close()
+				u.Close()
+				return
+			}
 			p.conns = append(p.conns, c, u)
 			p.mu.Unlock()
 			go func() { io.Copy(u, c); u.Close() }()
