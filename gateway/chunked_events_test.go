@@ -17,9 +17,7 @@ import (
 // waits for comes from the watches.
 func chunkedSetup(t *testing.T, h *harness, ctx context.Context) (id, pid, plan string) {
 	t.Helper()
-	a, b := eventsBackstop, pipelineEventsBackstop
-	t.Cleanup(func() { eventsBackstop, pipelineEventsBackstop = a, b })
-	eventsBackstop, pipelineEventsBackstop = time.Hour, time.Hour
+	h.gw.times.backstop, h.gw.times.pipelineBackstop = time.Hour, time.Hour
 	go h.gw.Watch(ctx)
 	status, body, _ := h.do("POST", "/api/ffmpeg", "alice", chunkable())
 	data, _ := body["data"].(map[string]any)

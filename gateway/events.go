@@ -21,15 +21,37 @@ import (
 // change (status, progress) and ends at its terminal state; GET /api/events streams
 // every job of the account as it changes. Both are fed by the gateway's etcd
 // watches (jobcache.go), with a slow re-read as a backstop for when a watch is
-// down, and a comment line every eventsHeartbeat so proxies and clients can tell a
+// down, and a comment line every heartbeat (streamTimes) so proxies and clients can tell a
 // quiet stream from a dead one.
 
-// eventsHeartbeat is a var for tests.
-var eventsHeartbeat = 15 * time.Second
+// streamTimes are the event streams' timings; a Gateway field, not package
+// variables, so a test that shortens them races no stream of another test.
+type streamTimes struct {
+	// heartbeat: a comment line this often on a quiet stream.
+	heartbeat time.Duration
+	// backstop: how often a job stream re-reads without being woken.
+	backstop time.Duration
+	// pipelineBackstop: how often a pipeline stream re-reads without being woken,
+	// for changes a restarting watch missed (pipeline_events.go).
+	pipelineBackstop time.Duration
+}
 
-// eventsBackstop is how often a job stream re-reads without being woken; a var
-// for tests.
-var eventsBackstop = 2 * time.Second
+// defaultStreamTimes: a zero field of Gateway.times takes these.
+var defaultStreamTimes = streamTimes{heartbeat: 15 * time.Second, backstop: 2 * time.Second, pipelineBackstop: 10 * time.Second}
+
+func (g *Gateway) streamTimes() streamTimes {
+	t := g.times
+	if t.heartbeat <= 0 {
+		t.heartbeat = defaultStreamTimes.heartbeat
+	}
+	if t.backstop <= 0 {
+		t.backstop = defaultStreamTimes.backstop
+	}
+	if t.pipelineBackstop <= 0 {
+		t.pipelineBackstop = defaultStreamTimes.pipelineBackstop
+	}
+	return t
+}
 
 // eventHub tells subscribers which jobs changed: by job id and by account; and
 // which pipeline records did.
@@ -249,7 +271,7 @@ func (s *stream) beat(w *bufio.Writer) bool {
 // idle, and next after every wake and every backstop tick (backstop 0: none;
 // tick says which). next reports whether to go on.
 func (s *stream) run(w *bufio.Writer, done context.Context, wake <-chan struct{}, backstop time.Duration, next func(tick bool) bool) {
-	beat := time.NewTicker(eventsHeartbeat)
+	beat := time.NewTicker(s.g.streamTimes().heartbeat)
 	defer beat.Stop()
 	var ticks <-chan time.Time
 	if backstop > 0 {
@@ -389,8 +411,9 @@ func (g *Gateway) jobEvents(c *fiber.Ctx) error {
 			return
 		}
 		lastRead := time.Now()
-		st.run(w, done, sub.wake, eventsBackstop, func(tick bool) bool {
-			if tick && !g.jobs.live.Load() && time.Since(lastRead) < 5*eventsBackstop {
+		backstop := g.streamTimes().backstop
+		st.run(w, done, sub.wake, backstop, func(tick bool) bool {
+			if tick && !g.jobs.live.Load() && time.Since(lastRead) < 5*backstop {
 				return true // the watch is down: read etcd less often
 			}
 			if chunks != nil && chunks.hold(id, tick, lastSent) {
@@ -455,7 +478,7 @@ func (c *chunkedFollow) hold(id string, tick bool, lastSent time.Time) bool {
 			c.stale = true
 		}
 	}
-	if tick && time.Since(c.readAt) >= pipelineEventsBackstop {
+	if tick && time.Since(c.readAt) >= c.g.streamTimes().pipelineBackstop {
 		c.stale = true // for a change a restarting watch missed
 	}
 	wait := chunkedEventsEvery - time.Since(lastSent)

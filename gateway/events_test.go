@@ -164,9 +164,8 @@ func TestJobEventsStream(t *testing.T) {
 // A stream opened with a key that is then revoked ends at the next heartbeat,
 // saying why.
 func TestEventStreamEndsWhenItsKeyIsRevoked(t *testing.T) {
-	defer func(d time.Duration) { eventsHeartbeat = d }(eventsHeartbeat)
-	eventsHeartbeat = 100 * time.Millisecond
 	h := newHarness(t)
+	h.gw.times.heartbeat = 100 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.gw.Watch(ctx)

@@ -121,6 +121,7 @@ type Gateway struct {
 	stopStreams context.CancelFunc
 	cspOnce     sync.Once
 	csp         string
+	times       streamTimes // zero: defaultStreamTimes (events.go)
 }
 
 // App returns the fiber app serving the whole API.

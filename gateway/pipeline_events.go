@@ -20,10 +20,6 @@ import (
 // plan, docs/chunked.md) is re-read on that wake, and its new jobs followed from
 // then on (pipelineFollow).
 
-// pipelineEventsBackstop is how often a pipeline stream re-reads without being
-// woken, for changes a restarting watch missed; a var for tests.
-var pipelineEventsBackstop = 5 * eventsBackstop
-
 // notifyPipeline wakes the streams of pipeline id (its record changed).
 func (h *eventHub) notifyPipeline(id string) {
 	h.mu.Lock()
@@ -170,7 +166,7 @@ func (g *Gateway) pipelineEvents(c *fiber.Ctx) error {
 		if !send() {
 			return
 		}
-		st.run(w, done, sub.wake, pipelineEventsBackstop, func(bool) bool { return send() })
+		st.run(w, done, sub.wake, g.streamTimes().pipelineBackstop, func(bool) bool { return send() })
 	})
 	return nil
 }

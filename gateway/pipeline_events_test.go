@@ -44,9 +44,8 @@ func jobIn(step map[string]any) map[string]any {
 // max_event_streams and ends with the gateway's streams. The backstop re-read
 // is off: every event here comes from the watches.
 func TestPipelineEventsStream(t *testing.T) {
-	defer func(d time.Duration) { pipelineEventsBackstop = d }(pipelineEventsBackstop)
-	pipelineEventsBackstop = time.Hour
 	h := pipelineHarness(t)
+	h.gw.times.pipelineBackstop = time.Hour
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.gw.Watch(ctx)
@@ -179,9 +178,8 @@ func TestPipelineEventsStream(t *testing.T) {
 // A pipeline stream opened with a key that is then revoked ends at the next
 // heartbeat, saying why.
 func TestPipelineEventsEndWhenTheKeyIsRevoked(t *testing.T) {
-	defer func(d time.Duration) { eventsHeartbeat = d }(eventsHeartbeat)
-	eventsHeartbeat = 100 * time.Millisecond
 	h := pipelineHarness(t)
+	h.gw.times.heartbeat = 100 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go h.gw.Watch(ctx)

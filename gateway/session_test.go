@@ -410,9 +410,8 @@ func TestLoginLinkSessionEndsWithTheKeys(t *testing.T) {
 
 // Streams opened with the cookie end when the session does.
 func TestCookieEventStream(t *testing.T) {
-	defer func(d time.Duration) { eventsHeartbeat = d }(eventsHeartbeat)
-	eventsHeartbeat = 100 * time.Millisecond
 	h := newHarness(t)
+	h.gw.times.heartbeat = 100 * time.Millisecond
 	base := h.serve()
 	b, _ := h.signIn("alice")
 	req, _ := http.NewRequest("GET", base+"/api/events", nil)

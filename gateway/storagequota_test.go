@@ -225,8 +225,7 @@ func TestEventStreamsLimited(t *testing.T) {
 	one := int64(1)
 	h.gw.Config.Limits.MaxEventStreams = &one
 	// A closed stream is noticed at its next write: heartbeats often.
-	defer func(d time.Duration) { eventsHeartbeat = d }(eventsHeartbeat)
-	eventsHeartbeat = 100 * time.Millisecond
+	h.gw.times.heartbeat = 100 * time.Millisecond
 	base := h.serve()
 	resp, ch := h.stream(base, "/api/events", "alice")
 	if resp.StatusCode != 200 {
