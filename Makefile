@@ -62,10 +62,14 @@ check: ## gofmt, vet, and the one door into etcd: gateway/ and dispatcher/ impor
 # them (e2e/devstack, e2e/cluster, e2e/warm), so more run at once than there
 # are cores; go test's default (one per core) would queue them behind each other.
 TESTP ?= 4
+# The longest test binaries first (go test starts packages in the order named;
+# ./... adds the rest, each once): the 2 cores stay busy to the end instead of
+# waiting on one long binary that started last.
+SLOWPKGS := ./e2e/cluster ./dispatcher ./e2e/devstack ./testenv/cluster ./e2e/warm ./chunked ./runner ./gateway ./jobspecs ./store
 
 .PHONY: test
 test: test-deps docker check ## the whole suite against real etcd, Nomad, Docker and ffmpeg, plus check (gofmt, vet, import rules) and short fuzz runs
-	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) CI=$${CI:-true} $(GO) test -count=1 -p $(TESTP) -timeout=20m ./...
+	NOMAD_BIN=$$(deploy/scripts/install-nomad.sh) CI=$${CI:-true} $(GO) test -count=1 -p $(TESTP) -timeout=20m $(SLOWPKGS) ./...
 	$(GO) test -run='^$$' -fuzz=FuzzPrepare -fuzztime=$(FUZZTIME) ./command/
 	$(GO) test -run='^$$' -fuzz=FuzzCreateRequest -fuzztime=$(FUZZTIME) ./gateway/
 	$(GO) test -run='^$$' -fuzz=FuzzPipelinePlan -fuzztime=$(FUZZTIME) ./gateway/
