@@ -28,7 +28,6 @@ import (
 	"github.com/mediajobs/mediajobs/logging"
 	"github.com/mediajobs/mediajobs/store"
 	"github.com/mediajobs/mediajobs/webhook"
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Backends are the shared pieces every server command opens from the config.
@@ -57,7 +56,7 @@ func Open(cfg *config.Config, secretFile string, log *slog.Logger) (*Backends, e
 	for _, w := range cfg.Warnings() { // what config check warns of
 		log.Warn(w)
 	}
-	var cli *clientv3.Client
+	var st *store.Store
 	var closeFn func()
 	// etcd's warnings join the log, except for the noise of its closing.
 	etcdLog, quiet := logging.ZapUntil(log)
@@ -69,16 +68,16 @@ func Open(cfg *config.Config, secretFile string, log *slog.Logger) (*Backends, e
 		if err != nil {
 			return nil, err
 		}
-		cli, closeFn = e.Client, func() { quiet(); e.Close() }
+		st, closeFn = store.New(e.Client, cfg.Etcd.Prefix), func() { quiet(); e.Close() }
 	} else {
-		c, err := clientv3.New(clientv3.Config{
+		s, c, err := store.Dial(store.DialOptions{
 			Endpoints: cfg.Etcd.Endpoints, DialTimeout: cfg.Etcd.DialTimeoutD,
 			Username: cfg.Etcd.Username, Password: cfg.Etcd.Password, Logger: etcdLog,
-		})
+		}, cfg.Etcd.Prefix)
 		if err != nil {
-			return nil, fmt.Errorf("etcd: %w", err)
+			return nil, err
 		}
-		cli, closeFn = c, func() { quiet(); c.Close() }
+		st, closeFn = s, func() { quiet(); c() }
 	}
 	blobs, err := OpenBlobs(cfg)
 	if err != nil {
@@ -97,7 +96,7 @@ func Open(cfg *config.Config, secretFile string, log *slog.Logger) (*Backends, e
 		return nil, cfg.RequireSigningSecret() // the check `mediajobs config check` makes
 	}
 	return &Backends{
-		Config: cfg, Store: store.New(cli, cfg.Etcd.Prefix), Blobs: blobs,
+		Config: cfg, Store: st, Blobs: blobs,
 		Signer: blob.Signer{Secret: []byte(secret), Base: cfg.Server.PublicURL},
 		close:  closeFn, Log: log,
 	}, nil

@@ -18,8 +18,6 @@ import (
 	mj "github.com/mediajobs/mediajobs"
 	"github.com/mediajobs/mediajobs/config"
 	"github.com/mediajobs/mediajobs/store"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
 
 // The admin commands (accounts, keys) work on a running installation: they talk to
@@ -59,24 +57,24 @@ func adminStore(ctx context.Context, cfg *config.Config) (*store.Store, func(), 
 	if err != nil {
 		return nil, nil, err
 	}
-	cli, err := clientv3.New(clientv3.Config{
+	s, closeFn, err := store.Dial(store.DialOptions{
 		Endpoints: eps, DialTimeout: cfg.Etcd.DialTimeoutD,
-		Username: cfg.Etcd.Username, Password: cfg.Etcd.Password, Logger: zap.NewNop(),
-	})
+		Username: cfg.Etcd.Username, Password: cfg.Etcd.Password,
+	}, cfg.Etcd.Prefix)
 	if err != nil {
-		return nil, nil, fmt.Errorf("etcd %s: %w", strings.Join(eps, ", "), err)
+		return nil, nil, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, cfg.Etcd.DialTimeoutD)
 	defer cancel()
-	if _, err := cli.Get(pctx, cfg.Etcd.Prefix+"accounts/", clientv3.WithCountOnly()); err != nil {
-		cli.Close()
+	if err := s.Ping(pctx); err != nil {
+		closeFn()
 		hint := "is `mediajobs dev` (make run) running? For another installation pass its -config, whose etcd.endpoints name its etcd cluster"
 		if !cfg.Etcd.Embedded {
 			hint = "is the etcd cluster up, and are etcd.endpoints (and username/password) in the config right?"
 		}
 		return nil, nil, fmt.Errorf("cannot reach etcd at %s (%v): %s", strings.Join(eps, ", "), err, hint)
 	}
-	return store.New(cli, cfg.Etcd.Prefix), func() { cli.Close() }, nil
+	return s, closeFn, nil
 }
 
 // adminOpen parses an admin subcommand's flags and opens the store.
