@@ -39,22 +39,60 @@ type stepRequest struct {
 // intermediate reports whether s says "publish": false.
 func (s *stepRequest) intermediate() bool { return s.Publish != nil && !*s.Publish }
 
-// decodePipeline parses a pipeline body whatever its Content-Type says.
+// decodePipeline parses a pipeline body whatever its Content-Type says. Each
+// step is decoded by itself, so that a value of the wrong type is named by its
+// step and field (steps.<step>.<field>).
 func decodePipeline(body []byte) (*pipelineRequest, error) {
-	var req pipelineRequest
 	if len(strings.TrimSpace(string(body))) == 0 {
 		return nil, mj.Errorf(mj.EValidation, "request body is empty; send a JSON object with \"steps\"")
 	}
-	if err := json.Unmarshal(body, &req); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) && te.Field != "" {
-			e := mj.Errorf(mj.EValidation, "%s must be %s, not a JSON %s", te.Field, pipelineJSONType(te.Field, te.Type.String()), te.Value)
-			e.Details = map[string]string{te.Field: "wrong type"}
-			return nil, e
+	var doc struct {
+		pipelineRequest
+		Steps map[string]json.RawMessage `json:"steps"` // shadows pipelineRequest's
+	}
+	if err := json.Unmarshal(body, &doc); err != nil {
+		return nil, pipelineTypeError(err, "", "request body")
+	}
+	req := doc.pipelineRequest
+	if doc.Steps != nil {
+		req.Steps = make(map[string]*stepRequest, len(doc.Steps))
+	}
+	for _, name := range sortedKeys(doc.Steps) {
+		var s *stepRequest
+		if err := json.Unmarshal(doc.Steps[name], &s); err != nil {
+			return nil, pipelineTypeError(err, "steps."+name+".", "steps."+name)
 		}
-		return nil, mj.Errorf(mj.EValidation, "request body is not a valid pipeline: %v", err)
+		req.Steps[name] = s
 	}
 	return &req, nil
+}
+
+// pipelineTypeError says which field of the document err (json.Unmarshal's)
+// is about: prefix goes before the decoder's field path, whole names the
+// value decoded when the path is empty.
+func pipelineTypeError(err error, prefix, whole string) error {
+	var te *json.UnmarshalTypeError
+	if !errors.As(err, &te) {
+		e := mj.Errorf(mj.EValidation, "request body is not valid JSON: %v", err)
+		e.Details = map[string]string{"request body": "not valid JSON"}
+		return e
+	}
+	// The decoder names the fields of an embedded struct after it.
+	field := te.Field
+	for _, embedded := range []string{"pipelineRequest.", "createRequest."} {
+		field = strings.TrimPrefix(field, embedded)
+	}
+	field = prefix + field
+	if te.Field == "" {
+		field = whole
+	}
+	want := pipelineJSONType(field, te.Type.String())
+	if field == "request body" {
+		want = `a JSON object with "steps"`
+	}
+	e := mj.Errorf(mj.EValidation, "%s must be %s, not a JSON %s", field, want, te.Value)
+	e.Details = map[string]string{field: "wrong type"}
+	return e
 }
 
 func pipelineJSONType(field, goType string) string {
@@ -63,7 +101,7 @@ func pipelineJSONType(field, goType string) string {
 		return `a list of objects of strings, as in [{"height": "720"}]`
 	case goType == "bool":
 		return "true or false"
-	case strings.HasPrefix(goType, "map[string]*gateway.stepRequest"):
+	case field == "steps":
 		return "an object of steps by name"
 	case strings.HasPrefix(goType, "gateway.stepRequest"):
 		return "a job body"

@@ -1,0 +1,74 @@
+package gateway
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// etcdKeys lists every key of the store: a refused create must add none.
+func (h *harness) etcdKeys() map[string]bool {
+	h.t.Helper()
+	resp, err := h.store.Client().Get(context.Background(), "", clientv3.WithFromKey(), clientv3.WithKeysOnly())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		out[string(kv.Key)] = true
+	}
+	return out
+}
+
+// storesNothing fails if the store has keys it did not have in before.
+func (h *harness) storesNothing(before map[string]bool) {
+	h.t.Helper()
+	for k := range h.etcdKeys() {
+		if !before[k] {
+			h.t.Errorf("a refused pipeline stored %s", k)
+		}
+	}
+}
+
+// pipelineRefused posts body (and as a dry run) and wants a 400 whose details
+// name field, saying want.
+func (h *harness) pipelineRefused(name, body, field, want string) {
+	h.t.Helper()
+	for _, target := range []string{"/api/pipelines", "/api/pipelines?dry_run=true"} {
+		status, resp, _ := h.do("POST", target, "alice", body)
+		details, _ := resp["details"].(map[string]any)
+		got, _ := details[field].(string)
+		msg, _ := resp["message"].(string)
+		if status != 400 || resp["errorCode"] != "validationError" || !strings.Contains(got, want) || !strings.HasPrefix(msg, field) {
+			h.t.Errorf("%s (%s): %d %v; want 400 with details[%q] saying %q, its message starting %[6]q", name, target, status, resp, field, want)
+		}
+	}
+}
+
+// A value of the wrong JSON type is a 400 naming the step and the field, as
+// the document writes them: not the decoder's Go names (createRequest), nor
+// "steps" for a field of a step.
+func TestPipelineWrongTypesNameStepAndField(t *testing.T) {
+	h := pipelineHarness(t)
+	before := h.etcdKeys()
+	job := func(extra string) string {
+		return `{"steps":{"a":{"input_files":{"v":"https://media.example/a.mp4"},"output_files":["o.mp4"],"ffmpeg_commands":["-i {{v}} {{o.mp4}}"]` + extra + `}}}`
+	}
+	for _, c := range []struct{ name, body, field, want string }{
+		{"document an array", `[]`, "request body", "wrong type"},
+		{"steps an array", `{"steps":[]}`, "steps", "wrong type"},
+		{"step a number", `{"steps":{"a":5}}`, "steps.a", "wrong type"},
+		{"timeout a string", job(`,"timeout_seconds":"x"`), "steps.a.timeout_seconds", "wrong type"},
+		{"input a number", job(`,"machine":5`), "steps.a.machine", "wrong type"},
+		{"for_each of numbers", job(`,"for_each":[{"h":5}]`), "steps.a.for_each", "wrong type"},
+		{"for_each nested", job(`,"for_each":[{"h":{"x":"y"}}]`), "steps.a.for_each", "wrong type"},
+		{"publish a string", job(`,"publish":"no"`), "steps.a.publish", "wrong type"},
+		{"fail_fast a string", `{"steps":{},"fail_fast":"yes"}`, "fail_fast", "wrong type"},
+		{"not JSON", `{"steps":`, "request body", "not valid JSON"},
+	} {
+		h.pipelineRefused(c.name, c.body, c.field, c.want)
+	}
+	h.storesNothing(before)
+}
