@@ -52,10 +52,16 @@ func IntermediateRef(dep *Job, output string) string {
 	return fmt.Sprintf("%s's output %q is intermediate (its step has \"publish\": false): only the steps of pipeline %s take it, and it is deleted when that pipeline ends; publish the step's outputs to take them from outside it", jobName(dep), output, dep.Pipeline.ID)
 }
 
-// mayMake reports whether dep lists output, or a pattern (%03d, %v) that may
-// produce it.
+// mayMake reports whether dep lists output, or a pattern (%03d, %v) that
+// makes it: seg_%03d.ts makes seg_001.ts, not out.mp4 nor seg_%03d.ts itself
+// (a file is published under the name it was made with).
 func mayMake(dep *Job, output string) bool {
-	return slices.Contains(dep.OutputNames, output) || slices.ContainsFunc(dep.OutputNames, func(n string) bool { return strings.Contains(n, "%") })
+	return slices.ContainsFunc(dep.OutputNames, func(n string) bool {
+		if !strings.Contains(n, "%") {
+			return n == output
+		}
+		return !strings.Contains(output, "%") && OutputPattern(n).MatchString(output)
+	})
 }
 
 func outputNames(j *Job) string {

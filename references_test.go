@@ -45,6 +45,17 @@ func TestResolveRef(t *testing.T) {
 	if _, wait, _ := ResolveRef(pattern, "seg001.ts"); !wait {
 		t.Fatal("an output a pattern may make is awaited")
 	}
+	// A name the pattern cannot make, or the pattern itself, would never
+	// exist: refused, not awaited.
+	for _, name := range []string{"other.mp4", "seg%03d.ts", "segx.ts"} {
+		if _, wait, never := ResolveRef(pattern, name); wait || !strings.Contains(never, "does not list") {
+			t.Fatalf("%s of a job that lists seg%%03d.ts: wait %v, never %q", name, wait, never)
+		}
+	}
+	variant := &Job{ID: refID, Status: StatusQueued, OutputNames: []string{"v%v/index.m3u8"}}
+	if _, wait, _ := ResolveRef(variant, "v0/index.m3u8"); !wait {
+		t.Fatal("a variant's playlist is awaited")
+	}
 	dep.Status, dep.Outputs = StatusSucceeded, []Output{{Name: "out.mp4", Key: "jobs/x/1/a/outputs/out.mp4"}}
 	if key, wait, never := ResolveRef(dep, "out.mp4"); key != "jobs/x/1/a/outputs/out.mp4" || wait || never != "" {
 		t.Fatalf("succeeded: %q %v %q", key, wait, never)

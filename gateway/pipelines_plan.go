@@ -388,13 +388,58 @@ func parseStepRef(v, name string, steps map[string]*stepRequest) (stepRef, strin
 			return r, fmt.Sprintf("[%s]: step %s has items 0 to %d", r.index, r.step, len(prod.ForEach)-1)
 		}
 	}
-	if !slices.Contains(prod.OutputFiles, r.output) {
-		patterned := slices.ContainsFunc(prod.OutputFiles, func(o string) bool { return strings.Contains(o, "%") })
-		if !patterned || !mj.ValidOutputName(r.output) {
-			return r, fmt.Sprintf("step %s does not list %q among its output_files (%s)", r.step, r.output, strings.Join(prod.OutputFiles, ", "))
+	if slices.Contains(prod.OutputFiles, r.output) && !strings.Contains(r.output, "%") {
+		return r, "" // as the step writes it: each item's name (stepJob)
+	}
+	// Else a file of a pattern (seg_%03d.ts), which every item the
+	// reference takes must make.
+	items := []int{-1}
+	switch n, err := strconv.Atoi(r.index); {
+	case r.index == "*" || r.index == "${index}":
+		items = make([]int, len(prod.ForEach))
+		for k := range items {
+			items[k] = k
+		}
+	case err == nil:
+		items = []int{n}
+	}
+	for _, k := range items {
+		if _, msg := refOutput(prod, r.step, r.output, k); msg != "" {
+			return r, msg
 		}
 	}
 	return r, ""
+}
+
+// refOutput is the file that output (as a reference names it, placeholders
+// included) stands for in item k (-1: none) of step, the producer prod; msg
+// says why it is none that item makes: neither an entry of its output_files
+// nor a file one of their patterns (%03d, %v) makes.
+func refOutput(prod *stepRequest, step, output string, k int) (name, msg string) {
+	var item map[string]string
+	if k >= 0 {
+		item = prod.ForEach[k]
+	}
+	own := func(expr string) (string, bool, string) { return itemValue(expr, item, k, step) }
+	name, err := expand(output, own, true)
+	if err != "" {
+		return "", "step " + step + "'s output " + output + ": " + err
+	}
+	var made []string
+	for _, o := range prod.OutputFiles {
+		if o, err = expand(o, own, true); err != "" {
+			continue // refused on the producing step
+		}
+		if !strings.Contains(name, "%") && (o == name || strings.Contains(o, "%") && mj.ValidOutputName(name) && mj.OutputPattern(o).MatchString(name)) {
+			return name, ""
+		}
+		made = append(made, o)
+	}
+	which := "step " + step
+	if k >= 0 {
+		which = fmt.Sprintf("item %d of step %s", k, step)
+	}
+	return "", fmt.Sprintf("%s does not list %q among its output_files (%s), nor a pattern that makes it (as seg_%%03d.ts makes seg_001.ts)", which, name, strings.Join(made, ", "))
 }
 
 // producersOf are the ids of the jobs ref r of item i takes outputs of.
@@ -479,12 +524,10 @@ func stepJob(s *stepRequest, name string, item map[string]string, i int, refs ma
 			if prod.ForEach != nil {
 				pitem = prod.ForEach[first+k]
 			}
-			out := ref.output
-			if slices.Contains(prod.OutputFiles, out) { // as the producer's item names it
-				var err string
-				if out, err = expand(out, func(expr string) (string, bool, string) { return itemValue(expr, pitem, first+k, ref.step) }, true); err != "" {
-					return nil, "input_files." + in, "step " + ref.step + "'s output " + ref.output + ": " + err
-				}
+			// As the producer's item names it.
+			out, err := expand(ref.output, func(expr string) (string, bool, string) { return itemValue(expr, pitem, first+k, ref.step) }, true)
+			if err != "" {
+				return nil, "input_files." + in, "step " + ref.step + "'s output " + ref.output + ": " + err
 			}
 			key := in
 			if ref.index == "*" {

@@ -72,3 +72,43 @@ func TestPipelineWrongTypesNameStepAndField(t *testing.T) {
 	}
 	h.storesNothing(before)
 }
+
+// A reference to a step's output must name a file the step makes: an entry
+// of its output_files, as the step writes it or as one item names it, or a
+// file one of its patterns makes. A name no pattern makes, or the pattern
+// itself, would never exist: the step taking it would fail once its producer
+// succeeded.
+func TestPipelineReferencesToPatternsMustMatch(t *testing.T) {
+	h := pipelineHarness(t)
+	before := h.etcdKeys()
+	doc := func(producer, ref string) string {
+		return `{"steps":{"a":{"input_files":{"v":"https://media.example/a.mp4"},` + producer + `},` +
+			`"b":{"input_files":{"x":"` + ref + `"},"output_files":["t.png"],"ffmpeg_commands":["-i {{x}} {{t.png}}"]}}}`
+	}
+	segs := `"output_files":["seg_%03d.ts"],"ffmpeg_commands":["-i {{v}} {{seg_%03d.ts}}"]`
+	rungs := `"output_files":["r${item.h}.mp4"],"ffmpeg_commands":["-i {{v}} {{r${item.h}.mp4}}"],"for_each":[{"h":"360"},{"h":"720"}]`
+	for _, c := range []struct{ name, body, want string }{
+		{"a name no pattern makes", doc(segs, "step:a/other.mp4"), `does not list "other.mp4"`},
+		{"the pattern itself", doc(segs, "step:a/seg_%03d.ts"), `does not list "seg_%03d.ts"`},
+		{"another item's name", doc(rungs, "step:a[0]/r720.mp4"), `item 0 of step a does not list "r720.mp4"`},
+		{"one item's name for every item", doc(rungs, "step:a[*]/r360.mp4"), `item 1 of step a does not list "r360.mp4"`},
+	} {
+		h.pipelineRefused(c.name, c.body, "steps.b.input_files.x", c.want)
+	}
+	h.storesNothing(before)
+
+	// What a pattern makes is taken; an item's own name by its index.
+	for _, ref := range []string{"step:a/seg_001.ts"} {
+		if status, body, _ := h.do("POST", "/api/pipelines?dry_run=true", "alice", doc(segs, ref)); status != 200 {
+			t.Fatalf("%s: %d %v", ref, status, body)
+		}
+	}
+	status, body, _ := h.do("POST", "/api/pipelines?dry_run=true", "alice", doc(rungs, "step:a[1]/r720.mp4"))
+	if status != 200 {
+		t.Fatalf("step:a[1]/r720.mp4: %d %v", status, body)
+	}
+	b := body["data"].(map[string]any)["jobs"].(map[string]any)["b"].([]any)[0].(map[string]any)
+	if got := b["input_files"].(map[string]any)["x"]; got != "step:a[1]/r720.mp4" {
+		t.Fatalf("b's input: %v", got)
+	}
+}
