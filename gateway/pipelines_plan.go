@@ -421,13 +421,13 @@ func refOutput(prod *stepRequest, step, output string, k int) (name, msg string)
 		item = prod.ForEach[k]
 	}
 	own := func(expr string) (string, bool, string) { return itemValue(expr, item, k, step) }
-	name, err := expand(output, own, true)
+	name, err := expand(output, own)
 	if err != "" {
 		return "", "step " + step + "'s output " + output + ": " + err
 	}
 	var made []string
 	for _, o := range prod.OutputFiles {
-		if o, err = expand(o, own, true); err != "" {
+		if o, err = expand(o, own); err != "" {
 			continue // refused on the producing step
 		}
 		if !strings.Contains(name, "%") && (o == name || strings.Contains(o, "%") && mj.ValidOutputName(name) && mj.OutputPattern(o).MatchString(name)) {
@@ -502,7 +502,7 @@ func stepJob(s *stepRequest, name string, item map[string]string, i int, refs ma
 	for _, in := range sortedKeys(s.InputFiles) {
 		ref, ok := refs[in]
 		if !ok {
-			v, err := expand(s.InputFiles[in], own, true)
+			v, err := expand(s.InputFiles[in], own)
 			if err != "" {
 				return nil, "input_files." + in, err
 			}
@@ -525,7 +525,7 @@ func stepJob(s *stepRequest, name string, item map[string]string, i int, refs ma
 				pitem = prod.ForEach[first+k]
 			}
 			// As the producer's item names it.
-			out, err := expand(ref.output, func(expr string) (string, bool, string) { return itemValue(expr, pitem, first+k, ref.step) }, true)
+			out, err := expand(ref.output, func(expr string) (string, bool, string) { return itemValue(expr, pitem, first+k, ref.step) })
 			if err != "" {
 				return nil, "input_files." + in, "step " + ref.step + "'s output " + ref.output + ": " + err
 			}
@@ -544,7 +544,7 @@ func stepJob(s *stepRequest, name string, item map[string]string, i int, refs ma
 	}
 	r.OutputFiles = make([]string, len(s.OutputFiles))
 	for k, o := range s.OutputFiles {
-		v, err := expand(o, own, true)
+		v, err := expand(o, own)
 		if err != "" {
 			return nil, fmt.Sprintf("output_files[%d]", k), err
 		}
@@ -563,12 +563,15 @@ func stepJob(s *stepRequest, name string, item map[string]string, i int, refs ma
 		if cmdField == "ffmpeg_command" {
 			f = cmdField
 		}
-		// Every item of a fan-in first (${each:…}, ${count:…}), then this
-		// step's own item.
-		c, err := expand(c, func(expr string) (string, bool, string) { return fanInValue(expr, fanIn) }, false)
-		if err == "" {
-			c, err = expand(c, own, true)
-		}
+		// One pass, so that no value written in is read again as a
+		// placeholder: every item of a fan-in (${each:…}, ${count:…}), and
+		// this step's own item.
+		c, err := expand(c, func(expr string) (string, bool, string) {
+			if v, ok, err := fanInValue(expr, fanIn); ok || err != "" {
+				return v, ok, err
+			}
+			return own(expr)
+		})
 		if err != "" {
 			return nil, f, err
 		}
@@ -577,7 +580,7 @@ func stepJob(s *stepRequest, name string, item map[string]string, i int, refs ma
 	if len(s.Metadata) > 0 {
 		r.Metadata = make(map[string]string, len(s.Metadata))
 		for k, v := range s.Metadata {
-			e, err := expand(v, own, true)
+			e, err := expand(v, own)
 			if err != "" {
 				return nil, "metadata." + k, err
 			}
@@ -636,7 +639,7 @@ func fanInValue(expr string, fanIn map[string][]map[string]string) (string, bool
 				return "", true, "${each:…} cannot hold another ${each:…} or ${count:…}"
 			}
 			return itemValue(expr, item, k, "the input's")
-		}, false)
+		})
 		if err != "" {
 			return "", true, err
 		}
@@ -646,10 +649,9 @@ func fanInValue(expr string, fanIn map[string][]map[string]string) (string, bool
 }
 
 // expand replaces each ${expr} of s by fn's value (braces inside expr must
-// balance: {{input}} may appear in it). $${ is a literal ${. Where fn does not
-// know expr (ok false), or for an escape, final says: refuse it, and write the
-// escape as ${; or leave both as written for a later pass.
-func expand(s string, fn func(expr string) (v string, ok bool, err string), final bool) (string, string) {
+// balance: {{input}} may appear in it), in one pass: a value is not read
+// again. $${ is a literal ${. An expr fn does not know (ok false) is refused.
+func expand(s string, fn func(expr string) (v string, ok bool, err string)) (string, string) {
 	if !strings.Contains(s, "${") {
 		return s, ""
 	}
@@ -657,11 +659,7 @@ func expand(s string, fn func(expr string) (v string, ok bool, err string), fina
 	for i := 0; i < len(s); {
 		switch {
 		case strings.HasPrefix(s[i:], "$${"):
-			if final {
-				b.WriteString("${")
-			} else {
-				b.WriteString("$${")
-			}
+			b.WriteString("${")
 			i += 3
 		case strings.HasPrefix(s[i:], "${"):
 			depth, end := 1, -1
@@ -685,10 +683,8 @@ func expand(s string, fn func(expr string) (v string, ok bool, err string), fina
 				return "", err
 			case ok:
 				b.WriteString(v)
-			case final:
-				return "", fmt.Sprintf("${%s} is not a placeholder: use ${item.<key>} or ${index} in a step with for_each, ${count:<input>} or ${each:<input>:<text>} over an input that takes every item of a step; write $${ for a literal ${", mj.Clip(expr, 32))
 			default:
-				b.WriteString(s[i : end+1])
+				return "", fmt.Sprintf("${%s} is not a placeholder: use ${item.<key>} or ${index} in a step with for_each, ${count:<input>} or ${each:<input>:<text>} over an input that takes every item of a step; write $${ for a literal ${", mj.Clip(expr, 32))
 			}
 			i = end + 1
 		default:

@@ -112,3 +112,32 @@ func TestPipelineReferencesToPatternsMustMatch(t *testing.T) {
 		t.Fatalf("b's input: %v", got)
 	}
 }
+
+// A for_each value is written into a command as it is, whether the step's own
+// item or, in ${each:…}, the producing item's: a value holding ${index},
+// $${ or a $ that meets a { after it is not read again as a placeholder.
+func TestPipelineItemValuesAreNotReadAgain(t *testing.T) {
+	h := pipelineHarness(t)
+	status, body, _ := h.do("POST", "/api/pipelines?dry_run=true", "alice", map[string]any{"steps": map[string]any{
+		"a": map[string]any{"input_files": map[string]string{"v": "https://media.example/a.mp4"}, "output_files": []string{"o.mp4"},
+			"ffmpeg_commands": []string{"-i {{v}} -metadata t=${item.t} {{o.mp4}}"},
+			"for_each":        []map[string]string{{"t": "${index}"}, {"t": "$${x"}, {"t": "cost$"}}},
+		"b": map[string]any{"input_files": map[string]string{"p": "step:a[*]/o.mp4"}, "output_files": []string{"all.mkv"},
+			"ffmpeg_commands": []string{"${each:p:-i {{p}} -metadata:s:${index} t=${item.t}{x}} -c copy {{all.mkv}}"},
+			"for_each":        []map[string]string{{"n": "1"}}},
+	}})
+	if status != 200 {
+		t.Fatalf("dry run: %d %v", status, body)
+	}
+	jobs := body["data"].(map[string]any)["jobs"].(map[string]any)
+	cmd := func(step string, i int) string {
+		return jobs[step].([]any)[i].(map[string]any)["ffmpeg_commands"].([]any)[0].(string)
+	}
+	if got := cmd("a", 0); got != "-i {{v}} -metadata t=${index} {{o.mp4}}" {
+		t.Errorf("a[0]: %s", got)
+	}
+	want := "-i {{p_0}} -metadata:s:0 t=${index}{x} -i {{p_1}} -metadata:s:1 t=$${x{x} -i {{p_2}} -metadata:s:2 t=cost${x} -c copy {{all.mkv}}"
+	if got := cmd("b", 0); got != want {
+		t.Errorf("b's fan-in command\n%s\nwant\n%s", got, want)
+	}
+}
