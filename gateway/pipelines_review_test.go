@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -140,4 +141,28 @@ func TestPipelineItemValuesAreNotReadAgain(t *testing.T) {
 	if got := cmd("b", 0); got != want {
 		t.Errorf("b's fan-in command\n%s\nwant\n%s", got, want)
 	}
+}
+
+// A dry run refuses what the create refuses: a plan past one etcd value
+// (docs/pipelines.md#limits) too, though each job is within its own bounds.
+func TestPipelineDryRunRefusesAPlanTooLarge(t *testing.T) {
+	h := pipelineHarness(t)
+	before := h.etcdKeys()
+	items := make([]map[string]string, 50)
+	for i := range items {
+		items[i] = map[string]string{"n": strconv.Itoa(i)}
+	}
+	doc := map[string]any{"steps": map[string]any{"a": map[string]any{
+		"input_files": map[string]string{"v": "https://media.example/a.mp4"}, "output_files": []string{"o.mp4"},
+		"ffmpeg_commands": []string{"-i {{v}} -metadata c=" + strings.Repeat("x", 24000) + "${item.n} {{o.mp4}}"},
+		"for_each":        items,
+	}}}
+	for _, target := range []string{"/api/pipelines?dry_run=true", "/api/pipelines"} {
+		status, body, _ := h.do("POST", target, "alice", doc)
+		details, _ := body["details"].(map[string]any)
+		if got, _ := details["steps"].(string); status != 400 || got != "too large" {
+			t.Errorf("%s: %d %v; want 400, steps too large", target, status, body["message"])
+		}
+	}
+	h.storesNothing(before)
 }

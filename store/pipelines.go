@@ -175,10 +175,8 @@ func (s *Store) CreatePipeline(ctx context.Context, p *mj.Pipeline, idem *Idempo
 		if err != nil {
 			return nil, err
 		}
-		if len(b) > maxPipelineRecord {
-			e := mj.Errorf(mj.EValidation, "steps: the pipeline's jobs take %d bytes as stored; at most %d in one pipeline (fewer items in for_each, or shorter commands)", len(b), maxPipelineRecord)
-			e.Details = map[string]string{"steps": "too large"}
-			return nil, e
+		if err := pipelineTooLarge(len(b)); err != nil {
+			return nil, err
 		}
 		if err := checkPipeline(limits, u, p, total); err != nil {
 			return nil, err
@@ -239,6 +237,16 @@ func (s *Store) CreatePipeline(ctx context.Context, p *mj.Pipeline, idem *Idempo
 	}
 }
 
+// pipelineTooLarge refuses a pipeline record of n bytes past maxPipelineRecord.
+func pipelineTooLarge(n int) error {
+	if n <= maxPipelineRecord {
+		return nil
+	}
+	e := mj.Errorf(mj.EValidation, "steps: the pipeline's jobs take %d bytes as stored; at most %d in one pipeline (fewer items in for_each, or shorter commands)", n, maxPipelineRecord)
+	e.Details = map[string]string{"steps": "too large"}
+	return e
+}
+
 // checkPipeline refuses a pipeline whose planned jobs (total: their record
 // bytes) would take its account past a limit, as checkCreate does one job.
 func checkPipeline(l Limits, u usageRead, p *mj.Pipeline, total int64) error {
@@ -268,12 +276,24 @@ func (s *Store) CheckPipeline(ctx context.Context, p *mj.Pipeline, defaults Limi
 	}
 	limits := u.overrides.Apply(defaults)
 	var total int64
-	for _, planned := range p.Plan {
+	dry := *p
+	dry.Plan = make([]*mj.Job, len(p.Plan))
+	for i, planned := range p.Plan {
 		j := *planned
+		j.MaxInputBytes = limits.MaxInputBytes
 		if _, err := encodeRecord(&j, 0); err != nil {
 			return err
 		}
 		total += j.RecordBytes
+		dry.Plan[i] = &j
+	}
+	// The record as CreatePipeline would write it, within one etcd value.
+	b, err := json.Marshal(&dry)
+	if err != nil {
+		return err
+	}
+	if err := pipelineTooLarge(len(b)); err != nil {
+		return err
 	}
 	return checkPipeline(limits, u, p, total)
 }
