@@ -577,6 +577,13 @@ func stepJob(s *stepRequest, name string, item map[string]string, i int, refs ma
 		}
 		r.FFmpegCommands[k] = c
 	}
+	if s.WebhookURL != "" {
+		v, err := expand(s.WebhookURL, own)
+		if err != "" {
+			return nil, "webhook_url", err
+		}
+		r.WebhookURL = v
+	}
 	if len(s.Metadata) > 0 {
 		r.Metadata = make(map[string]string, len(s.Metadata))
 		for k, v := range s.Metadata {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"encoding/json"
 	"strconv"
 	"strings"
 	"testing"
@@ -165,4 +166,40 @@ func TestPipelineDryRunRefusesAPlanTooLarge(t *testing.T) {
 		}
 	}
 	h.storesNothing(before)
+}
+
+// A step's webhook_url takes its item's placeholders, as its input URLs do;
+// one in a step without for_each is refused, naming the step and field, not
+// sent as written.
+func TestPipelineStepWebhookPlaceholders(t *testing.T) {
+	h := pipelineHarness(t)
+	step := func(extra map[string]any) map[string]any {
+		s := map[string]any{"input_files": map[string]string{"v": "https://media.example/a.mp4"}, "output_files": []string{"o.mp4"},
+			"ffmpeg_commands": []string{"-i {{v}} {{o.mp4}}"}, "webhook_url": "https://hooks.example/done?item=${index}"}
+		for k, v := range extra {
+			s[k] = v
+		}
+		return s
+	}
+	before := h.etcdKeys()
+	h.pipelineRefused("no for_each", `{"steps":{"a":`+mustJSON(t, step(nil))+`}}`, "steps.a.webhook_url", "has no for_each")
+	h.storesNothing(before)
+	status, body, _ := h.do("POST", "/api/pipelines?dry_run=true", "alice", map[string]any{"steps": map[string]any{
+		"a": step(map[string]any{"for_each": []map[string]string{{}, {}}})}})
+	if status != 200 {
+		t.Fatalf("dry run: %d %v", status, body)
+	}
+	for i, j := range body["data"].(map[string]any)["jobs"].(map[string]any)["a"].([]any) {
+		if got := j.(map[string]any)["webhook_url"]; got != "https://hooks.example/done?item="+strconv.Itoa(i) {
+			t.Errorf("item %d's webhook_url: %v", i, got)
+		}
+	}
+}
+
+func mustJSON(t *testing.T, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
 }
