@@ -244,8 +244,8 @@ func (g *Gateway) pipelineDryRun(c *fiber.Ctx, plan *plannedPipeline) error {
 	return c.JSON(fiber.Map{"data": fiber.Map{"dry_run": true, "pipeline": view, "jobs": jobs}})
 }
 
-// pipelineView reads p's jobs and renders it.
-func (g *Gateway) pipelineView(ctx context.Context, p *mj.Pipeline) (mj.PipelineView, error) {
+// storedPipelineJobs reads p's jobs that exist from the store, by id.
+func (g *Gateway) storedPipelineJobs(ctx context.Context, p *mj.Pipeline) (map[string]*mj.Job, error) {
 	ids := p.JobIDs()
 	read, errs := g.Store.Jobs(ctx, ids)
 	jobs := make(map[string]*mj.Job, len(ids))
@@ -254,8 +254,17 @@ func (g *Gateway) pipelineView(ctx context.Context, p *mj.Pipeline) (mj.Pipeline
 		case errs[i] == nil:
 			jobs[ids[i]] = j
 		case mj.ErrorCode(errs[i]) != mj.ENotFound:
-			return mj.PipelineView{}, errs[i]
+			return nil, errs[i]
 		}
+	}
+	return jobs, nil
+}
+
+// pipelineView reads p's jobs and renders it.
+func (g *Gateway) pipelineView(ctx context.Context, p *mj.Pipeline) (mj.PipelineView, error) {
+	jobs, err := g.storedPipelineJobs(ctx, p)
+	if err != nil {
+		return mj.PipelineView{}, err
 	}
 	exp := g.Now().Add(g.Config.Storage.TTL)
 	links := g.links()
@@ -320,6 +329,19 @@ func (g *Gateway) cancelPipeline(c *fiber.Ctx) error {
 		return err
 	}
 	ctx := c.UserContext()
+	// Every job ended, the end not recorded yet (the leader records it at
+	// once, or at its resync): ended all the same, as its view says. A stop
+	// recorded now would turn a failed pipeline's end into cancelled. (A
+	// chunked job's pipeline grows as it runs: its jobs all ended is no end.)
+	if !p.Status.Terminal() && len(p.Plan) == 0 && p.Kind == "" {
+		jobs, err := g.storedPipelineJobs(ctx, p)
+		if err != nil {
+			return err
+		}
+		if st, _ := mj.PipelineStatus(p, jobs); st.Terminal() {
+			return mj.Errorf(mj.EConflict, "pipeline is already %s", st)
+		}
+	}
 	p, err = g.Store.UpdatePipeline(ctx, p.ID, func(p *mj.Pipeline) error {
 		if p.Status.Terminal() {
 			return mj.Errorf(mj.EConflict, "pipeline is already %s", p.Status)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	mj "github.com/mediajobs/mediajobs"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -202,4 +203,47 @@ func mustJSON(t *testing.T, v any) string {
 		t.Fatal(err)
 	}
 	return string(b)
+}
+
+// A pipeline whose every job has ended has ended, its end recorded or not
+// yet (the leader records it): a cancel is a 409 and records no stop, which
+// would turn a failed pipeline's end into cancelled.
+func TestPipelineCancelAfterEveryJobEnded(t *testing.T) {
+	h := pipelineHarness(t)
+	ctx := context.Background()
+	src := map[string]string{"v": "https://media.example/a.mp4"}
+	status, body, _ := h.do("POST", "/api/pipelines", "alice", map[string]any{"steps": map[string]any{
+		"a": step(src, []string{"o.mp4"}, "-i {{v}} {{o.mp4}}"),
+		"b": step(src, []string{"t.png"}, "-i {{v}} {{t.png}}"),
+	}})
+	if status != 200 {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	id := body["data"].(map[string]any)["id"].(string)
+	p, err := h.store.Pipeline(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, jid := range p.JobIDs() {
+		if _, err := h.store.UpdateJob(ctx, jid, func(j *mj.Job) error {
+			if i == 0 {
+				j.Fail(h.gw.Now(), "ffmpeg exited with code 1")
+			} else {
+				j.Succeed(h.gw.Now(), "")
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		h.gw.jobs.drop(jid)
+	}
+	if _, body, _ := h.do("GET", "/api/pipelines/"+id, "alice", nil); body["data"].(map[string]any)["status"] != "failed" {
+		t.Fatalf("the view: %v", body["data"])
+	}
+	if status, body, _ := h.do("POST", "/api/pipelines/"+id+"/cancel", "alice", nil); status != 409 {
+		t.Fatalf("cancel of a pipeline whose jobs all ended: %d %v", status, body)
+	}
+	if p, _ := h.store.Pipeline(ctx, id); p.Cancelled || p.Stop != "" {
+		t.Fatalf("the cancel recorded a stop: %+v", p)
+	}
 }
