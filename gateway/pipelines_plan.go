@@ -384,7 +384,7 @@ func parseStepRef(v, name string, steps map[string]*stepRequest) (stepRef, strin
 		}
 	case r.index != "" && r.index != "*":
 		n, err := strconv.Atoi(r.index)
-		if err != nil || n < 0 || n >= len(prod.ForEach) {
+		if err != nil || n < 0 || n >= len(prod.ForEach) || r.index != strconv.Itoa(n) { // not +1, 01
 			return r, fmt.Sprintf("[%s]: step %s has items 0 to %d", r.index, r.step, len(prod.ForEach)-1)
 		}
 	}

@@ -247,3 +247,16 @@ func TestPipelineCancelAfterEveryJobEnded(t *testing.T) {
 		t.Fatalf("the cancel recorded a stop: %+v", p)
 	}
 }
+
+// An item is named by its index as written in the list, from 0: [5] past
+// the end, [-1], [+1] or [01] are refused, naming the input.
+func TestPipelineItemIndexIsWrittenPlain(t *testing.T) {
+	h := pipelineHarness(t)
+	before := h.etcdKeys()
+	for _, idx := range []string{"5", "-1", "+1", "01", " 1", "x"} {
+		body := `{"steps":{"a":{"input_files":{"v":"https://media.example/a.mp4"},"output_files":["o.mp4"],"ffmpeg_commands":["-i {{v}} {{o.mp4}}"],"for_each":[{},{}]},` +
+			`"b":{"input_files":{"x":"step:a[` + idx + `]/o.mp4"},"output_files":["t.png"],"ffmpeg_commands":["-i {{x}} {{t.png}}"]}}}`
+		h.pipelineRefused("["+idx+"]", body, "steps.b.input_files.x", "step a has items 0 to 1")
+	}
+	h.storesNothing(before)
+}
