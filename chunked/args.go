@@ -367,7 +367,11 @@ func keepGlobal(o Opt) bool {
 func isDecoderOption(o Opt) bool {
 	switch o.Name {
 	case "c", "hwaccel", "hwaccel_device", "hwaccel_output_format", "threads", "thread_type",
-		"autorotate", "noautorotate", "lowres", "flags", "flags2", "strict", "ec", "err_detect":
+		"autorotate", "noautorotate", "lowres", "flags", "flags2", "strict", "ec", "err_detect",
+		// decoder options that change the pictures: the split's stream
+		// copy would ignore them, and the chunk's decode must have them
+		"skip_loop_filter", "skip_idct", "idct", "bug", "skip_top", "skip_bottom",
+		"apply_cropping", "skip_alpha", "apply_defdispwin", "filmgrain", "apply_grain":
 		return true
 	}
 	return false
