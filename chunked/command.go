@@ -297,6 +297,10 @@ func (c *Command) checkOutput() error {
 			if err := checkFPSMode(o); err != nil {
 				return err
 			}
+		case "enc_time_base":
+			if appliesToVideo(o.Spec) && o.Value != "-1" {
+				return refuse(w, "sets the encoder's time base, and chunked encoding encodes each chunk in the source's (-enc_time_base -1) to keep its timestamps: it would be dropped; drop it")
+			}
 		case "shortest":
 			return refuse(w, "ends the output with its shortest stream, which only the whole file knows (chunks carry no audio); trim the source in a job of its own first")
 		case "force_key_frames":

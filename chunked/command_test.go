@@ -2,6 +2,7 @@ package chunked
 
 import (
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -155,6 +156,8 @@ func TestCheckRefusesHiddenState(t *testing.T) {
 		{in + "-c:v libx264 -bsf:v setts=ts=N outputs/out.mp4", "-bsf:v setts=ts=N", "packet numbers"},
 		{in + "-c:v libx264 -bsf:v h264_metadata,noise=10 outputs/out.mp4", "-bsf:v", "bitstream filter noise"},
 		{in + "-c:v libx264 -bsf noise=10 outputs/out.mp4", "-bsf noise=10", "at random"},
+		// The encoder's time base, which the chunks' encodes set themselves.
+		{in + "-c:v libx264 -enc_time_base 1/10 outputs/out.mp4", "-enc_time_base 1/10", "would be dropped"},
 		// Packets dropped at demuxing, which the plan counted.
 		{"-discard:v nokey " + in + "-c:v libx264 outputs/out.mp4", "-discard:v nokey", "the plan counts"},
 	} {
@@ -180,6 +183,7 @@ func TestCheckRefusesHiddenState(t *testing.T) {
 		in + "-c:v libx264 -x264-params keyint=50:min-keyint=25 outputs/out.mp4",
 		in + "-filter:a volume=0.5" + out,
 		"-skip_loop_filter all " + in + "-c:v libx264 outputs/out.mp4",
+		in + "-c:v libx264 -enc_time_base -1 outputs/out.mp4",
 	} {
 		if err := Check(prepare(t, cmd)); err != nil {
 			t.Errorf("Check(%q) = %v, want nil", cmd, err)
@@ -268,4 +272,49 @@ func shellJoin(argv []string) string {
 		q[i] = "'" + strings.ReplaceAll(w, "'", `'\''`) + "'"
 	}
 	return strings.Join(q, " ")
+}
+
+// Chunked encoding encodes one video stream; the aux step drops the others
+// (-vn). A command that one encode would give another video stream (a second
+// angle, cover art under -map 0) is refused once the plan has probed the source.
+func TestCheckSourceOtherVideoStreams(t *testing.T) {
+	r := newRig(t)
+	r.run("-y", "-f", "lavfi", "-i", "testsrc2=s=96x64:r=25:d=1", "-f", "lavfi", "-i", "testsrc=s=128x96:r=25:d=1",
+		"-map", "0", "-map", "1", "-c:v", "libx264", "inputs/two.mkv")
+	r.run("-y", "-f", "lavfi", "-i", "color=red:s=128x96:d=1", "-frames:v", "1", "inputs/cover.png")
+	r.run("-y", "-f", "lavfi", "-i", "testsrc2=s=96x64:r=25:d=1", "-i", "inputs/cover.png",
+		"-map", "0", "-map", "1", "-c:v:0", "libx264", "-c:v:1", "png", "-disposition:v:1", "attached_pic", "inputs/cover.mp4")
+	spec := command.Spec{Inputs: map[string]bool{"two.mkv": true, "cover.mp4": true}, Outputs: map[string]bool{"out.mp4": true}}
+	for _, tc := range []struct{ src, cmd, what string }{
+		{"two.mkv", "-i inputs/two.mkv -c:v libx264 outputs/out.mp4", "the source"},
+		{"two.mkv", "-i inputs/two.mkv -map 0 -c:v libx264 outputs/out.mp4", "-map 0"},
+		{"two.mkv", "-i inputs/two.mkv -map 0:V -c:v libx264 outputs/out.mp4", "-map 0:V"},
+		{"two.mkv", "-i inputs/two.mkv -map 0:v:0 -map 0:1 -c:v libx264 outputs/out.mp4", "-map 0:1"},
+		{"cover.mp4", "-i inputs/cover.mp4 -map 0 -c:v libx264 outputs/out.mp4", "-map 0"},
+		{"cover.mp4", "-i inputs/cover.mp4 -map 0:v -c:v libx264 outputs/out.mp4", "-map 0:v"},
+		{"cover.mp4", "-i inputs/cover.mp4 -map 0:V -c:v libx264 outputs/out.mp4", ""},
+		{"cover.mp4", "-i inputs/cover.mp4 -c:v libx264 outputs/out.mp4", ""},
+		{"two.mkv", "-i inputs/two.mkv -map 0:v:0 -c:v libx264 outputs/out.mp4", ""},
+	} {
+		src, err := Probe(r.ctx, r.ffprobe, filepath.Join(r.dir, "inputs", tc.src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		argv, err := command.Prepare(tc.cmd, spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd, err := Parse(argv)
+		if err != nil {
+			t.Fatalf("Parse(%q): %v", tc.cmd, err)
+		}
+		err = cmd.CheckSource(src)
+		var rf *Refusal
+		switch {
+		case tc.what == "" && err != nil:
+			t.Errorf("%s: CheckSource = %v, want nil", tc.cmd, err)
+		case tc.what != "" && (!errors.As(err, &rf) || rf.What != tc.what || !strings.Contains(rf.Why, "one video stream")):
+			t.Errorf("%s: CheckSource = %v, want a refusal of %q", tc.cmd, err, tc.what)
+		}
+	}
 }
