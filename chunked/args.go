@@ -3,6 +3,7 @@ package chunked
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -160,6 +161,39 @@ func (cmd *Command) Autorotates() bool {
 func (cmd *Command) CheckSource(src *Source) error {
 	if src.Rotation != 0 && !cmd.Autorotates() {
 		return refuse("-noautorotate", fmt.Sprintf("keeps the source's rotation metadata (%g°) in one encode, and chunked encoding cannot carry it through its chunks yet; let ffmpeg rotate the pictures (drop -noautorotate), or set the rotation in a job of its own after", src.Rotation))
+	}
+	// Chunked encoding encodes one video stream, src.VideoIndex; the aux
+	// step drops every other (-vn). One encode would keep or pick another.
+	const fix = "; keep the one video stream in a job of its own first (-map 0:%d -c copy), then split that"
+	if len(cmd.Maps) == 0 && len(src.OtherVideos) > 0 {
+		return refuse("the source", fmt.Sprintf("has %d video streams, and without -map ffmpeg picks one by resolution, which need not be the one chunked encoding encodes (stream %d)"+fix, 1+len(src.OtherVideos), src.VideoIndex, src.VideoIndex))
+	}
+	for _, m := range cmd.Maps {
+		mm := mapRe.FindStringSubmatch(m)
+		if strings.HasPrefix(m, "-") || mm == nil {
+			continue
+		}
+		var keeps []int // the other video streams map m selects
+		switch {
+		case mm[5] != "":
+			n, _ := strconv.Atoi(mm[5])
+			if slices.Contains(src.OtherVideos, n) || slices.Contains(src.Pictures, n) {
+				keeps = []int{n}
+			}
+		case mm[2] == "" || mm[2] == "v" && mm[4] == "":
+			keeps = append(slices.Clone(src.OtherVideos), src.Pictures...)
+		case mm[2] == "V" && mm[4] == "":
+			keeps = src.OtherVideos
+		case mm[2] == "v" && mm[4] == "0":
+			for _, p := range src.Pictures {
+				if p < src.VideoIndex {
+					keeps = []int{p} // 0:v:0 is the attached picture before the video
+				}
+			}
+		}
+		if len(keeps) > 0 {
+			return refuse("-map "+m, fmt.Sprintf("keeps video stream %d besides stream %d (another video, or an attached picture such as cover art), and chunked encoding encodes one video stream alone"+fix, keeps[0], src.VideoIndex, src.VideoIndex))
+		}
 	}
 	return nil
 }
@@ -367,7 +401,11 @@ func keepGlobal(o Opt) bool {
 func isDecoderOption(o Opt) bool {
 	switch o.Name {
 	case "c", "hwaccel", "hwaccel_device", "hwaccel_output_format", "threads", "thread_type",
-		"autorotate", "noautorotate", "lowres", "flags", "flags2", "strict", "ec", "err_detect":
+		"autorotate", "noautorotate", "lowres", "flags", "flags2", "strict", "ec", "err_detect",
+		// decoder options that change the pictures: the split's stream
+		// copy would ignore them, and the chunk's decode must have them
+		"skip_loop_filter", "skip_idct", "idct", "bug", "skip_top", "skip_bottom",
+		"apply_cropping", "skip_alpha", "apply_defdispwin", "filmgrain", "apply_grain":
 		return true
 	}
 	return false

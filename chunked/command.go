@@ -99,6 +99,32 @@ var aliases = map[string][2]string{
 	"aframes": {"frames", "a"}, "dframes": {"frames", "d"}, "vtag": {"tag", "v"}, "atag": {"tag", "a"},
 }
 
+// frameParams are encoder parameters (-x264-params, -x265-params,
+// -svtav1-params) that name frames by number or give the encoder the whole
+// file's length or a file of per-frame data: why each cannot be split.
+var frameParams = map[string]string{
+	"zones":               "applies settings to ranges of frame numbers",
+	"zonefile":            "applies settings to ranges of frame numbers",
+	"qpfile":              "forces frame types and QPs by frame number",
+	"frames":              "gives the number of frames to encode",
+	"chunk-start":         "starts a chunk at a frame number",
+	"chunk-end":           "ends a chunk at a frame number",
+	"dhdr10-info":         "reads HDR10+ metadata per frame number",
+	"dolby-vision-rpu":    "reads Dolby Vision metadata per frame number",
+	"analysis-load":       "reads a previous encode's analysis per frame number",
+	"analysis-save":       "writes the encode's analysis per frame number",
+	"analysis-reuse-file": "reads a previous encode's analysis per frame number",
+	"vbv-end":             "sets the VBV buffer at the file's last frames",
+	"vbv-end-fr-adj":      "sets the VBV buffer at the file's last frames",
+}
+
+// timeBSFs are bitstream filters whose result depends on a packet count,
+// time or a random sequence.
+var timeBSFs = map[string]string{
+	"setts": "rewrites timestamps with expressions over packet numbers and times (N, STARTPTS...)",
+	"noise": "damages or drops packets at random or by packet number",
+}
+
 // splitMuxers write their output as pieces over time; a chunk cannot.
 var splitMuxers = map[string]string{
 	"segment": "cuts the output into segments by time", "ssegment": "cuts the output into segments by time",
@@ -236,6 +262,8 @@ func (c *Command) checkInput() error {
 			}
 		case "skip_frame":
 			return refuse(o.Word+" "+o.Value, "drops frames at decoding, which the plan counts")
+		case "discard":
+			return refuse(o.Word+" "+o.Value, "drops packets at demuxing, which the plan counts")
 		}
 	}
 	return nil
@@ -262,12 +290,16 @@ func (c *Command) checkOutput() error {
 		case "pass", "passlogfile":
 			return refuse(w, "is two-pass rate control: its first pass reads the whole file, which no chunk has; use CRF (with -maxrate and -bufsize to cap the bitrate)")
 		case "r", "fpsmax":
-			if o.Spec == "" || specType(o.Spec) == 'v' {
+			if appliesToVideo(o.Spec) {
 				return refuse(w, "on the output converts the frame rate by dropping or duplicating frames along the whole timeline: each chunk would do it from its own start; convert the frame rate in a job of its own, or drop it")
 			}
 		case "fps_mode":
 			if err := checkFPSMode(o); err != nil {
 				return err
+			}
+		case "enc_time_base":
+			if appliesToVideo(o.Spec) && o.Value != "-1" {
+				return refuse(w, "sets the encoder's time base, and chunked encoding encodes each chunk in the source's (-enc_time_base -1) to keep its timestamps: it would be dropped; drop it")
 			}
 		case "shortest":
 			return refuse(w, "ends the output with its shortest stream, which only the whole file knows (chunks carry no audio); trim the source in a job of its own first")
@@ -291,6 +323,11 @@ func (c *Command) checkOutput() error {
 				encoder = o.Value
 			}
 		case "filter":
+			if specType(o.Spec) == '?' {
+				// -filter:0 may be the video's graph, and the chunks' encodes
+				// take only -vf/-filter:v: it would be dropped silently.
+				return refuse(w, "selects its stream by index or property, which may be the video: write the video's graph as -vf or -filter:v, the audio's as -af")
+			}
 			if specType(o.Spec) == 'v' || o.Spec == "" {
 				if err := checkGraph(o.Word, o.Value); err != nil {
 					return err
@@ -300,8 +337,21 @@ func (c *Command) checkOutput() error {
 		case "x264-params", "x265-params", "svtav1-params", "x264opts":
 			for _, kv := range splitParams(o.Value) {
 				k := strings.ToLower(strings.ReplaceAll(kv[0], "_", "-"))
-				if k == "pass" || k == "stats" || k == "slow-firstpass" {
+				if k == "pass" || k == "passes" || k == "stats" || k == "slow-firstpass" {
 					return refuse(w, "is two-pass rate control ("+kv[0]+"): its first pass reads the whole file, which no chunk has; use CRF (with vbv-maxrate and vbv-bufsize to cap the bitrate)")
+				}
+				if why, bad := frameParams[k]; bad {
+					return refuse(w, "sets "+kv[0]+", which "+why+": each chunk's encoder counts frames from its own start")
+				}
+			}
+		case "bsf", "vbsf":
+			if o.Name == "bsf" && !appliesToVideo(o.Spec) {
+				break
+			}
+			for _, f := range strings.Split(o.Value, ",") {
+				name, _, _ := strings.Cut(f, "=")
+				if why, bad := timeBSFs[strings.TrimSpace(name)]; bad {
+					return refuse(w, "runs the bitstream filter "+name+", which "+why+": each chunk's encode runs it from its own start")
 				}
 			}
 		case "vn":

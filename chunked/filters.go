@@ -20,7 +20,7 @@ lutrgb lutyuv lut1d lut3d unsharp gblur boxblur smartblur avgblur sab convolutio
 edgedetect negate nlmeans removegrain super2xsai xbr hqx zscale tonemap setparams setrange setfield
 swapuv shuffleplanes alphaextract premultiply unpremultiply split hstack vstack xstack overlay
 blend maskedmerge alphamerge mergeplanes drawbox drawgrid drawtext eq hue rotate vignette geq
-deblock dctdnoiz owdenoise spp fspp uspp pp7 bilateral median kirsch prewitt roberts sobel scharr
+deblock dctdnoiz owdenoise spp fspp pp7 bilateral median kirsch prewitt roberts sobel scharr
 erosion dilation inflate deflate lenscorrection perspective fillborders chromashift rgbashift
 monochrome grayworld greyedge pseudocolor il fieldorder showinfo histeq scale_cuda hwupload
 hwdownload hwupload_cuda`)
@@ -79,6 +79,7 @@ var timeFilters = map[string]string{
 	"vidstabtransform": "stabilises with motion over the whole timeline",
 	"deshake":          "stabilises against the frame before: the first frame of each chunk would differ",
 	"freezeframes":     "replaces frames by frame number",
+	"uspp":             "codes each frame with an internal encoder whose GOP never ends, so each frame's result depends on the frames before: the first frames of each chunk would differ",
 	"fps_mode":         "converts the frame rate along the whole timeline",
 }
 
@@ -174,8 +175,57 @@ zoneplate buffer sine anoisesrc aevalsrc anullsrc colorspectrum colorchart pal75
 openclsrc`)
 
 // timeVarRe finds the variables of ffmpeg's expressions that read time, frame
-// numbers or positions: each chunk would count them from its own start.
-var timeVarRe = regexp.MustCompile(`(^|[^A-Za-z0-9_])(t|n|T|N|pts|PTS|pos|POS|time|frame|in|on|out_time|selected_n|prev_pts|prev_t|STARTPTS|STARTT|frame_num|eif|expr|localtime|gmtime)([^A-Za-z0-9_]|$)`)
+// numbers or positions in the file (pkt_pos: a chunk is a file of its own):
+// each chunk would count them from its own start.
+var timeVarRe = regexp.MustCompile(`(^|[^A-Za-z0-9_])(t|n|T|N|pts|PTS|pos|POS|pkt_pos|time|frame|in|on|out_time|selected_n|prev_pts|prev_t|STARTPTS|STARTT|frame_num|eif|expr|localtime|gmtime)([^A-Za-z0-9_]|$)`)
+
+// stateFuncRe finds the functions of ffmpeg's expressions that carry state from
+// one evaluation to the next (random's seed and st/ld's variables live as long
+// as the filter): frame after frame, a sequence that restarts in each chunk.
+var stateFuncRe = regexp.MustCompile(`(^|[^A-Za-z0-9_])(random|randomi|st|ld)\s*\(`)
+
+// exprWhy says why an expression (an option's value) cannot be split, "" if it can.
+func exprWhy(v string) string {
+	if m := timeVarRe.FindStringSubmatch(v); m != nil {
+		return fmt.Sprintf("uses %q in an expression: times, frame numbers and file positions restart in each chunk", m[2])
+	}
+	if m := stateFuncRe.FindStringSubmatch(v); m != nil {
+		return fmt.Sprintf("uses %s() in an expression: its state (a random sequence, stored variables) carries from frame to frame and would restart in each chunk", m[2])
+	}
+	return ""
+}
+
+// drawtextSafe are drawtext's text expansions (%{name}) that read the frame
+// alone; any other (%{n}, %{pts}, %{localtime}...) reads a count, a time or
+// the clock, and %{expr}/%{eif} are read as expressions.
+var drawtextSafe = toSet(`pict_type metadata`)
+
+// drawtextWhy says why drawtext text with expansions cannot be split, "" if it can.
+func drawtextWhy(text string) string {
+	for rest := text; ; {
+		i := strings.Index(rest, "%{")
+		if i < 0 {
+			return ""
+		}
+		rest = rest[i+2:]
+		j := strings.IndexByte(rest, '}')
+		if j < 0 {
+			j = len(rest)
+		}
+		fn, args, _ := strings.Cut(rest[:j], ":")
+		fn = strings.TrimSpace(fn)
+		rest = rest[j:]
+		switch {
+		case drawtextSafe[fn]:
+		case fn == "e" || fn == "expr" || fn == "eif" || fn == "expr_int_format":
+			if why := exprWhy(args); why != "" {
+				return "draws text whose expansion %{" + fn + ":...} " + why
+			}
+		default:
+			return "draws text that expands %{" + fn + "}: only %{pict_type}, %{metadata:...} and %{expr:...} without times, frame numbers or state are frame-local; times and frame numbers (%{pts}, %{n}) restart in each chunk"
+		}
+	}
+}
 
 // textKeys are filter options holding text or names, never expressions.
 var textKeys = toSet(`text fontfile font textfile fontcolor boxcolor bordercolor shadowcolor color
@@ -193,7 +243,29 @@ func toSet(s string) map[string]bool {
 // checkGraph reads a video filter graph as libavfilter parses it (chains of
 // [label]name=args[label], separated by "," and ";") and refuses what a chunk
 // cannot run as the whole file would.
-func checkGraph(w, g string) error { return command.WalkGraph(w, g, checkFilter) }
+func checkGraph(w, g string) error {
+	var split, retimed string
+	err := command.WalkGraph(w, g, func(name, args string, hasArgs bool) error {
+		class, _, _ := strings.Cut(name, "@")
+		switch strings.ToLower(class) {
+		case "split":
+			split = name
+		case "setpts":
+			if hasArgs && !isPTS(args) {
+				retimed = name + "=" + args
+			}
+		}
+		return checkFilter(name, args, hasArgs)
+	})
+	if err == nil && split != "" && retimed != "" {
+		// setpts=PTS-STARTPTS is safe on the one chain (the stitch places each
+		// chunk), not on one branch of a split: STARTPTS is each chunk's own
+		// first time, so the branches would meet (overlay, hstack, blend...)
+		// at other frames than in one encode.
+		return refuse("filter "+retimed, "re-times frames in a graph that splits them: STARTPTS is each chunk's first time, not the source's, so a re-timed branch would meet the other's frames at other times than in one encode; drop it (chunked encoding keeps the source's timestamps)")
+	}
+	return err
+}
 
 func checkFilter(name, args string, hasArgs bool) error {
 	class, _, _ := strings.Cut(name, "@")
@@ -227,7 +299,17 @@ func checkFilter(name, args string, hasArgs bool) error {
 	if !frameFilters[class] {
 		return refuse(what, "is not known to be frame-independent: chunked encoding allows filters whose output for a frame depends on that frame alone (docs/chunked.md lists them)")
 	}
-	for _, kv := range command.FilterArgs(args) {
+	kvs := command.FilterArgs(args)
+	expansion, dither := "normal", false // drawtext's and vignette's options, as written
+	for _, kv := range kvs {
+		switch strings.ToLower(kv.Key) {
+		case "expansion":
+			expansion = strings.ToLower(kv.Val)
+		case "dither":
+			dither = true
+		}
+	}
+	for _, kv := range kvs {
 		k := strings.ToLower(kv.Key)
 		if k == "enable" {
 			return refuse(what, "is enabled by a timeline expression, over times or frame numbers that restart in each chunk")
@@ -236,27 +318,57 @@ func checkFilter(name, args string, hasArgs bool) error {
 			return refuse(what, "draws a timecode counted from each chunk's start")
 		}
 		if class == "drawtext" && k == "text" {
-			if strings.Contains(kv.Val, "%{") && timeVarRe.MatchString(strings.ReplaceAll(strings.ReplaceAll(kv.Val, "%{", " "), "}", " ")) {
-				return refuse(what, "draws text that expands times or frame numbers (%{pts}, %{n}, %{expr:...}), which restart in each chunk")
+			if expansion != "none" {
+				if why := drawtextWhy(kv.Val); why != "" {
+					return refuse(what, why)
+				}
 			}
 			continue
+		}
+		if class == "drawtext" && k == "textfile" && expansion != "none" {
+			return refuse(what, "reads its text from a file whose expansions (%{n}, %{pts}...) chunked encoding cannot check: write the text with text=, or add expansion=none")
+		}
+		if class == "drawtext" && k == "expansion" && strings.ToLower(kv.Val) == "strftime" {
+			return refuse(what, "expands the text with strftime, the clock's time at each frame's encode: each chunk is encoded at another time")
+		}
+		if class == "vignette" && k == "dither" && !isOff(kv.Val) {
+			return refuse(what, "dithers with a random sequence carried from frame to frame, which would restart in each chunk: add dither=0")
 		}
 		if textKeys[k] {
 			continue
 		}
-		if m := timeVarRe.FindStringSubmatch(kv.Val); m != nil {
-			return refuse(what, fmt.Sprintf("uses %q in an expression: times and frame numbers restart in each chunk", m[2]))
+		if why := exprWhy(kv.Val); why != "" {
+			return refuse(what, why)
 		}
 	}
+	if class == "vignette" && !dither {
+		return refuse(what, "dithers by default with a random sequence carried from frame to frame, which would restart in each chunk: add dither=0")
+	}
 	return nil
+}
+
+// isOff tells whether a boolean option's value turns it off.
+func isOff(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "0", "false", "no", "off", "disable":
+		return true
+	}
+	return false
 }
 
 // isStartPTS tells whether setpts's expression is PTS-STARTPTS (or PTS): the
 // stitch keeps each chunk's place on the source's timeline either way.
 func isStartPTS(args string) bool {
-	e := strings.ToUpper(strings.Join(strings.Fields(args), ""))
-	e = strings.TrimPrefix(e, "EXPR=")
+	e := setptsExpr(args)
 	return e == "PTS-STARTPTS" || e == "PTS"
+}
+
+// isPTS tells whether setpts's expression is PTS: it changes nothing.
+func isPTS(args string) bool { return setptsExpr(args) == "PTS" }
+
+func setptsExpr(args string) string {
+	e := strings.ToUpper(strings.Join(strings.Fields(args), ""))
+	return strings.TrimPrefix(e, "EXPR=")
 }
 
 // leadingLabels returns the [label]s at the start of graph g and the rest: the

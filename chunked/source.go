@@ -46,8 +46,14 @@ type Source struct {
 	// Audio: the first audio stream's start and end, if any.
 	HasAudio             bool
 	AudioStart, AudioEnd float64
-	// Others counts the streams besides the video (audio, subtitles, data).
+	// Others counts the streams besides the video (audio, subtitles, data,
+	// other video).
 	Others int
+	// OtherVideos are the indexes of the video streams besides the chunked
+	// one, Pictures those of attached pictures (cover art): the aux step
+	// drops them (-vn), so CheckSource refuses a command that would keep them.
+	OtherVideos []int `json:",omitempty"`
+	Pictures    []int `json:",omitempty"`
 	// Cuts are the keyframes (indexes into Packets) where a chunk may start:
 	// no packet before one in decode order is shown after it.
 	Cuts []int
@@ -127,6 +133,11 @@ func Probe(ctx context.Context, ffprobe, path string) (*Source, error) {
 			continue
 		}
 		s.Others++
+		if st.CodecType == "video" && st.Disposition["attached_pic"] != 0 {
+			s.Pictures = append(s.Pictures, st.Index)
+		} else if st.CodecType == "video" {
+			s.OtherVideos = append(s.OtherVideos, st.Index)
+		}
 		if st.CodecType == "audio" && !s.HasAudio {
 			s.HasAudio, audio = true, st
 		}
