@@ -178,6 +178,15 @@ func planPipeline(req *pipelineRequest, cfg *config.Config, account string, now 
 		if !stepNameRe.MatchString(name) {
 			bad(f, "step name must match [A-Za-z0-9][A-Za-z0-9_-]{0,63}")
 		}
+		// Bounded before the references are checked: that check's work grows
+		// with the inputs, outputs and items (a body of 1 MiB held a CPU for
+		// hours before).
+		if max := cfg.Server.MaxInputs; len(s.InputFiles) > max {
+			bad(f+".input_files", "%d inputs; at most %d (server.max_inputs)", len(s.InputFiles), max)
+		}
+		if max := cfg.Server.MaxOutputs; len(s.OutputFiles) > max {
+			bad(f+".output_files", "%d outputs; at most %d (server.max_outputs)", len(s.OutputFiles), max)
+		}
 		if s.Parallel != nil {
 			bad(f+".parallel", "chunked encoding (\"parallel\") is for single jobs (POST /api/ffmpeg), not a pipeline's steps; run the encode as a job of its own")
 		}
@@ -216,16 +225,21 @@ func planPipeline(req *pipelineRequest, cfg *config.Config, account string, now 
 	// References between steps: each must name a step and one of its outputs.
 	refs := map[string]map[string]stepRef{} // step -> input -> ref
 	needs := map[string][]string{}
+	pc := patternCache{}
 	for _, name := range names {
 		s := req.Steps[name]
 		refs[name] = map[string]stepRef{}
+		if n := jobInputs(s, req.Steps); n > cfg.Server.MaxInputs {
+			bad("steps."+name+".input_files", "%d inputs, one per item a step:<step>[*]/<output> takes; at most %d (server.max_inputs)", n, cfg.Server.MaxInputs)
+			continue
+		}
 		for _, in := range sortedKeys(s.InputFiles) {
 			v := s.InputFiles[in]
 			if !strings.HasPrefix(v, stepRefPrefix) {
 				continue
 			}
 			field := "steps." + name + ".input_files." + in
-			r, msg := parseStepRef(v, name, req.Steps)
+			r, msg := parseStepRef(v, name, req.Steps, pc)
 			if msg != "" {
 				bad(field, "%s", msg)
 				continue
@@ -354,8 +368,34 @@ func checkMetadata(m map[string]string) string {
 	return ""
 }
 
+// jobInputs counts the inputs each job of step s takes: one per entry, and one
+// per item for an entry step:<step>[*]/<output>.
+func jobInputs(s *stepRequest, steps map[string]*stepRequest) int {
+	n := 0
+	for _, v := range s.InputFiles {
+		if m := stepRefRe.FindStringSubmatch(v); m != nil && m[2] == "*" && steps[m[1]] != nil {
+			n += max(len(steps[m[1]].ForEach), 1)
+		} else {
+			n++
+		}
+	}
+	return n
+}
+
+// patternCache compiles each output pattern a plan meets once.
+type patternCache map[string]*regexp.Regexp
+
+func (c patternCache) get(pattern string) *regexp.Regexp {
+	re, ok := c[pattern]
+	if !ok {
+		re = mj.OutputPattern(pattern)
+		c[pattern] = re
+	}
+	return re
+}
+
 // parseStepRef parses input value v of step name; msg says what is wrong.
-func parseStepRef(v, name string, steps map[string]*stepRequest) (stepRef, string) {
+func parseStepRef(v, name string, steps map[string]*stepRequest, pc patternCache) (stepRef, string) {
 	m := stepRefRe.FindStringSubmatch(v)
 	if m == nil {
 		return stepRef{}, fmt.Sprintf("%q is not a reference to another step's output: write step:<step>/<output>, step:<step>[*]/<output> for every item of a step with for_each, or step:<step>[<n>]/<output> for one", mj.Clip(v, 64))
@@ -394,7 +434,9 @@ func parseStepRef(v, name string, steps map[string]*stepRequest) (stepRef, strin
 	// Else a file of a pattern (seg_%03d.ts), which every item the
 	// reference takes must make.
 	items := []int{-1}
+	perItem := strings.Contains(r.output, "${") || slices.ContainsFunc(prod.OutputFiles, func(o string) bool { return strings.Contains(o, "${") })
 	switch n, err := strconv.Atoi(r.index); {
+	case !perItem: // every item makes the same names: one check covers them
 	case r.index == "*" || r.index == "${index}":
 		items = make([]int, len(prod.ForEach))
 		for k := range items {
@@ -404,7 +446,7 @@ func parseStepRef(v, name string, steps map[string]*stepRequest) (stepRef, strin
 		items = []int{n}
 	}
 	for _, k := range items {
-		if _, msg := refOutput(prod, r.step, r.output, k); msg != "" {
+		if _, msg := refOutput(prod, r.step, r.output, k, pc); msg != "" {
 			return r, msg
 		}
 	}
@@ -415,7 +457,7 @@ func parseStepRef(v, name string, steps map[string]*stepRequest) (stepRef, strin
 // included) stands for in item k (-1: none) of step, the producer prod; msg
 // says why it is none that item makes: neither an entry of its output_files
 // nor a file one of their patterns (%03d, %v) makes.
-func refOutput(prod *stepRequest, step, output string, k int) (name, msg string) {
+func refOutput(prod *stepRequest, step, output string, k int, pc patternCache) (name, msg string) {
 	var item map[string]string
 	if k >= 0 {
 		item = prod.ForEach[k]
@@ -430,7 +472,7 @@ func refOutput(prod *stepRequest, step, output string, k int) (name, msg string)
 		if o, err = expand(o, own); err != "" {
 			continue // refused on the producing step
 		}
-		if !strings.Contains(name, "%") && (o == name || strings.Contains(o, "%") && mj.ValidOutputName(name) && mj.OutputPattern(o).MatchString(name)) {
+		if !strings.Contains(name, "%") && (o == name || strings.Contains(o, "%") && mj.ValidOutputName(name) && pc.get(o).MatchString(name)) {
 			return name, ""
 		}
 		made = append(made, o)

@@ -260,3 +260,70 @@ func TestPipelineItemIndexIsWrittenPlain(t *testing.T) {
 	}
 	h.storesNothing(before)
 }
+
+// A step's inputs and outputs are bounded before its references are checked,
+// whose work grows with them: more outputs than server.max_outputs, or more
+// inputs than server.max_inputs once step:<step>[*]/… takes every item's, is a
+// 400 naming the step's field, and nothing is stored.
+func TestPipelineStepBoundsComeFirst(t *testing.T) {
+	h := pipelineHarness(t)
+	before := h.etcdKeys()
+	maxIn, maxOut := h.gw.Config.Server.MaxInputs, h.gw.Config.Server.MaxOutputs
+	outs := make([]string, maxOut+1)
+	for i := range outs {
+		outs[i] = "p" + strconv.Itoa(i) + "_%d.png"
+	}
+	many, _ := json.Marshal(outs)
+	h.pipelineRefused("outputs past max_outputs",
+		`{"steps":{"a":{"input_files":{"v":"https://media.example/a.mp4"},"output_files":`+string(many)+`,"ffmpeg_commands":["-i {{v}} {{p0_%d.png}}"]},`+
+			`"b":{"input_files":{"x":"step:a/p0_1.png"},"output_files":["o.mp4"],"ffmpeg_commands":["-i {{x}} {{o.mp4}}"]}}}`,
+		"steps.a.output_files", "at most "+strconv.Itoa(maxOut)+" (server.max_outputs)")
+
+	items := make([]map[string]string, maxIn/2+1)
+	for i := range items {
+		items[i] = map[string]string{"h": strconv.Itoa(100 + i)}
+	}
+	each, _ := json.Marshal(items)
+	h.pipelineRefused("inputs past max_inputs once [*] takes every item's",
+		`{"steps":{"a":{"for_each":`+string(each)+`,"input_files":{"v":"https://media.example/a.mp4"},"output_files":["r${index}.mp4"],"ffmpeg_commands":["-i {{v}} -vf scale=-2:${item.h} {{r${index}.mp4}}"]},`+
+			`"b":{"input_files":{"x":"step:a[*]/r${index}.mp4","y":"step:a[*]/r${index}.mp4"},"output_files":["o.mp4"],"ffmpeg_commands":["-i {{x}} {{o.mp4}}"]}}}`,
+		"steps.b.input_files", "at most "+strconv.Itoa(maxIn)+" (server.max_inputs)")
+	h.storesNothing(before)
+}
+
+// A client's cancel while the leader stops a fail_fast pipeline (its stop
+// recorded, its other jobs not cancelled yet) is a 409 naming the stop, and
+// leaves the stop as it was: the pipeline ends failed, saying which step.
+func TestPipelineCancelWhileStoppingUnderFailFast(t *testing.T) {
+	h := pipelineHarness(t)
+	ctx := context.Background()
+	src := map[string]string{"v": "https://media.example/a.mp4"}
+	status, body, _ := h.do("POST", "/api/pipelines", "alice", map[string]any{"fail_fast": true, "steps": map[string]any{
+		"a": step(src, []string{"o.mp4"}, "-i {{v}} {{o.mp4}}"),
+		"b": step(src, []string{"t.png"}, "-i {{v}} {{t.png}}"),
+	}})
+	if status != 200 {
+		t.Fatalf("create: %d %v", status, body)
+	}
+	id := body["data"].(map[string]any)["id"].(string)
+	p, err := h.store.Pipeline(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := p.JobIDs()[0]
+	if _, err := h.store.UpdateJob(ctx, first, func(j *mj.Job) error { j.Fail(h.gw.Now(), "ffmpeg exited with code 1"); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	h.gw.jobs.drop(first)
+	const why = "step a failed, and the pipeline stops at its first failure (fail_fast)"
+	if _, err := h.store.UpdatePipeline(ctx, id, func(p *mj.Pipeline) error { p.Stop = why; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	status, body, _ = h.do("POST", "/api/pipelines/"+id+"/cancel", "alice", nil)
+	if msg, _ := body["message"].(string); status != 409 || !strings.Contains(msg, why) {
+		t.Fatalf("cancel of a pipeline stopping under fail_fast: %d %v", status, body)
+	}
+	if p, _ := h.store.Pipeline(ctx, id); p.Cancelled || p.Stop != why {
+		t.Fatalf("the cancel rewrote the stop: %+v", p)
+	}
+}
