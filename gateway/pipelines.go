@@ -346,7 +346,12 @@ func (g *Gateway) cancelPipeline(c *fiber.Ctx) error {
 		if p.Status.Terminal() {
 			return mj.Errorf(mj.EConflict, "pipeline is already %s", p.Status)
 		}
-		if !p.Cancelled {
+		switch {
+		case p.Stop != "" && !p.Cancelled:
+			// Stopping under fail_fast: it ends failed, as it would have had
+			// this cancel come a moment later; cancelling would rewrite why.
+			return mj.Errorf(mj.EConflict, "pipeline is already stopping: %s", p.Stop)
+		case !p.Cancelled:
 			p.Cancelled, p.Stop = true, "the pipeline was cancelled by the client"
 		}
 		return nil
