@@ -35,7 +35,7 @@ func ResolveRef(dep *Job, output string) (key string, wait bool, never string) {
 		return "", false, fmt.Sprintf("%s was cancelled, so its output %q will not exist", jobName(dep), output)
 	}
 	if !mayMake(dep, output) {
-		return "", false, fmt.Sprintf("job %s does not list %q among its output_files (%s)", dep.ID, output, strings.Join(dep.OutputNames, ", "))
+		return "", false, fmt.Sprintf("job %s does not list %q among its output_files (%s), nor a pattern that makes it (a pattern's files are named as made: seg_%%03d.ts makes seg_001.ts)", dep.ID, output, strings.Join(dep.OutputNames, ", "))
 	}
 	return "", true, ""
 }
