@@ -106,7 +106,7 @@ func pipelineJSONType(field, goType string) string {
 	case strings.HasPrefix(goType, "gateway.stepRequest"):
 		return "a job body"
 	}
-	return jsonType(goType)
+	return jsonType(field, goType)
 }
 
 var (

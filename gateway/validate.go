@@ -47,7 +47,7 @@ func decodeCreate(body []byte) (*createRequest, error) {
 			return nil, mj.Errorf(mj.EValidation, "request body must be a JSON object, not a JSON %s", te.Value)
 		}
 		if errors.As(err, &te) {
-			e := mj.Errorf(mj.EValidation, "%s must be %s, not a JSON %s", te.Field, jsonType(te.Type.String()), te.Value)
+			e := mj.Errorf(mj.EValidation, "%s must be %s, not a JSON %s", te.Field, jsonType(te.Field, te.Type.String()), te.Value)
 			e.Details = map[string]string{te.Field: "wrong type"}
 			return nil, e
 		}
@@ -56,8 +56,16 @@ func decodeCreate(body []byte) (*createRequest, error) {
 	return &req, nil
 }
 
-func jsonType(goType string) string {
+// jsonType names in JSON's words what the decoder wanted at field, which it
+// reports as goType: a container's element type when an element is wrong
+// ({"input_files": {"v": 5}} is field input_files, type string).
+func jsonType(field, goType string) string {
+	last := field[strings.LastIndex(field, ".")+1:]
 	switch {
+	case goType == "string" && (last == "input_files" || last == "metadata" || last == "output_destinations"):
+		return "an object of strings (each value a string)"
+	case goType == "string" && (last == "output_files" || last == "ffmpeg_commands"):
+		return "an array of strings (each element a string)"
 	case strings.HasPrefix(goType, "map"):
 		return "an object of strings"
 	case strings.HasPrefix(goType, "[]"):
@@ -68,6 +76,8 @@ func jsonType(goType string) string {
 		return "true or false"
 	case goType == "float64" || goType == "*float64":
 		return "a number"
+	case strings.Contains(goType, "."): // a struct: "parallel" is gateway.parallelRequest
+		return "an object"
 	}
 	return "a string"
 }
