@@ -238,7 +238,7 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskL
 	defer errs.Flush()
 	cmd.Stdout = io.Discard
 	cmd.Stderr = io.MultiWriter(errs, r.Log, log)
-	cmd.WaitDelay = 5 * time.Second
+	cmd.WaitDelay = r.commandWaitDelay()
 	pr, pw, err := os.Pipe()
 	if err != nil {
 		return err
@@ -254,6 +254,14 @@ func (r *Runner) ffmpeg(ctx context.Context, argv []string, rep *reporter, diskL
 			go watchDisk(ctx, r.WorkDir, diskLimit, cancel)
 		}
 		err = cmd.Wait()
+		if errors.Is(err, exec.ErrWaitDelay) && cmd.ProcessState.Success() {
+			// ffmpeg exited 0 and its outputs are whole; only the copy of its
+			// stderr was cut short, stalled on a log that a loaded node's
+			// log shipper drained slowly (r.Log is Nomad's task log, so the
+			// note goes to the command's own log).
+			fmt.Fprintf(log, "\nffmpeg's log was cut short: its copy stalled for %s after ffmpeg ended\n", cmd.WaitDelay)
+			err = nil
+		}
 		r.meter(cmd, start)
 	}
 	released(cmd)

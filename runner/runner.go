@@ -52,6 +52,16 @@ type Runner struct {
 	// fetch leaves the output destinations' ticket for upload (ticket.go): outside
 	// the job's directory, and no key without the dispatch payload.
 	TicketFile string
+	// waitDelay bounds how long a command's output is read after it ended
+	// (exec.Cmd.WaitDelay); 0 is 5 s (tests shorten it).
+	waitDelay time.Duration
+}
+
+func (r *Runner) commandWaitDelay() time.Duration {
+	if r.waitDelay > 0 {
+		return r.waitDelay
+	}
+	return 5 * time.Second
 }
 
 // LoadManifest reads the dispatch payload at path; when the manifest was too big for
