@@ -151,8 +151,10 @@ func startStack(ctx context.Context, wg *sync.WaitGroup, tmp, bin string, o Opti
 	cfg.Dispatcher.Listen = FreeAddr() // dev serves the dispatcher's listener too (devstack/metrics_test.go)
 	cfg.Pools = []*config.Pool{{Name: "cpu"}}
 	if o.WarmPool {
-		// Small runners, and a short lease so the fault tests see a lapse soon.
-		cfg.Pools = append(cfg.Pools, &config.Pool{Name: WarmPool, Memory: 256, Warm: &config.Warm{Count: 2, MaxJobSeconds: 60, CPU: 100, Memory: 256, LeaseTTL: "6s"}})
+		// Small runners, and a lease short enough that the fault tests see a lapse
+		// soon, long enough that a loaded machine's slow renewals (two CPU hogs
+		// beside make test) do not lapse it.
+		cfg.Pools = append(cfg.Pools, &config.Pool{Name: WarmPool, Memory: 256, Warm: &config.Warm{Count: 2, MaxJobSeconds: 60, CPU: 100, Memory: 256, LeaseTTL: "15s"}})
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

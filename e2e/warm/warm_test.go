@@ -338,7 +338,7 @@ pool "clwarm" {
     max_job_seconds = 60
     cpu             = 100
     memory          = 256
-    lease_ttl       = "6s"
+    lease_ttl       = "20s" # survives a loaded machine's slow renewals; the failover is the test
   }
 }`, e2e.RunnerBin))
 	d1 := c.StartDispatcher("d1")
