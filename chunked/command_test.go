@@ -93,15 +93,7 @@ func TestCheckRefuses(t *testing.T) {
 		{"-i inputs/src.mp4 -c:v libx264 -fps_mode cfr outputs/out.mp4", "-fps_mode cfr", "constant rate"},
 		{"-copyts -i inputs/src.mp4 -c:v libx264 outputs/out.mp4", "-copyts", "keeps the source's timestamps itself"},
 	} {
-		err := Check(prepare(t, tc.cmd))
-		var r *Refusal
-		if !errors.As(err, &r) {
-			t.Errorf("Check(%q) = %v, want a refusal", tc.cmd, err)
-			continue
-		}
-		if !strings.Contains(r.What, tc.what) || !strings.Contains(r.Why, tc.why) {
-			t.Errorf("Check(%q) = %q, want what %q and why containing %q", tc.cmd, err, tc.what, tc.why)
-		}
+		wantRefusal(t, tc.cmd, tc.what, tc.why)
 	}
 }
 
@@ -161,15 +153,7 @@ func TestCheckRefusesHiddenState(t *testing.T) {
 		// Packets dropped at demuxing, which the plan counted.
 		{"-discard:v nokey " + in + "-c:v libx264 outputs/out.mp4", "-discard:v nokey", "the plan counts"},
 	} {
-		err := Check(prepare(t, tc.cmd))
-		var r *Refusal
-		if !errors.As(err, &r) {
-			t.Errorf("Check(%q) = %v, want a refusal", tc.cmd, err)
-			continue
-		}
-		if !strings.Contains(r.What, tc.what) || !strings.Contains(r.Why, tc.why) {
-			t.Errorf("Check(%q) = %q, want what %q and why containing %q", tc.cmd, err, tc.what, tc.why)
-		}
+		wantRefusal(t, tc.cmd, tc.what, tc.why)
 	}
 	// Their frame-local forms stay accepted.
 	for _, cmd := range []string{
@@ -316,5 +300,19 @@ func TestCheckSourceOtherVideoStreams(t *testing.T) {
 		case tc.what != "" && (!errors.As(err, &rf) || rf.What != tc.what || !strings.Contains(rf.Why, "one video stream")):
 			t.Errorf("%s: CheckSource = %v, want a refusal of %q", tc.cmd, err, tc.what)
 		}
+	}
+}
+
+// wantRefusal fails unless Check refuses cmd naming what, saying why.
+func wantRefusal(t *testing.T, cmd, what, why string) {
+	t.Helper()
+	err := Check(prepare(t, cmd))
+	var r *Refusal
+	if !errors.As(err, &r) {
+		t.Errorf("Check(%q) = %v, want a refusal", cmd, err)
+		return
+	}
+	if !strings.Contains(r.What, what) || !strings.Contains(r.Why, why) {
+		t.Errorf("Check(%q) = %q, want what %q and why containing %q", cmd, err, what, why)
 	}
 }

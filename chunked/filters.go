@@ -300,13 +300,13 @@ func checkFilter(name, args string, hasArgs bool) error {
 		return refuse(what, "is not known to be frame-independent: chunked encoding allows filters whose output for a frame depends on that frame alone (docs/chunked.md lists them)")
 	}
 	kvs := command.FilterArgs(args)
-	expansion, dither := "normal", false // drawtext's and vignette's options, as written
+	expansion, ditherOff := "normal", false // drawtext's and vignette's options, as written
 	for _, kv := range kvs {
 		switch strings.ToLower(kv.Key) {
 		case "expansion":
 			expansion = strings.ToLower(kv.Val)
 		case "dither":
-			dither = true
+			ditherOff = isOff(kv.Val)
 		}
 	}
 	for _, kv := range kvs {
@@ -331,9 +331,6 @@ func checkFilter(name, args string, hasArgs bool) error {
 		if class == "drawtext" && k == "expansion" && strings.ToLower(kv.Val) == "strftime" {
 			return refuse(what, "expands the text with strftime, the clock's time at each frame's encode: each chunk is encoded at another time")
 		}
-		if class == "vignette" && k == "dither" && !isOff(kv.Val) {
-			return refuse(what, "dithers with a random sequence carried from frame to frame, which would restart in each chunk: add dither=0")
-		}
 		if textKeys[k] {
 			continue
 		}
@@ -341,8 +338,8 @@ func checkFilter(name, args string, hasArgs bool) error {
 			return refuse(what, why)
 		}
 	}
-	if class == "vignette" && !dither {
-		return refuse(what, "dithers by default with a random sequence carried from frame to frame, which would restart in each chunk: add dither=0")
+	if class == "vignette" && !ditherOff {
+		return refuse(what, "dithers (by default) with a random sequence carried from frame to frame, which would restart in each chunk: add dither=0")
 	}
 	return nil
 }

@@ -211,19 +211,7 @@ func mustJSON(t *testing.T, v any) string {
 func TestPipelineCancelAfterEveryJobEnded(t *testing.T) {
 	h := pipelineHarness(t)
 	ctx := context.Background()
-	src := map[string]string{"v": "https://media.example/a.mp4"}
-	status, body, _ := h.do("POST", "/api/pipelines", "alice", map[string]any{"steps": map[string]any{
-		"a": step(src, []string{"o.mp4"}, "-i {{v}} {{o.mp4}}"),
-		"b": step(src, []string{"t.png"}, "-i {{v}} {{t.png}}"),
-	}})
-	if status != 200 {
-		t.Fatalf("create: %d %v", status, body)
-	}
-	id := body["data"].(map[string]any)["id"].(string)
-	p, err := h.store.Pipeline(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, p := h.twoIndependentSteps(false)
 	for i, jid := range p.JobIDs() {
 		if _, err := h.store.UpdateJob(ctx, jid, func(j *mj.Job) error {
 			if i == 0 {
@@ -297,19 +285,7 @@ func TestPipelineStepBoundsComeFirst(t *testing.T) {
 func TestPipelineCancelWhileStoppingUnderFailFast(t *testing.T) {
 	h := pipelineHarness(t)
 	ctx := context.Background()
-	src := map[string]string{"v": "https://media.example/a.mp4"}
-	status, body, _ := h.do("POST", "/api/pipelines", "alice", map[string]any{"fail_fast": true, "steps": map[string]any{
-		"a": step(src, []string{"o.mp4"}, "-i {{v}} {{o.mp4}}"),
-		"b": step(src, []string{"t.png"}, "-i {{v}} {{t.png}}"),
-	}})
-	if status != 200 {
-		t.Fatalf("create: %d %v", status, body)
-	}
-	id := body["data"].(map[string]any)["id"].(string)
-	p, err := h.store.Pipeline(ctx, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, p := h.twoIndependentSteps(true)
 	first := p.JobIDs()[0]
 	if _, err := h.store.UpdateJob(ctx, first, func(j *mj.Job) error { j.Fail(h.gw.Now(), "ffmpeg exited with code 1"); return nil }); err != nil {
 		t.Fatal(err)
@@ -319,11 +295,31 @@ func TestPipelineCancelWhileStoppingUnderFailFast(t *testing.T) {
 	if _, err := h.store.UpdatePipeline(ctx, id, func(p *mj.Pipeline) error { p.Stop = why; return nil }); err != nil {
 		t.Fatal(err)
 	}
-	status, body, _ = h.do("POST", "/api/pipelines/"+id+"/cancel", "alice", nil)
+	status, body, _ := h.do("POST", "/api/pipelines/"+id+"/cancel", "alice", nil)
 	if msg, _ := body["message"].(string); status != 409 || !strings.Contains(msg, why) {
 		t.Fatalf("cancel of a pipeline stopping under fail_fast: %d %v", status, body)
 	}
 	if p, _ := h.store.Pipeline(ctx, id); p.Cancelled || p.Stop != why {
 		t.Fatalf("the cancel rewrote the stop: %+v", p)
 	}
+}
+
+// twoIndependentSteps creates a pipeline of two steps that take nothing of
+// each other, and returns its id and stored record.
+func (h *harness) twoIndependentSteps(failFast bool) (string, *mj.Pipeline) {
+	h.t.Helper()
+	src := map[string]string{"v": "https://media.example/a.mp4"}
+	status, body, _ := h.do("POST", "/api/pipelines", "alice", map[string]any{"fail_fast": failFast, "steps": map[string]any{
+		"a": step(src, []string{"o.mp4"}, "-i {{v}} {{o.mp4}}"),
+		"b": step(src, []string{"t.png"}, "-i {{v}} {{t.png}}"),
+	}})
+	if status != 200 {
+		h.t.Fatalf("create: %d %v", status, body)
+	}
+	id := body["data"].(map[string]any)["id"].(string)
+	p, err := h.store.Pipeline(context.Background(), id)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return id, p
 }
